@@ -1,0 +1,199 @@
+"""Read run directories (written by common/records.py) and sort them into counted and not counted.
+
+    <results>/<method>/<env>/<arm>/seed-<k>/{config.yaml, manifest.json, metrics.jsonl, eval.json, done}
+
+A run counts only if it has its `done` marker and every file parses with the keys the tables
+need. Anything else under `results/` is kept as a `Problem` (unfinished or invalid, with the
+reason) so the report can list it: nothing is silently dropped or averaged in.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+STAGES = ("initial", "final")
+EVAL_KEYS = ("step", "k", "mean@k", "pass@k")
+METRIC_KEYS = ("step", "generated_tokens_total", "model_calls_total")
+_SEED_DIR = re.compile(r"^seed-(\d+)$")
+
+
+@dataclass
+class Run:
+    """One finished, valid run."""
+
+    method: str
+    env: str
+    arm: str
+    seed: int
+    path: Path
+    config: dict[str, Any]
+    manifest: dict[str, Any]
+    metrics: list[dict[str, Any]]  # sorted by step
+    evals: dict[str, Any]  # {"initial": EvalResult, "final": EvalResult, "history": [...]}
+
+    @property
+    def git_sha(self) -> str:
+        return str(self.manifest.get("git_sha", "unknown"))
+
+    @property
+    def git_dirty(self) -> bool:
+        return bool(self.manifest.get("git_dirty", False))
+
+    def eval_points(self) -> list[dict[str, Any]]:
+        """initial, history and final evaluations, one per step, in step order."""
+        by_step: dict[int, dict[str, Any]] = {}
+        for result in [self.evals["initial"], *self.evals.get("history", []), self.evals["final"]]:
+            by_step[int(result["step"])] = result
+        return [by_step[s] for s in sorted(by_step)]
+
+
+@dataclass
+class Problem:
+    """A directory under results/ that is not counted, and why."""
+
+    path: Path
+    kind: str  # "unfinished" | "invalid"
+    reason: str
+    method: str = "?"
+    env: str = "?"
+    arm: str = "?"
+
+
+@dataclass
+class Results:
+    runs: list[Run] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    def methods(self) -> list[str]:
+        return sorted({r.method for r in self.runs} | {p.method for p in self.problems if p.method != "?"})
+
+    def of(self, method: str, env: str | None = None, arm: str | None = None) -> list[Run]:
+        return [r for r in self.runs if r.method == method and (env is None or r.env == env)
+                and (arm is None or r.arm == arm)]
+
+    def problems_of(self, method: str) -> list[Problem]:
+        return [p for p in self.problems if p.method == method]
+
+
+class InvalidRun(ValueError):
+    pass
+
+
+def _read_json(path: Path) -> Any:
+    if not path.exists():
+        raise InvalidRun(f"missing {path.name}")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise InvalidRun(f"{path.name} is not valid JSON ({e.msg}, line {e.lineno})") from e
+
+
+def _read_metrics(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        raise InvalidRun("missing metrics.jsonl")
+    rows = []
+    for n, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InvalidRun(f"metrics.jsonl line {n} is not valid JSON ({e.msg})") from e
+        missing = [k for k in METRIC_KEYS if k not in row]
+        if missing:
+            raise InvalidRun(f"metrics.jsonl line {n} lacks {missing}")
+        rows.append(row)
+    steps = [r["step"] for r in rows]
+    if len(set(steps)) != len(steps):
+        raise InvalidRun("metrics.jsonl has repeated steps")
+    return sorted(rows, key=lambda r: r["step"])
+
+
+def _check_eval(evals: Any) -> None:
+    if not isinstance(evals, dict):
+        raise InvalidRun("eval.json is not an object")
+    for stage in STAGES:
+        result = evals.get(stage)
+        if not isinstance(result, dict):
+            raise InvalidRun(f"eval.json has no {stage!r} result")
+        missing = [k for k in EVAL_KEYS if k not in result]
+        if missing:
+            raise InvalidRun(f"eval.json {stage!r} lacks {missing}")
+        for key in ("mean@k", "pass@k"):
+            if not isinstance(result[key], int | float) or not math.isfinite(result[key]):
+                raise InvalidRun(f"eval.json {stage!r} {key} is not a finite number: {result[key]!r}")
+    if not isinstance(evals.get("history", []), list):
+        raise InvalidRun("eval.json history is not a list")
+
+
+def load_run(path: Path, method: str, env: str, arm: str, seed: int) -> Run:
+    """Parse one finished run directory; raises InvalidRun with the reason."""
+    config_path = path / "config.yaml"
+    if not config_path.exists():
+        raise InvalidRun("missing config.yaml")
+    try:
+        config = yaml.safe_load(config_path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise InvalidRun(f"config.yaml does not parse ({e.__class__.__name__})") from e
+    manifest = _read_json(path / "manifest.json")
+    evals = _read_json(path / "eval.json")
+    _check_eval(evals)
+    metrics = _read_metrics(path / "metrics.jsonl")
+    for key, expected in (("method", method), ("env", env), ("arm", arm), ("seed", seed)):
+        if key in manifest and manifest[key] != expected:
+            raise InvalidRun(f"manifest.json says {key}={manifest[key]!r} but the directory says {expected!r}")
+    return Run(method, env, arm, seed, path, config, manifest, metrics, evals)
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        return sum(1 for line in path.read_text().splitlines() if line.strip())
+    except OSError:
+        return 0
+
+
+def load_results(root: Path) -> Results:
+    """Every run directory under `root`; a missing root is an empty result set."""
+    results = Results()
+    root = Path(root)
+    if not root.is_dir():
+        return results
+    for method_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for env_dir in sorted(p for p in method_dir.iterdir() if p.is_dir()):
+            for arm_dir in sorted(p for p in env_dir.iterdir() if p.is_dir()):
+                where = {"method": method_dir.name, "env": env_dir.name, "arm": arm_dir.name}
+                for run_dir in sorted(p for p in arm_dir.iterdir() if p.is_dir()):
+                    m = _SEED_DIR.match(run_dir.name)
+                    if m is None:
+                        results.problems.append(Problem(run_dir, "invalid", "not a seed-<k> directory", **where))
+                        continue
+                    if not (run_dir / "done").exists():
+                        steps = _count_lines(run_dir / "metrics.jsonl")
+                        results.problems.append(Problem(run_dir, "unfinished", f"no done marker ({steps} steps recorded)",
+                                                        **where))
+                        continue
+                    try:
+                        results.runs.append(load_run(run_dir, seed=int(m.group(1)), **where))
+                    except InvalidRun as e:
+                        results.problems.append(Problem(run_dir, "invalid", str(e), **where))
+    results.runs.sort(key=lambda r: (r.method, r.env, r.arm, r.seed))
+    return results
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists are kept as values."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out

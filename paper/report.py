@@ -1,0 +1,219 @@
+"""REPORT.md: a summary, then one section per method in the same shape.
+
+Each section: what the paper claims, what we ran (runs, configs, code versions, runs not
+counted), the claims table, held-out scores, the figures, and what did and did not reproduce.
+The text depends only on the results and the cards (no dates), so a rebuild is a no-op diff.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from paper.cards import Card
+from paper.claims import FAILS, HOLDS, INCONCLUSIVE, INVALID, TOO_FEW, VERDICTS, ClaimResult
+from paper.load import Problem, Results, Run, flatten
+from paper.tables import Table, arms_of, envs_of, fmt_ci
+
+# config keys that legitimately differ between the seeds of one arm
+SEED_KEYS = {"seed", "sft.seed", "out_dir", "work_dir", "force", "progress", "loggers"}
+VERDICT_RULE = (
+    "Verdicts compare means over seeds with 95% percentile-bootstrap intervals (common/stats.py): a claim "
+    "**holds** if the interval of the claimed difference lies above 0, **does not hold** if the point "
+    "estimate is 0 or has the wrong sign, and is **inconclusive** otherwise; an ordering needs every adjacent "
+    "pair. Every arm needs the card's minimum number of finished seeds per environment (3 unless the card "
+    "says otherwise), or the verdict is **not enough runs**. Same-arm claims (final vs initial) pair each "
+    "seed with itself; different arms are compared unpaired. P(improvement) is the probability that a run "
+    "of the first arm beats a run of the second (Agarwal et al. 2021), shown for context only."
+)
+
+
+@dataclass
+class MethodSection:
+    method: str
+    card: Card | None
+    card_error: str | None
+    claim_results: list[ClaimResult] = field(default_factory=list)
+    tables: dict[str, Table] = field(default_factory=dict)  # role -> table
+    figures: list[Path] = field(default_factory=list)  # PNGs
+    build_error: str | None = None  # tables/figures that could not be built from these results
+
+
+def runs_n(n: int) -> str:
+    return f"{n} run" + ("" if n == 1 else "s")
+
+
+def short_sha(sha: str) -> str:
+    return sha[:10]
+
+
+def run_name(run: Run | Problem) -> str:
+    """The run directory as reached from the --results argument (e.g. results/grpo/arith/grpo/seed-0)."""
+    return run.path.as_posix()
+
+
+def code_flags(runs: list[Run]) -> list[str]:
+    """Runs from more than one commit, or from a dirty tree, are flagged."""
+    flags = []
+    shas = Counter(r.git_sha for r in runs)
+    if len(shas) > 1:
+        parts = []
+        for sha, n in sorted(shas.items(), key=lambda kv: (-kv[1], kv[0])):
+            names = ", ".join(f"`{run_name(r)}`" for r in runs if r.git_sha == sha)
+            parts.append(f"`{short_sha(sha)}` ({runs_n(n)}: {names})")
+        flags.append(f"runs come from {len(shas)} different code versions: " + "; ".join(parts))
+    dirty = [r for r in runs if r.git_dirty]
+    if dirty:
+        flags.append("runs from a working tree with uncommitted changes (git_dirty): "
+                     + ", ".join(f"`{run_name(r)}`" for r in dirty))
+    return flags
+
+
+def config_flags(method: str, results: Results) -> list[str]:
+    """Seeds of one arm should differ only in the seed."""
+    flags = []
+    for env in sorted({r.env for r in results.of(method)}):
+        for arm in sorted({r.arm for r in results.of(method, env)}):
+            flat = [flatten(r.config) for r in results.of(method, env, arm)]
+            keys = sorted(set().union(*flat) - SEED_KEYS)
+            differ = {k: sorted({repr(f.get(k)) for f in flat}) for k in keys if len({repr(f.get(k)) for f in flat}) > 1}
+            if differ:
+                what = "; ".join(f"`{k}` ({', '.join(v)})" for k, v in differ.items())
+                flags.append(f"configs differ between the seeds of arm `{arm}` on `{env}`: {what}")
+    return flags
+
+
+def _get(config: dict[str, Any], key: str) -> Any:
+    return flatten(config).get(key)
+
+
+def runs_table(method: str, results: Results, card: Card | None) -> Table:
+    rows = []
+    for env in envs_of(method, results, card):
+        for arm in arms_of(method, results, card):
+            runs = results.of(method, env, arm)
+            if not runs:
+                continue
+            c = runs[0].config
+            kl = _get(c, "trainer.kl.coef")
+            kl_text = "off" if not kl else f"{kl} ({_get(c, 'trainer.kl.placement')}, {_get(c, 'trainer.kl.estimator')})"
+            model = _get(c, "model.kind")
+            if model == "tiny":
+                model = f"tiny ({_get(c, 'model.num_layers')}L, d={_get(c, 'model.hidden_size')})"
+            elif _get(c, "model.path"):
+                model = str(_get(c, "model.hf_id") or _get(c, "model.path"))
+            sft = f"{_get(c, 'sft.steps')} steps" if _get(c, "sft.enabled") else "none"
+            rows.append([env, card.label(arm) if card else arm, str(len(runs)), ", ".join(str(r.seed) for r in runs),
+                         str(_get(c, "scale")), str(model), sft, str(_get(c, "trainer.steps")),
+                         f"{_get(c, 'trainer.tasks_per_step')} × {_get(c, 'trainer.group_size')}",
+                         str(_get(c, "trainer.lr")), kl_text, str(_get(c, "eval.k"))])
+    headers = ["env", "arm", "finished", "seeds", "scale", "model", "SFT warm start", "RL steps", "tasks × G", "lr",
+               "KL", "eval k"]
+    return Table(f"{method}-runs", f"{method}: finished runs and their configuration (from config.yaml)", headers, rows)
+
+
+def verdict_counts(claim_results: list[ClaimResult]) -> Counter[str]:
+    return Counter(cr.verdict for cr in claim_results)
+
+
+def _reproduced(section: MethodSection) -> list[str]:
+    lines = []
+    for verdict, lead in ((HOLDS, "Reproduced"), (INCONCLUSIVE, "Inconclusive"), (FAILS, "Did not reproduce"),
+                          (TOO_FEW, "Not yet tested (not enough runs)"), (INVALID, "Could not evaluate")):
+        for cr in section.claim_results:
+            if cr.verdict != verdict:
+                continue
+            detail = "; ".join(f"{p.better.label()} − {p.worse.label()} = {fmt_ci(p.diff, signed=True)}"
+                               for p in cr.pairs) or cr.note
+            lines.append(f"- **{lead}:** {cr.claim.text} (`{cr.claim.id}`){': ' + detail if detail else ''}.")
+    return lines or ["- The card lists no claims."]
+
+
+def method_section(section: MethodSection, results: Results, out_dir: Path) -> str:
+    card, method = section.card, section.method
+    runs = results.of(method)
+    title = card.title if card else method
+    out = [f"## {title}", ""]
+    if card:
+        card_link = os.path.relpath(card.path, out_dir) if card.path else f"replications/{method}/CARD.md"
+        out += [f"Method `{method}`. Paper: {card.paper}. Card: [{card_link}]({card_link}).", ""]
+    out += ["### What the paper claims", ""]
+    if section.card_error:
+        out += [f"The card could not be read: {section.card_error}", ""]
+    elif card is None:
+        out += [f"No `replications/{method}/CARD.md` yet: no paper numbers or claims to check.", ""]
+    else:
+        out += ([card.summary, ""] if card.summary else [])
+        if "reported" in section.tables:
+            out += [section.tables["reported"].markdown()]
+    out += ["### What we ran", ""]
+    if runs:
+        out += [section.tables["runs"].markdown()]
+        shas = Counter(r.git_sha for r in runs)
+        out += ["Code version(s) of the runs: " + ", ".join(f"`{short_sha(s)}` ({runs_n(n)})" for s, n in sorted(shas.items()))
+                + ".", ""]
+    else:
+        out += ["No finished runs yet.", ""]
+    flags = code_flags(runs) + config_flags(method, results)
+    if flags:
+        out += ["**Flags:**", ""] + [f"- {f}" for f in flags] + [""]
+    problems = results.problems_of(method)
+    if problems:
+        out += ["**Not counted** (never aggregated):", ""]
+        out += [f"- `{run_name(p)}`: {p.kind}, {p.reason}" for p in problems] + [""]
+    if card and not section.card_error:
+        out += ["### Claims", ""]
+        out += [section.tables["claims"].markdown()] if card.claims else ["The card lists no claims.", ""]
+    if section.build_error:
+        out += ["### Held-out scores", "", f"Could not build the tables and figures: {section.build_error}", ""]
+    elif runs:
+        out += ["### Held-out scores", "", section.tables["final"].markdown()]
+        if "tiers" in section.tables:
+            out += [section.tables["tiers"].markdown()]
+        out += ["### Figures", ""]
+        out += [f"![{p.stem}]({os.path.relpath(p, out_dir)})\n" for p in section.figures]
+    out += ["### What did and did not reproduce", ""]
+    out += _reproduced(section) if card and not section.card_error else ["- No claims to check."]
+    return "\n".join(out) + "\n"
+
+
+def summary(sections: list[MethodSection], results: Results, root: Path, matrix: Table | None,
+            matrix_figure: Path | None, out_dir: Path) -> str:
+    out = ["# Replication report", "",
+           f"Generated by `python -m paper.build` from the run directories under `{root}` and the method cards; "
+           "do not edit by hand (run `make paper`). Only runs with a `done` marker count; every other run "
+           "directory is listed under its method as not counted.", "", "## Summary", ""]
+    if not results.runs:
+        out += [f"No finished runs under `{root}` yet: the tables below list what each card will check.", ""]
+    headers = ["method", "envs", "arms", "finished runs", "not counted", *VERDICTS, "flags"]
+    rows = []
+    for s in sections:
+        runs = results.of(s.method)
+        counts = verdict_counts(s.claim_results)
+        n_flags = len(code_flags(runs)) + len(config_flags(s.method, results))
+        envs = envs_of(s.method, results, s.card) or (s.card.envs if s.card and s.card.envs else [])
+        arms = arms_of(s.method, results, s.card) or (list(s.card.arms) if s.card else [])
+        rows.append([s.method, ", ".join(envs) or "—", ", ".join(arms) or "—", str(len(runs)),
+                     str(len(results.problems_of(s.method))),
+                     *[str(counts.get(v, 0)) for v in VERDICTS],
+                     "; ".join(f for f, on in (("card error", s.card_error), ("build error", s.build_error),
+                                               (f"{n_flags} flag(s)", n_flags)) if on) or "—"])
+    if rows:
+        out += [Table("summary", "Summary", headers, rows).markdown()]
+    else:
+        out += ["No method has finished runs or a card yet.", ""]
+    out += [VERDICT_RULE, ""]
+    shas = Counter(r.git_sha for r in results.runs)
+    if shas:
+        out += ["Code versions of all finished runs: "
+                + ", ".join(f"`{short_sha(s)}` ({runs_n(n)})" for s, n in sorted(shas.items())) + ".", ""]
+    if matrix is not None:
+        out += ["### Across methods", "", matrix.markdown()]
+        if matrix_figure is not None:
+            out += [f"![matrix]({os.path.relpath(matrix_figure, out_dir)})", ""]
+    else:
+        out += ["The cross-method matrix appears once two or more methods have finished runs.", ""]
+    return "\n".join(out) + "\n"

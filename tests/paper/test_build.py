@@ -1,0 +1,136 @@
+"""python -m paper.build on the fixture runs: the numbers in the tables, what is flagged and listed."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from paper.build import build, main
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+REPO = Path(__file__).resolve().parents[2]
+CARDS = [REPO / "replications", FIXTURES / "cards"]
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("paper")
+    (out / "figures").mkdir()
+    (out / "figures/stale.png").write_bytes(b"left from an older build")
+    build(FIXTURES / "results", out, CARDS)
+    return out
+
+
+def table(out: Path, name: str) -> list[dict[str, str]]:
+    """Rows of a generated Markdown table, as dicts by header."""
+    lines = [ln for ln in (out / "tables" / f"{name}.md").read_text().splitlines() if ln.startswith("|")]
+    split = [[c.strip() for c in ln.strip("|").split(" | ")] for ln in lines]
+    return [dict(zip(split[0], row, strict=True)) for row in split[2:]]
+
+
+def ci_text(values, signed=False):
+    """mean [lo, hi] of a percentile bootstrap (2000 resamples, seed 0), computed here from scratch."""
+    x = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(0)
+    means = [x[row].mean() for row in rng.integers(0, len(x), size=(2000, len(x)))]
+    f = "{:+.3f}" if signed else "{:.3f}"
+    return f"{f.format(x.mean())} [{f.format(np.quantile(means, 0.025))}, {f.format(np.quantile(means, 0.975))}]"
+
+
+def test_final_table_numbers(out):
+    [row] = table(out, "grpo-final")
+    initial, final = [0.30, 0.28, 0.33, 0.31], [0.45, 0.41, 0.50, 0.47]  # seeds 0-3 of make_fixtures.py
+    assert row["env"] == "arith" and row["arm"] == "GRPO" and row["seeds"] == "4"
+    assert row["warm start mean@4"] == ci_text(initial)
+    assert row["warm start mean@4"].startswith("0.305 [")
+    assert row["final mean@4"] == ci_text(final)
+    assert row["change (paired)"] == ci_text(np.subtract(final, initial), signed=True)
+    assert row["final pass@4"] == ci_text(np.add(final, 0.2))
+
+
+def test_claims_table(out):
+    rows = {r["claim"]: r for r in table(out, "toy-claims")}
+    assert rows["TOY beats GRPO on grid"]["verdict"] == "holds"
+    assert rows["TOY beats GRPO on grid"]["difference [95% CI]"].startswith("+0.203 [")
+    few = rows["the 2-seed arm beats GRPO"]
+    assert few["verdict"].startswith("not enough runs") and "few on grid: 2 of 3" in few["verdict"]
+    assert rows["GRPO beats TOY (a claim that fails)"]["verdict"] == "does not hold"
+    [grpo] = table(out, "grpo-claims")
+    assert grpo["verdict"] == "holds" and "88.2%" in grpo["paper"]
+    diffs = np.subtract([0.45, 0.41, 0.50, 0.47], [0.30, 0.28, 0.33, 0.31])
+    assert grpo["difference [95% CI]"] == ci_text(diffs, signed=True) + " (paired)"
+
+
+def test_unfinished_and_invalid_runs_are_listed_not_counted(out):
+    report = (out / "REPORT.md").read_text()
+    assert "grpo/arith/grpo/seed-4`: unfinished, no done marker" in report
+    assert "grpo/arith/grpo/seed-5`: invalid, eval.json is not valid JSON" in report
+    [runs] = table(out, "grpo-runs")
+    assert runs["seeds"] == "0, 1, 2, 3" and runs["finished"] == "4"
+
+
+def test_code_versions_and_dirty_trees_are_flagged(out):
+    report = (out / "REPORT.md").read_text()
+    assert "runs come from 2 different code versions" in report
+    assert "`bbbbbbbbbb` (1 run: `" in report and "grpo/arith/grpo/seed-3`)" in report
+    assert "uncommitted changes (git_dirty): `" in report and "toy/grid/base/seed-2`" in report
+
+
+def test_every_output_is_written(out):
+    names = sorted(p.name for p in (out / "figures").iterdir())
+    for stem in ("grpo-arith-curves", "grpo-final", "toy-grid-curves", "toy-maze-curves", "toy-final",
+                 "nocard-arith-curves", "matrix"):
+        assert f"{stem}.png" in names and f"{stem}.pdf" in names
+    assert "stale.png" not in names  # outputs of an older build are removed
+    latex = (out / "tables/toy-claims.tex").read_text()
+    assert r"\toprule" in latex and r"better $>$ base" in latex and "curve:entropy" not in latex
+    matrix = {r["method"]: r for r in table(out, "matrix")}
+    assert matrix["toy"]["arm"] == "TOY" and matrix["toy"]["arith"] == "—"
+    report = (out / "REPORT.md").read_text()
+    assert "![grpo-arith-curves](figures/grpo-arith-curves.png)" in report
+    assert report.index("## GRPO") < report.index("## nocard") < report.index("## TOY")
+
+
+def test_rebuild_is_byte_identical(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURES / "results/grpo", results / "grpo")
+    digests = []
+    for name in ("a", "b"):
+        build(results, tmp_path / name, [REPO / "replications"])
+        files = sorted(p for p in (tmp_path / name).rglob("*") if p.is_file())
+        digests.append({p.relative_to(tmp_path / name): hashlib.sha256(p.read_bytes()).hexdigest() for p in files})
+    assert digests[0] == digests[1] and len(digests[0]) > 10
+
+
+def test_empty_results(tmp_path):
+    report, errors = build(tmp_path / "missing", tmp_path / "out", [REPO / "replications"])
+    text = report.read_text()
+    assert "No finished runs under" in text and errors == []
+    assert "not enough runs (needs 3 finished seeds per arm and env; has grpo on arith: 0 of 3)" in text
+    assert not list((tmp_path / "out").glob("figures/*"))
+
+
+def test_cli_strict_fails_on_a_claim_that_cannot_be_evaluated(tmp_path, capsys):
+    args = ["--results", str(FIXTURES / "results/nothing"), "--out", str(tmp_path)]
+    assert main(args + ["--cards", str(REPO / "replications"), "--strict"]) == 0
+    bad = tmp_path / "cards/bad"
+    bad.mkdir(parents=True)
+    (bad / "CARD.md").write_text("---\nmethod: bad\n---\n")
+    assert main(args + ["--cards", str(tmp_path / "cards")]) == 0
+    assert main(args + ["--cards", str(tmp_path / "cards"), "--strict"]) == 1
+    assert "lacks 'title'" in capsys.readouterr().err
+
+
+def test_a_table_that_cannot_be_built_is_reported(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURES / "results/grpo", results / "grpo")
+    (tmp_path / "cards/grpo").mkdir(parents=True)
+    text = (REPO / "replications/grpo/CARD.md").read_text().replace("eval_metric: mean@k", "eval_metric: metrics/x")
+    (tmp_path / "cards/grpo/CARD.md").write_text(text)
+    report, errors = build(results, tmp_path / "out", [tmp_path / "cards"])
+    assert any("grpo: KeyError" in e for e in errors)
+    assert "Could not build the tables and figures: KeyError" in report.read_text()

@@ -1,0 +1,95 @@
+"""paper/cards.py: the CARD.md front-matter schema and the predicate grammar."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from paper.cards import CardError, Term, load_cards, parse_card, parse_predicate
+
+REPO = Path(__file__).resolve().parents[2]
+
+MINIMAL = """---
+method: m
+title: M
+paper: "Someone 2026"
+{extra}
+---
+body
+"""
+
+
+def card(extra: str):
+    return parse_card(MINIMAL.format(extra=extra))
+
+
+def test_grpo_card_states_the_baseline_claim_and_paper_numbers():
+    c = parse_card((REPO / "replications/grpo/CARD.md").read_text())
+    assert (c.method, c.main_arm, c.arms) == ("grpo", "grpo", {"grpo": "GRPO"})
+    assert "2402.03300" in c.paper
+    reported = {(r.value, r.mark) for r in c.reported}
+    assert {(88.2, "P"), (51.7, "P")} <= reported
+    [claim] = c.claims
+    assert claim.terms == [Term("grpo", "final"), Term("grpo", "initial")]
+    assert (claim.envs, claim.metric, claim.min_seeds) == (["arith"], "mean@k", 3)
+
+
+def test_predicates():
+    assert parse_predicate("a > b") == [Term("a", None), Term("b", None)]
+    assert parse_predicate("c < b < a") == [Term("a", None), Term("b", None), Term("c", None)]
+    assert parse_predicate("sharp-exact > grpo@initial") == [Term("sharp-exact", None), Term("grpo", "initial")]
+    for bad, match in [("a = b", "no '>'"), ("a > b < c", "mixes"), ("a > b c", "not an arm name"),
+                       ("a > b > a", "repeats"), ("a@best > b", "not an arm name")]:
+        with pytest.raises(CardError, match=match):
+            parse_predicate(bad)
+
+
+def test_claim_defaults_and_curve_metrics():
+    c = card("""claims:
+  - {id: x, text: X, predicate: "a > b", env: e}
+  - {id: y, text: Y, predicate: "a < b", env: [e, f], metric: "curve:entropy", window: all, min_seeds: 5}""")
+    x, y = c.claims
+    assert x.terms == [Term("a", "final"), Term("b", "final")] and x.metric == "mean@k" and x.min_seeds == 3
+    assert y.terms == [Term("b", None), Term("a", None)] and y.window is None and y.envs == ["e", "f"]
+    assert y.is_curve and y.min_seeds == 5
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ("colour: blue", "unknown key"),
+        ("claims: [{id: x, text: X, predicate: 'a > b', env: e, typo: 1}]", "unknown key"),
+        ("claims: [{id: x, text: X, predicate: 'a > b'}]", "lacks 'env'"),
+        ("claims: [{id: x, text: X, predicate: 'a@final > b', env: e, metric: 'curve:kl'}]", "apply to eval"),
+        ("claims: [{id: x, text: X, predicate: 'a > b', env: e, window: 3}]", "only to curve"),
+        ("claims: [{id: x, text: X, predicate: 'a > a@final', env: e}]", "itself"),
+        ("claims: [{id: x, text: X, predicate: 'a > b', env: e}, {id: x, text: Y, predicate: 'b > a', env: e}]",
+         "unique"),
+        ("min_seeds: 0", "positive integer"),
+        ("arms: {a: A}\nmain_arm: b", "main_arm"),
+        ("reported: [{what: x}]", "what, value"),
+    ],
+)
+def test_schema_errors_say_what_is_wrong(extra, match):
+    with pytest.raises(CardError, match=match):
+        card(extra)
+
+
+def test_front_matter_must_be_delimited():
+    with pytest.raises(CardError, match="must start"):
+        parse_card("# no front matter\n")
+    with pytest.raises(CardError, match="closing"):
+        parse_card("---\nmethod: m\n")
+
+
+def test_load_cards_reports_errors_per_method(tmp_path):
+    (tmp_path / "good").mkdir()
+    (tmp_path / "good/CARD.md").write_text(MINIMAL.replace("method: m", "method: good").format(extra=""))
+    (tmp_path / "wrong").mkdir()
+    (tmp_path / "wrong/CARD.md").write_text(MINIMAL.format(extra=""))  # says method: m
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken/CARD.md").write_text("---\nmethod: [\n---\n")
+    cards, errors = load_cards([tmp_path])
+    assert list(cards) == ["good"]
+    assert "folder is 'wrong'" in errors["wrong"] and "not valid YAML" in errors["broken"]
