@@ -1,0 +1,117 @@
+"""From episodes to training rows, and the forward pass that scores them.
+
+A row is one token sequence of one adapter: a role's context chain within an episode. Because a
+role's context only ever grows (its prompt, its own sampled tokens, then observations appended),
+all turns of that role share one row: the last turn's prompt + action contains every earlier
+turn's action exactly, so the row is scored once, not once per turn. A role whose context was
+reset (`new_context`) starts a new row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from common.episode import Episode, Turn
+
+
+@dataclass
+class Row:
+    adapter: str
+    role: str
+    episode: Episode
+    ids: list[int] = field(default_factory=list)
+    spans: list[tuple[int, Turn]] = field(default_factory=list)  # (start index in ids, turn)
+    ref_logprobs: torch.Tensor | None = None  # per action token, reference policy
+
+    @property
+    def num_action_tokens(self) -> int:
+        return sum(t.num_action_tokens for _, t in self.spans)
+
+    def behaviour_logprobs(self) -> list[float]:
+        return [lp for _, t in self.spans for lp in t.logprobs]
+
+    def advantages(self) -> list[float]:
+        out: list[float] = []
+        for _, t in self.spans:
+            if t.token_advantages is not None:
+                if len(t.token_advantages) != t.num_action_tokens:
+                    raise ValueError("Turn.token_advantages must have one value per action token")
+                out.extend(t.token_advantages)
+            else:
+                out.extend([0.0 if t.advantage is None else t.advantage] * t.num_action_tokens)
+        return out
+
+    def positions(self) -> list[int]:
+        """Indices in `ids` of the action tokens (predicted from the position before each)."""
+        return [start + j for start, t in self.spans for j in range(t.num_action_tokens)]
+
+
+def build_rows(episodes: list[Episode], roles: set[str] | None) -> list[Row]:
+    """Rows of every trainable turn of the given episodes (roles=None: every role)."""
+    rows: list[Row] = []
+    for ep in episodes:
+        if not ep.counts_for_training or ep.faulted:
+            continue
+        open_rows: dict[str, Row] = {}
+        for turn in ep.turns:
+            if not turn.trainable or turn.adapter is None or not turn.action_ids:
+                continue
+            if roles is not None and turn.role not in roles:
+                continue
+            row = open_rows.get(turn.role)
+            extends = row is not None and row.adapter == turn.adapter and turn.prompt_ids[: len(row.ids)] == row.ids
+            if not extends:
+                row = Row(turn.adapter, turn.role, ep)
+                rows.append(row)
+                open_rows[turn.role] = row
+            assert row is not None
+            row.spans.append((len(turn.prompt_ids), turn))
+            row.ids = list(turn.prompt_ids) + list(turn.action_ids)
+    return rows
+
+
+@dataclass
+class Scored:
+    logp_B_T: torch.Tensor  # log-probabilities of the action tokens, padded with 0
+    mask_B_T: torch.Tensor  # 1 on action tokens
+    entropy_B_T: torch.Tensor | None
+
+
+def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, entropy_grad: bool = False) -> Scored:
+    """One forward pass over `rows` (right-padded); log-probs of each row's action tokens.
+
+    Only the positions that predict action tokens are kept, so the log-softmax runs over
+    (action tokens x vocabulary), not the whole sequence.
+    """
+    width = max(len(r.ids) for r in rows)
+    ids_B_L = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attn_B_L = torch.zeros((len(rows), width), dtype=torch.long)
+    positions = [r.positions() for r in rows]
+    t_max = max(len(p) for p in positions)
+    gather_B_T = torch.zeros((len(rows), t_max), dtype=torch.long)
+    mask_B_T = torch.zeros((len(rows), t_max))
+    for b, (r, pos) in enumerate(zip(rows, positions, strict=True)):
+        ids_B_L[b, : len(r.ids)] = torch.tensor(r.ids)
+        attn_B_L[b, : len(r.ids)] = 1
+        gather_B_T[b, : len(pos)] = torch.tensor(pos) - 1  # logits at t-1 predict token t
+        mask_B_T[b, : len(pos)] = 1
+    hidden = model(input_ids=ids_B_L, attention_mask=attn_B_L).logits  # B x L x V
+    logits_B_T_V = hidden.gather(1, gather_B_T[..., None].expand(-1, -1, hidden.size(-1))).float()
+    targets_B_T = ids_B_L.gather(1, gather_B_T + 1)
+    logp_B_T_V = torch.log_softmax(logits_B_T_V, dim=-1)
+    logp_B_T = logp_B_T_V.gather(-1, targets_B_T[..., None]).squeeze(-1) * mask_B_T
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = -(logp_B_T_V.exp() * logp_B_T_V).sum(-1) * mask_B_T
+    return Scored(logp_B_T, mask_B_T, entropy)
+
+
+def padded(values: list[list[float]], t_max: int) -> torch.Tensor:
+    out = torch.zeros((len(values), t_max))
+    for b, v in enumerate(values):
+        out[b, : len(v)] = torch.tensor(v, dtype=torch.float32)
+    return out

@@ -1,0 +1,125 @@
+"""The HF engine: batched sampling with a KV cache, on CPU or GPU, from the trained module itself.
+
+Requests are grouped by adapter (one peft adapter is active per forward), sorted by prompt length
+to keep left padding small, and decoded together; finished rows leave the batch (their KV cache
+rows are dropped), so a long straggler does not make the whole batch pay. Log-probabilities are
+those of softmax(logits / T), the distribution sampled from, in float32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from common.engines.base import Engine, Request, Sample, SamplingParams
+
+
+class HFEngine(Engine):
+    def __init__(self, policy: Any, max_batch: int = 256, bf16: bool = False):
+        self.policy = policy
+        self.tokenizer = policy.tokenizer
+        self.max_batch = max_batch
+        self.bf16 = bf16
+        self.eos_id = self.tokenizer.eos_token_id
+        self.pad_id = self.tokenizer.pad_token_id
+        self._piece: dict[int, str] = {}
+
+    def piece(self, token_id: int) -> str:
+        text = self._piece.get(token_id)
+        if text is None:
+            text = self._piece[token_id] = self.tokenizer.decode([token_id])
+        return text
+
+    def generate(self, requests: list[Request], params: SamplingParams, seed: int) -> list[Sample]:
+        gen = torch.Generator().manual_seed(seed)
+        out: list[Sample | None] = [None] * len(requests)
+        by_adapter: dict[str | None, list[int]] = {}
+        for i, r in enumerate(requests):
+            by_adapter.setdefault(r.adapter, []).append(i)
+        for adapter, idxs in by_adapter.items():
+            idxs = sorted(idxs, key=lambda i: (len(requests[i].prompt_ids), i))
+            for start in range(0, len(idxs), self.max_batch):
+                chunk = idxs[start : start + self.max_batch]
+                samples = self._generate_batch([requests[i].prompt_ids for i in chunk], adapter, params, gen)
+                for i, s in zip(chunk, samples, strict=True):
+                    out[i] = s
+        return [s for s in out if s is not None]
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        return torch.autocast("cpu", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
+
+    @torch.inference_mode()
+    def _generate_batch(self, prompts: list[list[int]], adapter: str | None, params: SamplingParams,
+                        gen: torch.Generator) -> list[Sample]:
+        n = len(prompts)
+        width = max(map(len, prompts))
+        ids_B_L = torch.full((n, width), self.pad_id, dtype=torch.long)
+        mask_B_L = torch.zeros((n, width), dtype=torch.long)
+        for r, p in enumerate(prompts):
+            ids_B_L[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask_B_L[r, width - len(p) :] = 1
+        pos_B_L = (mask_B_L.cumsum(-1) - 1).clamp(min=0)
+        tokens: list[list[int]] = [[] for _ in range(n)]
+        logps: list[list[float]] = [[] for _ in range(n)]
+        tails = [""] * n
+        stopped = [False] * n
+        alive = torch.arange(n)  # original row of each row still decoding
+        cache = DynamicCache()
+        stop_strings = params.stop
+        tail_keep = max((len(s) for s in stop_strings), default=1)
+        with self.policy.use(adapter) as model, self._autocast():
+            logits_B_V = model(input_ids=ids_B_L, attention_mask=mask_B_L, position_ids=pos_B_L,
+                               past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()
+            next_pos_B = pos_B_L[:, -1] + 1
+            for t in range(params.max_new_tokens):
+                tok_B, lp_B = self._sample(logits_B_V, params, gen)
+                keep: list[int] = []
+                for j, row in enumerate(alive.tolist()):
+                    tid = int(tok_B[j])
+                    tokens[row].append(tid)
+                    logps[row].append(float(lp_B[j]))
+                    done = tid == self.eos_id
+                    if not done and stop_strings:
+                        tails[row] = (tails[row] + self.piece(tid))[-(tail_keep + 32) :]
+                        done = any(s in tails[row] for s in stop_strings)
+                    if done:
+                        stopped[row] = True
+                    else:
+                        keep.append(j)
+                if not keep or t == params.max_new_tokens - 1:
+                    break
+                if len(keep) < len(alive):
+                    keep_t = torch.tensor(keep)
+                    cache.batch_select_indices(keep_t)
+                    alive, tok_B, mask_B_L, next_pos_B = alive[keep_t], tok_B[keep_t], mask_B_L[keep_t], next_pos_B[keep_t]
+                mask_B_L = torch.cat([mask_B_L, torch.ones((len(alive), 1), dtype=torch.long)], dim=1)
+                logits_B_V = model(input_ids=tok_B[:, None], attention_mask=mask_B_L, position_ids=next_pos_B[:, None],
+                                   past_key_values=cache, use_cache=True).logits[:, -1].float()
+                next_pos_B = next_pos_B + 1
+        return [self._finish(tokens[r], logps[r], stopped[r], stop_strings) for r in range(n)]
+
+    @staticmethod
+    def _sample(logits_B_V: torch.Tensor, params: SamplingParams, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        if params.temperature == 0:
+            logp_B_V = torch.log_softmax(logits_B_V, dim=-1)
+            tok_B = logp_B_V.argmax(dim=-1)
+            return tok_B, logp_B_V.gather(-1, tok_B[:, None]).squeeze(-1)
+        logp_B_V = torch.log_softmax(logits_B_V / params.temperature, dim=-1)
+        probs_B_V = logp_B_V.exp()
+        if params.top_p < 1.0:
+            sorted_p, order = probs_B_V.sort(dim=-1, descending=True)
+            drop = sorted_p.cumsum(-1) - sorted_p > params.top_p
+            sorted_p = sorted_p.masked_fill(drop, 0.0)
+            probs_B_V = torch.zeros_like(probs_B_V).scatter(-1, order, sorted_p)
+        tok_B = torch.multinomial(probs_B_V, 1, generator=gen).squeeze(-1)
+        return tok_B, logp_B_V.gather(-1, tok_B[:, None]).squeeze(-1)
+
+    def _finish(self, ids: list[int], logps: list[float], stopped: bool, stops: tuple[str, ...]) -> Sample:
+        text = self.tokenizer.decode([i for i in ids if i != self.eos_id])
+        cut = min((text.find(s) for s in stops if s in text), default=-1)
+        if cut >= 0:
+            text = text[:cut]
+        return Sample(action_ids=ids, logprobs=logps, text=text, stopped=stopped)

@@ -1,0 +1,140 @@
+"""`arith`: multi-step arithmetic with an exact verifier.
+
+A task is a start value in [1, 20] and a chain of operations with operands in [1, 9], evaluated left
+to right, e.g. `7+5-3*2`, whose intermediate
+values stay in [0, 99]. Tier t has t operations. Two modes:
+
+- `single`: one turn. The model writes its working and ends with `#<answer>`, e.g.
+  `7+5=12 12-3=9 9*2=18 #18`.
+- `stepwise`: one turn per operation. The environment shows the running value and the next
+  operation; the model answers one number. A wrong step ends the episode (reward 0).
+
+Reward 1 for an exactly right final answer, else 0. A malformed action (no `#<int>` in single
+mode, not an integer in stepwise mode) is an invalid action: an `invalid_action` event, reward 0.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from common.episode import Event
+
+OPS = ("+", "-", "*")
+_ANSWER = re.compile(r"#\s*(-?\d+)\s*$")
+_INT = re.compile(r"^\s*(-?\d+)\s*$")
+
+
+@dataclass
+class ArithConfig(EnvConfig):
+    name: str = "arith"
+    mode: Literal["single", "stepwise"] = "single"
+    max_ops: int = 3  # tiers are 1..max_ops operations
+    max_value: int = 99  # every intermediate value stays in [0, max_value]
+
+
+def apply(op: str, a: int, b: int) -> int:
+    return {"+": a + b, "-": a - b, "*": a * b}[op]
+
+
+class ArithEpisode(EpisodeState):
+    def __init__(self, task: dict[str, Any], mode: str):
+        self.start_value: int = task["start"]
+        self.steps: list[tuple[str, int]] = [(op, b) for op, b in task["steps"]]
+        self.mode = mode
+        self.position = 0
+        self.value = self.start_value
+
+    def expression(self) -> str:
+        return str(self.start_value) + "".join(f"{op}{b}" for op, b in self.steps)
+
+    def answer(self) -> int:
+        v = self.start_value
+        for op, b in self.steps:
+            v = apply(op, v, b)
+        return v
+
+    def start(self) -> Observation:
+        if self.mode == "single":
+            return Observation("solver", f"Q: {self.expression()}\nA:")
+        op, b = self.steps[0]
+        return Observation("solver", f"Q: {self.expression()}\n{self.value}{op}{b}=")
+
+    def expert_action(self) -> str:
+        if self.mode == "single":
+            v, work = self.start_value, []
+            for op, b in self.steps:
+                nv = apply(op, v, b)
+                work.append(f"{v}{op}{b}={nv}")
+                v = nv
+            return " " + " ".join(work) + f" #{v}"
+        op, b = self.steps[self.position]
+        return str(apply(op, self.value, b))
+
+    def step(self, action: str) -> StepResult:
+        if self.mode == "single":
+            m = _ANSWER.search(action.strip())
+            if m is None:
+                return _invalid(0, "no final answer: end the reply with #<integer>")
+            ok = int(m.group(1)) == self.answer()
+            return StepResult(None, reward=float(ok), success=ok)
+        m = _INT.match(action)
+        turn = self.position
+        if m is None:
+            return _invalid(turn, "expected one integer")
+        op, b = self.steps[self.position]
+        right = apply(op, self.value, b)
+        if int(m.group(1)) != right:
+            return StepResult(None, reward=0.0, success=False, info={"failed_step": turn})
+        self.value = right
+        self.position += 1
+        if self.position == len(self.steps):
+            return StepResult(None, reward=1.0, success=True)
+        op, b = self.steps[self.position]
+        return StepResult(Observation("solver", f"{self.value}{op}{b}="))  # the stop "\n" ends the action
+
+
+def _invalid(turn: int, why: str) -> StepResult:
+    return StepResult(None, reward=0.0, success=False, events=[Event("invalid_action", turn, {"why": why})],
+                      info={"invalid": True})
+
+
+class ArithEnv(Environment):
+    name = "arith"
+    roles = ("solver",)
+    config_class = ArithConfig
+    stop = ("\n",)
+
+    def __init__(self, cfg: ArithConfig):
+        if cfg.max_ops < 1:
+            raise ValueError(f"env.max_ops must be >= 1; got {cfg.max_ops}")
+        super().__init__(cfg)
+        self.cfg: ArithConfig = cfg
+
+    @property
+    def tiers(self) -> tuple[int, ...]:
+        return tuple(range(1, self.cfg.max_ops + 1))
+
+    def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
+        top = self.cfg.max_value
+        while True:
+            v = rng.randint(1, min(20, top))
+            start, steps = v, []
+            for _ in range(tier):
+                op = rng.choice(OPS)
+                b = rng.randint(1, 9)
+                nv = apply(op, v, b)
+                if not 0 <= nv <= top:
+                    break
+                steps.append((op, b))
+                v = nv
+            if len(steps) == tier:
+                return {"start": start, "steps": steps}
+
+    def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
+        if variant != "main":
+            raise ValueError(f"arith has no episode variant {variant!r}")
+        return ArithEpisode(task, self.cfg.mode)

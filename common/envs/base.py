@@ -1,0 +1,154 @@
+"""The text-environment API: multi-role, multi-turn, text in and text out.
+
+An `Environment` owns a task set (a `datasets.DatasetDict` with `train` and `heldout` splits,
+each row `id`, `tier`, `task` (a JSON string)) and makes one `EpisodeState` per play. An episode
+tells which role acts next and what text to *append* to that role's context; the rollout keeps
+each role's context as token ids (prompt tokens + the role's own sampled tokens + appended
+observations), so nothing a model sampled is ever re-tokenized.
+
+Rules every environment keeps:
+- Any action text is legal input. A malformed action yields an `invalid_action` event and an
+  observation saying what was wrong; it never raises.
+- The episode ends in finitely many turns (each environment caps its own turns).
+- `expert_action()` is the scripted demonstrator (it may read hidden task state); it provides the
+  SFT warm-start data and scripted actors.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from datasets import Dataset, DatasetDict
+
+from common.episode import Event
+
+
+@dataclass
+class Observation:
+    """Text for the role that acts next.
+
+    `text` is appended to that role's running context. `new_context=True` drops the role's
+    earlier context first (e.g. a fresh sub-task for a worker).
+    """
+
+    role: str
+    text: str
+    new_context: bool = False
+
+
+@dataclass
+class StepResult:
+    """What the environment says after one action."""
+
+    next: Observation | None  # None: the episode is over
+    reward: float = 0.0  # terminal reward when `next is None`; otherwise an optional turn reward
+    events: list[Event] = field(default_factory=list)
+    success: bool = False  # meaningful when the episode is over
+    info: dict[str, Any] = field(default_factory=dict)
+    # Events returned here belong to the action just taken: the rollout sets their `turn` to that
+    # action's index in `Episode.turns` (every action, scripted ones included, is a turn).
+
+
+class EpisodeState(ABC):
+    """One play of one task."""
+
+    @abstractmethod
+    def start(self) -> Observation:
+        """The first observation (which role acts first, and its prompt)."""
+
+    @abstractmethod
+    def step(self, action: str) -> StepResult:
+        """Apply the acting role's action text; never raises on malformed text."""
+
+    @abstractmethod
+    def expert_action(self) -> str:
+        """The scripted demonstrator's action for the role that acts now."""
+
+
+@dataclass
+class EnvConfig:
+    """Settings every environment has. Subclasses add their own fields."""
+
+    name: str = ""
+    tag: str = ""  # directory name of this environment setting in results/ (default: name)
+    train_size: int = 512  # tasks in the train split
+    heldout_size: int = 128  # tasks in the held-out split
+    data_seed: int = 1234  # seed of the task generator (independent of the run seed)
+
+
+class Environment(ABC):
+    """A family of tasks and the rules to play them."""
+
+    name: ClassVar[str]
+    roles: ClassVar[tuple[str, ...]]
+    config_class: ClassVar[type[EnvConfig]] = EnvConfig
+    stop: ClassVar[tuple[str, ...]] = ("\n",)  # stop strings for generation
+
+    def __init__(self, cfg: EnvConfig):
+        self.cfg = cfg
+        self._tasks: DatasetDict | None = None
+
+    # ---- tasks -------------------------------------------------------------------------
+    @abstractmethod
+    def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
+        """One task as a JSON-serializable dict."""
+
+    @property
+    @abstractmethod
+    def tiers(self) -> tuple[int, ...]:
+        """Difficulty tiers, easiest first."""
+
+    def task_set(self) -> DatasetDict:
+        """Train and held-out splits, generated deterministically from `data_seed`.
+
+        Held-out tasks never share their content key with a train task.
+        """
+        if self._tasks is None:
+            rng = random.Random(self.cfg.data_seed)
+            seen: set[str] = set()
+            splits: dict[str, Dataset] = {}
+            for split, size in (("train", self.cfg.train_size), ("heldout", self.cfg.heldout_size)):
+                rows: dict[str, list[Any]] = {"id": [], "tier": [], "task": []}
+                attempts = 0
+                while len(rows["id"]) < size:
+                    attempts += 1
+                    if attempts > 50 * size + 1000:
+                        raise ValueError(f"{self.name}: cannot generate {size} distinct {split} tasks; lower {split}_size")
+                    tier = self.tiers[len(rows["id"]) % len(self.tiers)]
+                    task = self.generate_task(rng, tier)
+                    key = json.dumps(task, sort_keys=True)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    rows["id"].append(f"{split}-{len(rows['id']):05d}")
+                    rows["tier"].append(tier)
+                    rows["task"].append(key)
+                splits[split] = Dataset.from_dict(rows)
+            self._tasks = DatasetDict(splits)
+        return self._tasks
+
+    # ---- episodes ----------------------------------------------------------------------
+    @abstractmethod
+    def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
+        """A fresh episode of `task`. `variant` names counterfactual plays an env supports."""
+
+    def variants(self) -> tuple[str, ...]:
+        """Episode variants this environment supports (counterfactual plays)."""
+        return ("main",)
+
+    def corpus(self, n: int = 400) -> Iterator[str]:
+        """Texts for training a tokenizer: full expert episodes of train tasks."""
+        tasks = self.task_set()["train"]
+        rng = random.Random(0)
+        for row in tasks.select(range(min(n, len(tasks)))):
+            ep = self.new_episode(json.loads(row["task"]), rng)
+            obs: Observation | None = ep.start()
+            while obs is not None:
+                action = ep.expert_action()
+                yield obs.text + action
+                obs = ep.step(action).next

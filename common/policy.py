@@ -1,0 +1,244 @@
+"""The policy: one base model and one LoRA adapter per role binding (peft).
+
+The reference policy is the same base model with adapters disabled: no second copy of the weights.
+The base model is either a tiny Qwen3-style model built offline from a config (with a byte-level
+BPE tokenizer trained locally with `tokenizers` on the environment's own text) or a pretrained
+model loaded from a local path (`model.path`, optionally a GGUF file). Nothing downloads.
+
+A warm start (SFT on the environment's scripted demonstrations) updates the *base* weights, so the
+reference of the RL phase is the warm-started model. It is cached by a hash of everything it
+depends on and computed once (a file lock guards concurrent runs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from filelock import FileLock
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+from common.config import ModelConfig, SFTConfig
+from common.envs.base import Environment, Observation
+
+PAD, EOS = "<pad>", "<eos>"
+
+
+# ---- tokenizer and base model ------------------------------------------------------------------
+def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer (digits kept as single tokens) trained on `texts`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=[PAD, EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS)
+
+
+def build_tiny_model(cfg: ModelConfig, vocab_size: int, pad_id: int, eos_id: int) -> Qwen3ForCausalLM:
+    config = Qwen3Config(
+        vocab_size=vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim, max_position_embeddings=cfg.max_length, tie_word_embeddings=True,
+        pad_token_id=pad_id, eos_token_id=eos_id, bos_token_id=None, attn_implementation="sdpa",
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(cfg.init_seed)
+        model = Qwen3ForCausalLM(config)
+    return model
+
+
+def load_pretrained(cfg: ModelConfig) -> tuple[Any, Any]:
+    path = Path(cfg.path or "")
+    if not path.exists():
+        hint = f" (the paper used {cfg.hf_id}: download it to a local folder first)" if cfg.hf_id else ""
+        raise FileNotFoundError(f"model.path={cfg.path!r} does not exist{hint}; pass model.path=/local/folder")
+    kwargs: dict[str, Any] = {"gguf_file": cfg.gguf_file} if cfg.gguf_file else {}
+    tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, **kwargs)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer, model
+
+
+def config_hash(*parts: Any) -> str:
+    blob = json.dumps([asdict(p) if hasattr(p, "__dataclass_fields__") else p for p in parts], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# ---- SFT warm start ----------------------------------------------------------------------------
+def demonstrations(env: Environment, tokenizer: Any, n_tasks: int, seed: int) -> list[tuple[list[int], list[int]]]:
+    """(context ids, action ids) pairs from expert plays, tokenized exactly as rollouts build them."""
+    tasks = env.task_set()["train"]
+    rng = random.Random(seed)
+    stop = env.stop[0] if env.stop else ""
+    pairs = []
+    for row in tasks.select(range(min(n_tasks, len(tasks)))):
+        ep = env.new_episode(json.loads(row["task"]), rng)
+        contexts: dict[str, list[int]] = {}
+        obs: Observation | None = ep.start()
+        while obs is not None:
+            ctx = [] if obs.new_context else contexts.get(obs.role, [])
+            ctx = ctx + tokenizer.encode(obs.text, add_special_tokens=False)
+            action = ep.expert_action()
+            action_ids = tokenizer.encode(action + stop, add_special_tokens=False) if stop else (
+                tokenizer.encode(action, add_special_tokens=False) + [tokenizer.eos_token_id])
+            pairs.append((ctx, action_ids))
+            contexts[obs.role] = ctx + action_ids
+            obs = ep.step(action).next
+    return pairs
+
+
+def sft(model: Any, pairs: list[tuple[list[int], list[int]]], cfg: SFTConfig, seed: int, pad_id: int,
+        progress: bool = False) -> list[float]:
+    """Full-parameter supervised training on action tokens only (AdamW, cosine decay)."""
+    from tqdm import tqdm
+
+    gen = torch.Generator().manual_seed(seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=max(cfg.steps, 1), pct_start=0.1)
+    model.train()
+    losses = []
+    for _ in tqdm(range(cfg.steps), desc="sft warm start", disable=not progress, leave=False):
+        idx = torch.randint(len(pairs), (cfg.batch_size,), generator=gen).tolist()
+        rows = [pairs[i][0] + pairs[i][1] for i in idx]
+        width = max(map(len, rows))
+        ids = torch.full((len(rows), width), pad_id)
+        labels = torch.full((len(rows), width), -100)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, i in enumerate(idx):
+            ctx, act = pairs[i]
+            ids[r, : len(ctx) + len(act)] = torch.tensor(ctx + act)
+            labels[r, len(ctx) : len(ctx) + len(act)] = torch.tensor(act)
+            mask[r, : len(ctx) + len(act)] = 1
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+def warm_started_base(model_cfg: ModelConfig, sft_cfg: SFTConfig, env: Environment, seed: int, work_dir: str,
+                      progress: bool = False) -> tuple[Any, Any, dict[str, Any]]:
+    """Tokenizer and base model (warm-started if sft.enabled), built once per config hash."""
+    sft_seed = seed if sft_cfg.seed is None else sft_cfg.seed
+    key = config_hash(model_cfg.__dict__ | {"roles": None, "frozen_adapters": None}, asdict(sft_cfg) if sft_cfg.enabled else None,
+                      env.cfg, sft_seed if sft_cfg.enabled else None, type(env).__name__)
+    folder = Path(work_dir) / "warmstart" / key
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder) + ".lock"):
+        info_path = folder / "warmstart.json"
+        if info_path.exists():
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+            model.eval()
+            return tokenizer, model, json.loads(info_path.read_text())
+        if model_cfg.kind == "tiny":
+            texts = list(env.corpus())
+            tokenizer = train_tokenizer(texts, model_cfg.vocab_size)
+            model = build_tiny_model(model_cfg, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
+        else:
+            tokenizer, model = load_pretrained(model_cfg)
+        info: dict[str, Any] = {"key": key, "sft": asdict(sft_cfg), "sft_seed": sft_seed}
+        if sft_cfg.enabled:
+            pairs = demonstrations(env, tokenizer, sft_cfg.demos, sft_seed)
+            with torch.random.fork_rng():
+                torch.manual_seed(sft_seed)
+                losses = sft(model, pairs, sft_cfg, sft_seed, tokenizer.pad_token_id, progress)
+            info.update(pairs=len(pairs), loss_first=losses[0] if losses else None, loss_last=losses[-1] if losses else None)
+        if model_cfg.kind == "tiny" or sft_cfg.enabled:
+            tmp = folder.with_suffix(".tmp")
+            tokenizer.save_pretrained(tmp)
+            model.save_pretrained(tmp)
+            (tmp / "warmstart.json").write_text(json.dumps(info, indent=2))
+            tmp.rename(folder)
+        model.eval()
+        return tokenizer, model, info
+
+
+# ---- the policy with one adapter per role ------------------------------------------------------
+class Policy:
+    """Base model + LoRA adapters. `role_adapter[role]` is an adapter name or 'scripted'."""
+
+    def __init__(self, base: Any, tokenizer: Any, cfg: ModelConfig, roles: tuple[str, ...]):
+        self.tokenizer = tokenizer
+        self.cfg = cfg
+        unknown = sorted(set(cfg.roles) - set(roles))
+        if unknown:
+            raise ValueError(f"model.roles names unknown role(s) {unknown}; this environment's roles are {list(roles)}")
+        self.role_adapter = {r: cfg.roles.get(r, cfg.default_adapter) for r in roles}
+        self.adapters = sorted({a for a in self.role_adapter.values() if a != "scripted"})
+        missing = sorted(set(cfg.frozen_adapters) - set(self.adapters))
+        if missing:
+            raise ValueError(f"model.frozen_adapters names {missing}, which no role uses; adapters are {self.adapters}")
+        self.trainable_adapters = [a for a in self.adapters if a not in cfg.frozen_adapters]
+        for p in base.parameters():
+            p.requires_grad_(False)
+        self.model: Any = base
+        if self.adapters:
+            lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                              target_modules=list(cfg.lora_targets), bias="none", task_type="CAUSAL_LM")
+            with torch.random.fork_rng():
+                torch.manual_seed(cfg.init_seed + 1)
+                self.model = get_peft_model(base, lora, adapter_name=self.adapters[0])
+                for name in self.adapters[1:]:
+                    self.model.add_adapter(name, lora)
+            self._active: str | None = None
+            self.activate(self.adapters[0])
+        self.model.eval()
+
+    def adapter_parameters(self, adapter: str) -> list[torch.nn.Parameter]:
+        tag = f".{adapter}."
+        return [p for n, p in self.model.named_parameters() if "lora_" in n and tag in n]
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for a in self.trainable_adapters for p in self.adapter_parameters(a)]
+
+    def activate(self, adapter: str) -> None:
+        """Make `adapter` the active one, keeping every trainable adapter's requires_grad on."""
+        if self._active == adapter:
+            return
+        self.model.set_adapter(adapter)  # peft also flips requires_grad of the others: restore it
+        for a in self.adapters:
+            flag = a in self.trainable_adapters
+            for p in self.adapter_parameters(a):
+                p.requires_grad_(flag)
+        self._active = adapter
+
+    @contextlib.contextmanager
+    def use(self, adapter: str | None) -> Iterator[Any]:
+        """Run the model with `adapter` active, or the reference (adapters disabled) for None."""
+        if adapter is None:
+            if isinstance(self.model, PeftModel):
+                with self.model.disable_adapter():
+                    yield self.model
+            else:
+                yield self.model
+            return
+        self.activate(adapter)
+        yield self.model
+
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach().clone() for n, p in self.model.named_parameters() if "lora_" in n}

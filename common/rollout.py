@@ -1,0 +1,151 @@
+"""Play episodes: every live episode advances one action per round, and all the model actions of a
+round go to the engine in one call (the engine batches them per adapter).
+
+Each role of the environment is a seat bound to a LoRA adapter (trainable or frozen) or to the
+environment's scripted demonstrator (`model.roles.<role>=scripted`). A role's context is kept as
+token ids: prompt tokens, then the role's own sampled tokens exactly as sampled, then the next
+observation's tokens. Nothing sampled is ever re-tokenized.
+
+Compute is counted per play tag (`main`, and counterfactual tags such as `solo` or `masked`):
+generated tokens and model calls (one call = one sampled action).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from common.engines.base import Engine, Request, SamplingParams
+from common.envs.base import Environment, EpisodeState, Observation
+from common.episode import Episode, Event, Group, Turn
+
+MAX_ROUNDS = 512  # an environment that runs longer than this has a bug
+
+
+def derive_seed(*parts: Any) -> int:
+    """A stable 63-bit seed from any parts (independent of PYTHONHASHSEED)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+@dataclass
+class PlaySpec:
+    """One episode to play."""
+
+    task: dict[str, Any]  # a task-set row: {"id", "tier", "task" (JSON)}
+    variant: str = "main"  # environment variant (counterfactual plays)
+    tag: str = "main"  # compute-accounting tag
+    trainable: bool = True  # False: scored for credit but never trained on
+
+
+@dataclass
+class _Live:
+    state: EpisodeState
+    episode: Episode
+    obs: Observation
+    contexts: dict[str, list[int]]
+
+
+class Rollout:
+    def __init__(self, env: Environment, engine: Engine, tokenizer: Any, role_adapter: dict[str, str],
+                 trainable_adapters: list[str], params: SamplingParams, max_length: int, seed: int):
+        self.env = env
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.role_adapter = role_adapter
+        self.trainable_adapters = set(trainable_adapters)
+        self.params = params
+        self.max_length = max_length
+        self.seed = seed
+        self.tokens_by_tag: dict[str, int] = defaultdict(int)
+        self.calls_by_tag: dict[str, int] = defaultdict(int)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    # ---- the public entry points --------------------------------------------------------------
+    def play_groups(self, tasks: list[dict[str, Any]], sizes: list[int], step: int, variant: str = "main",
+                    tag: str = "main", trainable: bool = True, salt: str = "train") -> list[Group]:
+        """`sizes[i]` episodes of `tasks[i]`, played together; one Group per task."""
+        specs = [PlaySpec(t, variant, tag, trainable) for t, n in zip(tasks, sizes, strict=True) for _ in range(n)]
+        episodes = self.play(specs, step, salt=f"{salt}/{tag}")
+        groups, k = [], 0
+        for task, n in zip(tasks, sizes, strict=True):
+            groups.append(Group(task["id"], task["tier"], episodes[k : k + n]))
+            k += n
+        return groups
+
+    def play(self, specs: list[PlaySpec], step: int, salt: str = "train",
+             params: SamplingParams | None = None) -> list[Episode]:
+        """Play every spec to the end; returns episodes in spec order."""
+        params = params or self.params
+        live: list[_Live] = []
+        for k, spec in enumerate(specs):
+            rng = random.Random(derive_seed(self.seed, step, salt, k))
+            state = self.env.new_episode(json.loads(spec.task["task"]), rng, spec.variant)
+            episode = Episode(spec.task["id"], spec.task["tier"], tag=spec.tag, counts_for_training=spec.trainable)
+            live.append(_Live(state, episode, state.start(), {}))
+        episodes = [slot.episode for slot in live]
+        for round_idx in range(MAX_ROUNDS):
+            if not live:
+                return episodes
+            requests, owners = [], []
+            for slot in live:
+                role = slot.obs.role
+                ctx = ([] if slot.obs.new_context else slot.contexts.get(role, [])) + self.encode(slot.obs.text)
+                adapter = self.role_adapter[role]
+                if adapter == "scripted":
+                    self._apply(slot, Turn(role, None, [], [], [], slot.state.expert_action(), prompt_text=slot.obs.text,
+                                           trainable=False), ctx)
+                elif len(ctx) + params.max_new_tokens > self.max_length:
+                    slot.episode.info["context_overflow"] = True
+                    slot.episode.events.append(Event("info", len(slot.episode.turns), {"context_overflow": len(ctx)}))
+                    slot.obs = None  # type: ignore[assignment]
+                else:
+                    requests.append(Request(ctx, adapter))
+                    owners.append((slot, ctx, adapter))
+            if requests:
+                samples = self.engine.generate(requests, params, seed=derive_seed(self.seed, step, salt, round_idx))
+                for (slot, ctx, adapter), s in zip(owners, samples, strict=True):
+                    tag = slot.episode.tag
+                    self.tokens_by_tag[tag] += len(s.action_ids)
+                    self.calls_by_tag[tag] += 1
+                    turn = Turn(slot.obs.role, adapter, ctx, s.action_ids, s.logprobs, s.text, prompt_text=slot.obs.text,
+                                trainable=adapter in self.trainable_adapters and slot.episode.counts_for_training,
+                                truncated=not s.stopped)
+                    self._apply(slot, turn, ctx)
+            live = [slot for slot in live if slot.obs is not None]
+        raise RuntimeError(f"{self.env.name}: episodes still running after {MAX_ROUNDS} rounds; the environment must cap its turns")
+
+    def _apply(self, slot: _Live, turn: Turn, ctx: list[int]) -> None:
+        episode = slot.episode
+        index = len(episode.turns)
+        episode.turns.append(turn)
+        slot.contexts[turn.role] = ctx + turn.action_ids
+        result = slot.state.step(turn.text)
+        for event in result.events:
+            event.turn = index  # events returned by step() belong to the action just taken
+            episode.events.append(event)
+            if event.kind == "fault":
+                episode.faulted = True
+        if result.next is None:
+            episode.reward = float(result.reward)
+            episode.success = bool(result.success)
+            episode.info.update(result.info)
+            slot.obs = None  # type: ignore[assignment]
+        else:
+            if result.reward:
+                turn.reward = float(result.reward)
+            slot.obs = result.next
+
+    def compute(self) -> dict[str, int]:
+        """Cumulative generated tokens and model calls, in total and per tag."""
+        out = {"generated_tokens_total": sum(self.tokens_by_tag.values()), "model_calls_total": sum(self.calls_by_tag.values())}
+        for tag in sorted(self.tokens_by_tag):
+            out[f"generated_tokens_total/{tag}"] = self.tokens_by_tag[tag]
+            out[f"model_calls_total/{tag}"] = self.calls_by_tag[tag]
+        return out

@@ -1,0 +1,129 @@
+"""One training run from a resolved RunConfig: resolve, check, warm start, train, evaluate, record."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from common.config import RunConfig, build_dataclass, check_run_config
+from common.envs import ENVS
+from common.envs.base import Environment
+from common.method import Method
+from common.records import RunDir
+
+
+@dataclass
+class Resolved:
+    cfg: RunConfig
+    env: Environment
+    method: Method
+    run_dir: RunDir
+
+
+def resolve(cfg: RunConfig, methods: dict[str, type[Method]]) -> Resolved:
+    """Build the environment and method objects from their configs; every check runs here."""
+    check_run_config(cfg)
+    env_name = cfg.env.get("name")
+    if env_name not in ENVS:
+        raise ValueError(f"unknown environment env.name={env_name!r}; choose one of {sorted(ENVS)}")
+    env_cls = ENVS[env_name]
+    env = env_cls(build_dataclass(env_cls.config_class, dict(cfg.env), "env"))
+    method_name = cfg.method.get("name")
+    if method_name not in methods:
+        raise ValueError(f"unknown method method.name={method_name!r}; choose one of {sorted(methods)}")
+    method_cls = methods[method_name]
+    method = method_cls(build_dataclass(method_cls.Config, dict(cfg.method), "method"), cfg, env)
+    method.validate()
+    for role, adapter in cfg.model.roles.items():
+        if role not in env.roles:
+            raise ValueError(f"unknown role {role!r} in model.roles; {env.name} has roles {list(env.roles)}")
+    env_tag = env.cfg.tag or env.name
+    run_dir = RunDir.for_run(cfg.out_dir, cfg.work_dir, method_name, env_tag, cfg.arm, cfg.seed)
+    return Resolved(cfg, env, method, run_dir)
+
+
+def _loggers(cfg: RunConfig, run_dir: RunDir) -> list[Any]:
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
+
+    save_dir = os.path.join(cfg.work_dir, "logs")
+    name = str(run_dir.path).replace(os.sep, "__")
+    out: list[Any] = []
+    for kind in cfg.loggers:
+        if kind == "csv":
+            out.append(CSVLogger(save_dir, name=name, version=0))
+        elif kind == "tensorboard":
+            out.append(TensorBoardLogger(save_dir, name=name, version=0))
+        elif kind == "wandb":
+            out.append(WandbLogger(project="llm-agent-rl-suite", name=name, save_dir=save_dir))
+    return out
+
+
+def _plugins(cfg: RunConfig) -> list[Any]:
+    """Under SLURM, Lightning must not requeue: submitit's checkpointing owns that signal."""
+    if "SLURM_JOB_ID" in os.environ and cfg.trainer.devices * cfg.trainer.num_nodes > 1:
+        from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+        return [SLURMEnvironment(auto_requeue=False)]
+    from lightning.pytorch.plugins.environments import LightningEnvironment
+
+    return [LightningEnvironment()]
+
+
+def quiet() -> None:
+    """Quiet logs by default: Lightning's banners and known-harmless warnings off."""
+    import logging
+    import warnings
+
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "transformers", "datasets"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for pattern in (".*srun.*", ".*LeafSpec.*", ".*IterableDataset.*__len__.*", ".*modules? in eval mode.*",
+                    ".*does not have many workers.*", ".*weights_only.*", ".*max_epochs.*",
+                    ".*dataloader is not resumable.*", ".*exists and is not empty.*"):
+        warnings.filterwarnings("ignore", message=pattern)
+
+
+def fit(cfg: RunConfig, methods: dict[str, type[Method]]) -> RunDir:
+    """Train one run to completion (resuming an unfinished one); returns its record directory."""
+    import lightning as L
+
+    quiet()
+    from common.engines import make_engine
+    from common.policy import Policy, warm_started_base
+    from common.trainer import RLModule
+
+    r = resolve(cfg, methods)
+    if r.run_dir.done and not cfg.force:
+        return r.run_dir
+    state = r.run_dir.prepare(cfg.force, asdict(cfg))
+    r.run_dir.write_config(cfg)
+    r.run_dir.write_manifest({"method": cfg.method["name"], "env": r.env.cfg.tag or r.env.name, "arm": cfg.arm,
+                              "seed": cfg.seed, "scale": cfg.scale, "state_at_start": state,
+                              "torch_threads": cfg.trainer.threads or torch.get_num_threads()})
+    if cfg.trainer.threads:
+        torch.set_num_threads(cfg.trainer.threads)
+    torch.manual_seed(cfg.seed)
+    tokenizer, base, info = warm_started_base(cfg.model, cfg.sft, r.env, cfg.seed, cfg.work_dir, progress=cfg.progress)
+    r.run_dir.update_manifest(warmstart=info)
+    policy = Policy(base, tokenizer, cfg.model, r.env.roles)
+    engine = make_engine(cfg, policy)
+    module = RLModule(cfg, r.method, r.env, policy, engine, r.run_dir)
+    trainer = L.Trainer(
+        max_epochs=1, accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices, num_nodes=cfg.trainer.num_nodes,
+        logger=_loggers(cfg, r.run_dir) or False, enable_checkpointing=False, enable_progress_bar=cfg.progress,
+        enable_model_summary=False, num_sanity_val_steps=0, plugins=_plugins(cfg), log_every_n_steps=1,
+        deterministic=False,
+    )
+    ckpt = r.run_dir.last_checkpoint
+    if cfg.trainer.steps > 0:
+        trainer.fit(module, ckpt_path=str(ckpt) if ckpt else None)
+    if "initial" not in module.evals and cfg.eval.at_start:
+        module.evals["initial"] = module.run_eval(0)
+    if "final" not in module.evals:
+        module.evals["final"] = module.run_eval(cfg.trainer.steps)
+    r.run_dir.write_eval(module.evals)
+    engine.close()
+    r.run_dir.mark_done()
+    return r.run_dir

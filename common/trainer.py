@@ -1,0 +1,269 @@
+"""The training loop: a LightningModule whose every step is rollout -> credit -> update.
+
+Strictly on-policy by default (one pass, one minibatch: the ratio is exactly 1). PPO epochs and
+minibatches are settings; with more than one update, the old log-probabilities are the behaviour
+log-probabilities the engine sampled with (exact in float32, so no extra forward pass).
+
+Determinism: every random choice of step s (tasks, environment seeds, sampling) is seeded from
+(run seed, s), so a run resumed from a checkpoint replays exactly what an uninterrupted run does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from common.batch import Row, build_rows, padded, score_rows
+from common.config import RunConfig
+from common.engines.base import Engine, SamplingParams
+from common.envs.base import Environment
+from common.episode import Episode, Group
+from common.evaluate import evaluate
+from common.loss import aggregate, clipped_surrogate, kl_estimate
+from common.method import Method
+from common.policy import Policy
+from common.records import RunDir
+from common.rollout import Rollout, derive_seed
+
+
+class _Steps(IterableDataset):
+    """Yields the RL step numbers still to run (read from the module, so a resume skips the rest)."""
+
+    def __init__(self, module: RLModule):
+        self.module = module
+
+    def __iter__(self) -> Iterator[int]:
+        yield from range(self.module.next_step, self.module.cfg.trainer.steps)
+
+    def __len__(self) -> int:
+        return max(self.module.cfg.trainer.steps - self.module.next_step, 0)
+
+
+class RLModule(L.LightningModule):
+    def __init__(self, cfg: RunConfig, method: Method, env: Environment, policy: Policy, engine: Engine,
+                 run_dir: RunDir):
+        super().__init__()
+        self.automatic_optimization = False
+        self.strict_loading = False  # checkpoints hold only the adapters, not the frozen base
+        self.cfg, self.method, self.env, self.policy, self.engine, self.run_dir = cfg, method, env, policy, engine, run_dir
+        self.net = policy.model  # registers the parameters with Lightning
+        t = cfg.trainer
+        self.params = SamplingParams(t.temperature, 1.0, t.max_new_tokens, tuple(env.stop))
+        max_length = cfg.model.max_length if cfg.model.kind == "tiny" else getattr(policy.model.config, "max_position_embeddings", 4096)
+        self.rollout = Rollout(env, engine, policy.tokenizer, policy.role_adapter, policy.trainable_adapters, self.params,
+                               max_length, cfg.seed)
+        self.eval_rollout = Rollout(env, engine, policy.tokenizer, policy.role_adapter, [], self.params, max_length, cfg.seed)
+        self.train_pool = env.task_set()["train"]
+        heldout = env.task_set()["heldout"]
+        n_eval = cfg.eval.max_tasks or len(heldout)
+        self.eval_tasks = [heldout[i] for i in range(min(n_eval, len(heldout)))]
+        self.next_step = 0
+        self.evals: dict[str, Any] = {"history": []}
+
+    # ---- Lightning plumbing -----------------------------------------------------------------
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        t = self.cfg.trainer
+        return torch.optim.AdamW(self.policy.trainable_parameters(), lr=t.lr, weight_decay=t.weight_decay)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(_Steps(self), batch_size=None, num_workers=0)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        full = super().state_dict(*args, **kwargs)
+        return {k: v for k, v in full.items() if "lora_" in k}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["rl"] = {"next_step": self.next_step, "evals": self.evals,
+                            "tokens_by_tag": dict(self.rollout.tokens_by_tag), "calls_by_tag": dict(self.rollout.calls_by_tag),
+                            "method_state": self.method_state()}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        rl = checkpoint["rl"]
+        self.next_step = rl["next_step"]
+        self.evals = rl["evals"]
+        self.rollout.tokens_by_tag.update(rl["tokens_by_tag"])
+        self.rollout.calls_by_tag.update(rl["calls_by_tag"])
+        if rl.get("method_state") is not None and hasattr(self.method, "load_state_dict"):
+            self.method.load_state_dict(rl["method_state"])
+
+    def method_state(self) -> Any:
+        return self.method.state_dict() if hasattr(self.method, "state_dict") else None
+
+    def on_train_start(self) -> None:
+        self.run_dir.truncate_metrics(self.next_step)
+        if self.next_step == 0 and self.cfg.eval.at_start and "initial" not in self.evals:
+            self.evals["initial"] = self.run_eval(0)
+            self.run_dir.write_eval(self.evals)
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        every = self.cfg.trainer.checkpoint_every
+        if every and (self.next_step % every == 0 or self.next_step == self.cfg.trainer.steps):
+            self.save_checkpoint()
+
+    def save_checkpoint(self) -> None:
+        path = self.run_dir.checkpoint_dir / "last.ckpt"
+        tmp = path.with_suffix(".tmp")
+        self.trainer.save_checkpoint(tmp)
+        tmp.replace(path)
+
+    # ---- evaluation -------------------------------------------------------------------------
+    def run_eval(self, step: int) -> dict[str, Any]:
+        e = self.cfg.eval
+        params = SamplingParams(e.temperature, e.top_p, self.cfg.trainer.max_new_tokens, tuple(self.env.stop))
+        with self._autocast():
+            result = evaluate(self.eval_rollout, self.eval_tasks, e.k, params, step)
+        result.update(self.rollout.compute())
+        return result
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        bf16 = self.cfg.trainer.precision == "bf16"
+        return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+
+    # ---- one RL step ------------------------------------------------------------------------
+    def training_step(self, step: int, batch_idx: int) -> None:
+        step = int(step)
+        t0 = time.perf_counter()
+        before = self.rollout.compute()
+        rng = random.Random(derive_seed(self.cfg.seed, step, "tasks"))
+        tasks = self.method.tasks(self.train_pool, step, rng)
+        with self._autocast():
+            groups = self.method.play(self.rollout, tasks, step)
+        t_rollout = time.perf_counter() - t0
+        metrics = outcome_metrics(groups)
+        roles = self.method.trainable_roles(step)
+        episodes = [e for g in groups for e in g.all_episodes()]
+        rows = build_rows(episodes, roles)
+        kl = self.cfg.trainer.kl
+        if kl.placement != "none" and rows:
+            self.reference_logprobs(rows)
+            if kl.placement == "reward":
+                penalize_rewards(rows, kl.coef, kl.estimator)
+        metrics.update(self.method.credit(groups, step))
+        t1 = time.perf_counter()
+        metrics.update(self.update(rows, step) if rows else {"loss": 0.0})
+        self.engine.sync()
+        self.next_step = step + 1
+        after = self.rollout.compute()
+        metrics.update(after)
+        metrics["generated_tokens"] = after["generated_tokens_total"] - before["generated_tokens_total"]
+        metrics["model_calls"] = after["model_calls_total"] - before["model_calls_total"]
+        metrics.update(time_rollout_s=t_rollout, time_train_s=time.perf_counter() - t1)
+        every = self.cfg.eval.every
+        if every and self.next_step % every == 0 and self.next_step < self.cfg.trainer.steps:
+            self.evals["history"].append(self.run_eval(self.next_step))
+            self.run_dir.write_eval(self.evals)
+        metrics["time_step_s"] = time.perf_counter() - t0
+        self.run_dir.append_metrics({"step": step, **metrics})
+        self.log_dict({k: float(v) for k, v in metrics.items() if isinstance(v, int | float) and "/" not in k},
+                      on_step=True, prog_bar=False, batch_size=1)
+        self.log("success", metrics["success_rate"], prog_bar=True, batch_size=1)
+
+    @torch.no_grad()
+    def reference_logprobs(self, rows: list[Row]) -> None:
+        pad = self.policy.tokenizer.pad_token_id
+        with self.policy.use(None) as model, self._autocast():
+            for chunk in chunks(rows, self.cfg.trainer.micro_batch_rows):
+                scored = score_rows(model, chunk, pad, with_entropy=False)
+                for b, row in enumerate(chunk):
+                    row.ref_logprobs = scored.logp_B_T[b, : row.num_action_tokens].clone()
+
+    def update(self, rows: list[Row], step: int) -> dict[str, float]:
+        t, kl = self.cfg.trainer, self.cfg.trainer.kl
+        opt = self.optimizers()
+        single_update = t.ppo_epochs == 1 and t.minibatches == 1
+        pad = self.policy.tokenizer.pad_token_id
+        rng = np.random.default_rng(derive_seed(self.cfg.seed, step, "minibatches"))
+        stats: dict[str, list[float]] = {k: [] for k in ("loss", "clip_fraction", "entropy", "kl", "grad_norm", "logprob_diff_max")}
+        for _epoch in range(t.ppo_epochs):
+            order = rng.permutation(len(rows)) if t.minibatches > 1 else np.arange(len(rows))
+            for mb_idx in np.array_split(order, t.minibatches):
+                mb = [rows[i] for i in mb_idx]
+                if not mb:
+                    continue
+                n_tokens, n_rows = sum(r.num_action_tokens for r in mb), len(mb)
+                opt.zero_grad(set_to_none=True)
+                total = 0.0
+                for adapter in dict.fromkeys(r.adapter for r in mb):
+                    with self.policy.use(adapter) as model:
+                        for chunk in chunks([r for r in mb if r.adapter == adapter], t.micro_batch_rows):
+                            with self._autocast():
+                                scored = score_rows(model, chunk, pad, with_entropy=True, entropy_grad=t.entropy_coef > 0)
+                            logp, mask = scored.logp_B_T, scored.mask_B_T
+                            width = logp.size(1)
+                            behaviour = padded([r.behaviour_logprobs() for r in chunk], width)
+                            adv = padded([r.advantages() for r in chunk], width)
+                            old = logp.detach() if single_update else behaviour
+                            per_token, clipped = clipped_surrogate(logp, old, adv, t.clip_low, t.clip_high)
+                            if kl.placement == "loss":
+                                ref = padded([r.ref_logprobs.tolist() for r in chunk], width)  # type: ignore[union-attr]
+                                kl_tok = kl_estimate(logp, ref, kl.estimator)
+                                per_token = per_token + kl.coef * kl_tok
+                                stats["kl"].append(float((kl_tok.detach() * mask).sum() / mask.sum()))
+                            elif kl.placement == "reward":
+                                ref = padded([r.ref_logprobs.tolist() for r in chunk], width)  # type: ignore[union-attr]
+                                stats["kl"].append(float((kl_estimate(logp.detach(), ref, kl.estimator) * mask).sum() / mask.sum()))
+                            if t.entropy_coef > 0:
+                                per_token = per_token - t.entropy_coef * scored.entropy_B_T
+                            loss = aggregate(per_token, mask, t.loss_agg, n_tokens, n_rows)
+                            extra = self.method.extra_loss(chunk, step)
+                            if extra is not None:
+                                loss = loss + extra
+                            self.manual_backward(loss)
+                            total += float(loss.detach())
+                            n = float(mask.sum())
+                            stats["clip_fraction"].append(float((clipped.float() * mask).sum()) / n)
+                            stats["entropy"].append(float(scored.entropy_B_T.detach().sum()) / n)  # type: ignore[union-attr]
+                            stats["logprob_diff_max"].append(float(((logp.detach() - behaviour).abs() * mask).max()))
+                params = self.policy.trainable_parameters()
+                grad_norm = torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], t.max_grad_norm)
+                opt.step()
+                stats["loss"].append(total)
+                stats["grad_norm"].append(float(grad_norm))
+        out = {k: float(np.mean(v)) for k, v in stats.items() if v}
+        out["logprob_diff_max"] = float(np.max(stats["logprob_diff_max"])) if stats["logprob_diff_max"] else 0.0
+        out["rows"] = len(rows)
+        return out
+
+
+def chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
+    size = size or len(items) or 1
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def penalize_rewards(rows: list[Row], coef: float, estimator: str) -> None:
+    """KL in the reward: r <- r - beta * sum_t KL_t over the episode's trained tokens."""
+    per_episode: dict[int, tuple[Episode, float]] = {}
+    for row in rows:
+        behaviour = torch.tensor(row.behaviour_logprobs())
+        kl_sum = float(kl_estimate(behaviour, row.ref_logprobs, estimator).sum())  # type: ignore[arg-type]
+        ep, acc = per_episode.get(id(row.episode), (row.episode, 0.0))
+        per_episode[id(row.episode)] = (ep, acc + kl_sum)
+    for ep, kl_sum in per_episode.values():
+        ep.info.setdefault("outcome_reward", ep.reward)
+        ep.reward = ep.reward - coef * kl_sum
+
+
+def outcome_metrics(groups: list[Group]) -> dict[str, float]:
+    """Reward, success and signal statistics of the main plays (before any reward shaping)."""
+    eps = [e for g in groups for e in g.episodes]
+    turns = [t for e in eps for t in e.turns if t.adapter is not None]
+    non_faulted = [g for g in groups if len({e.reward for e in g.episodes if not e.faulted}) > 0]
+    return {
+        "reward_mean": float(np.mean([e.reward for e in eps])) if eps else 0.0,
+        "success_rate": float(np.mean([e.success for e in eps])) if eps else 0.0,
+        "signal_fraction": float(np.mean([len({e.reward for e in g.episodes if not e.faulted}) > 1 for g in non_faulted]))
+        if non_faulted else 0.0,
+        "invalid_rate": float(np.mean([bool(e.events_of("invalid_action")) for e in eps])) if eps else 0.0,
+        "fault_rate": float(np.mean([e.faulted for e in eps])) if eps else 0.0,
+        "response_tokens_mean": float(np.mean([t.num_action_tokens for t in turns])) if turns else 0.0,
+        "turns_mean": float(np.mean([len(e.turns) for e in eps])) if eps else 0.0,
+    }
