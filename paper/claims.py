@@ -59,7 +59,10 @@ def run_value(run: Run, metric: str, stage: str | None, window: int | None = Non
     try:
         if metric.startswith(CURVE_PREFIX):
             return curve_value(run, metric[len(CURVE_PREFIX):], window)
-        return eval_value(run.evals[stage or "final"], metric)
+        stage = stage or "final"
+        if stage not in run.evals:
+            raise KeyError(f"eval.json has no {stage!r} evaluation (run with eval.at_start=true)")
+        return eval_value(run.evals[stage], metric)
     except KeyError as e:
         raise KeyError(f"{run.path}: {e.args[0]}") from None
 

@@ -153,6 +153,8 @@ def final_figure(method: str, results: Results, card: Card | None, out_dir: Path
             runs = results.of(method, env, arm)
             for si, stage in enumerate(("initial", "final")):
                 values = stage_values(runs, stage, metric)
+                if not values:
+                    continue
                 m, lo, hi = stats.mean_ci(values, **CI)
                 x = xi + (si - 0.5) * 0.34
                 jitter = np.linspace(-0.06, 0.06, len(values)) if len(values) > 1 else np.zeros(1)

@@ -36,7 +36,7 @@ class Run:
     config: dict[str, Any]
     manifest: dict[str, Any]
     metrics: list[dict[str, Any]]  # sorted by step
-    evals: dict[str, Any]  # {"initial": EvalResult, "final": EvalResult, "history": [...]}
+    evals: dict[str, Any]  # {"initial": EvalResult (absent if eval.at_start=false), "final": ..., "history": [...]}
 
     @property
     def git_sha(self) -> str:
@@ -49,7 +49,9 @@ class Run:
     def eval_points(self) -> list[dict[str, Any]]:
         """initial, history and final evaluations, one per step, in step order."""
         by_step: dict[int, dict[str, Any]] = {}
-        for result in [self.evals["initial"], *self.evals.get("history", []), self.evals["final"]]:
+        for result in [self.evals.get("initial"), *self.evals.get("history", []), self.evals["final"]]:
+            if result is None:
+                continue
             by_step[int(result["step"])] = result
         return [by_step[s] for s in sorted(by_step)]
 
@@ -121,6 +123,8 @@ def _check_eval(evals: Any) -> None:
         raise InvalidRun("eval.json is not an object")
     for stage in STAGES:
         result = evals.get(stage)
+        if result is None and stage == "initial":  # eval.at_start=false: no warm-start evaluation
+            continue
         if not isinstance(result, dict):
             raise InvalidRun(f"eval.json has no {stage!r} result")
         missing = [k for k in EVAL_KEYS if k not in result]

@@ -113,7 +113,8 @@ def eval_k(runs: list[Run]) -> int | None:
 
 
 def stage_values(runs: list[Run], stage: str, metric: str) -> list[float]:
-    return [eval_value(r.evals[stage], metric) for r in runs]
+    """`metric` at `stage` of every run that has that evaluation (a run may lack "initial")."""
+    return [eval_value(r.evals[stage], metric) for r in runs if stage in r.evals]
 
 
 # ---- tables ------------------------------------------------------------------------------------
@@ -162,10 +163,13 @@ def final_table(method: str, title: str, results: Results, card: Card | None) ->
             if not runs:
                 continue
             init, final = stage_values(runs, "initial", metric), stage_values(runs, "final", metric)
-            change = [f - i for f, i in zip(final, init, strict=True)]
+            both = [r for r in runs if "initial" in r.evals]
+            change = [f - i for f, i in zip(stage_values(both, "final", metric), stage_values(both, "initial", metric),
+                                            strict=True)]
             passk = stage_values(runs, "final", "pass@k")
-            rows.append([env, card.label(arm) if card else arm, str(len(runs)), fmt_ci(stats.mean_ci(init, **CI)),
-                         fmt_ci(stats.mean_ci(final, **CI)), fmt_ci(stats.mean_ci(change, **CI), signed=True),
+            fewer = f" (n={len(init)})" if len(init) < len(runs) else ""  # runs without a warm-start eval
+            rows.append([env, card.label(arm) if card else arm, str(len(runs)), fmt_ci(stats.mean_ci(init, **CI)) + fewer,
+                         fmt_ci(stats.mean_ci(final, **CI)), fmt_ci(stats.mean_ci(change, **CI), signed=True) + fewer,
                          fmt_ci(stats.stratified_bootstrap_ci([final], "iqm", **CI)),
                          fmt_ci(stats.mean_ci(passk, **CI))])
     headers = ["env", "arm", "seeds", f"warm start {label}", f"final {label}", "change (paired)",
@@ -184,7 +188,7 @@ def tiers_table(method: str, title: str, results: Results, card: Card | None) ->
             tiers = sorted({t for r in runs for t in r.evals["final"].get("per_tier", {})},
                            key=lambda t: (len(t), t))
             for tier in tiers:
-                have = [r for r in runs if tier in r.evals["initial"].get("per_tier", {})
+                have = [r for r in runs if tier in r.evals.get("initial", {}).get("per_tier", {})
                         and tier in r.evals["final"].get("per_tier", {})]
                 init = stage_values(have, "initial", f"per_tier/{tier}/{metric}")
                 final = stage_values(have, "final", f"per_tier/{tier}/{metric}")

@@ -118,3 +118,16 @@ def test_pair_and_chain_verdicts():
     assert chain_verdict([HOLDS, HOLDS]) == HOLDS
     assert chain_verdict([HOLDS, INCONCLUSIVE]) == INCONCLUSIVE
     assert chain_verdict([INCONCLUSIVE, FAILS]) == FAILS
+
+
+def test_a_run_without_a_warm_start_evaluation_counts_but_cannot_pair(tmp_path, cards):
+    for seed in range(3):
+        shutil.copytree(FIXTURES / f"results/grpo/arith/grpo/seed-{seed}", tmp_path / f"grpo/arith/grpo/seed-{seed}")
+    evals = tmp_path / "grpo/arith/grpo/seed-1/eval.json"
+    data = json.loads(evals.read_text())
+    del data["initial"]  # eval.at_start=false
+    evals.write_text(json.dumps(data))
+    results = load_results(tmp_path)
+    assert len(results.runs) == 3 and results.problems == []
+    [cr] = evaluate_card(cards["grpo"], results)
+    assert cr.verdict == INVALID and "no 'initial' evaluation" in cr.note
