@@ -109,6 +109,7 @@ class EvalConfig:
     top_p: float = 1.0
     max_tasks: int = 0  # 0 = the whole held-out split
     at_start: bool = True  # evaluate the warm start (step 0)
+    variants: list[str] = field(default_factory=list)  # environment variants also evaluated (eval.json "variants")
 
 
 @dataclass

@@ -63,10 +63,14 @@ def summarize(episodes_by_task: dict[str, list[Episode]], k: int, step: int) -> 
     }
 
 
-def evaluate(rollout: Rollout, tasks: list[dict[str, Any]], k: int, params: SamplingParams, step: int) -> dict[str, Any]:
-    """Play k episodes of every task (the same environment seeds at every evaluation)."""
-    specs = [PlaySpec(task, tag="eval", trainable=False) for task in tasks for _ in range(k)]
-    episodes = rollout.play(specs, step=-1, salt="eval", params=params)
+def evaluate(rollout: Rollout, tasks: list[dict[str, Any]], k: int, params: SamplingParams, step: int,
+             variant: str = "main") -> dict[str, Any]:
+    """Play k episodes of every task (the same environment seeds at every evaluation).
+
+    `variant` plays an environment variant instead (e.g. a counterfactual: a role's message emptied).
+    """
+    specs = [PlaySpec(task, variant=variant, tag="eval", trainable=False) for task in tasks for _ in range(k)]
+    episodes = rollout.play(specs, step=-1, salt=f"eval/{variant}", params=params)
     by_task: dict[str, list[Episode]] = defaultdict(list)
     for e in episodes:
         by_task[e.task_id].append(e)

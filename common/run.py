@@ -40,6 +40,9 @@ def resolve(cfg: RunConfig, methods: dict[str, type[Method]]) -> Resolved:
     for role, adapter in cfg.model.roles.items():
         if role not in env.roles:
             raise ValueError(f"unknown role {role!r} in model.roles; {env.name} has roles {list(env.roles)}")
+    unknown_variants = sorted(set(cfg.eval.variants) - set(env.variants()))
+    if unknown_variants:
+        raise ValueError(f"eval.variants {unknown_variants} are not variants of {env.name}; it has {list(env.variants())}")
     env_tag = env.cfg.tag or env.name
     run_dir = RunDir.for_run(cfg.out_dir, cfg.work_dir, method_name, env_tag, cfg.arm, cfg.seed)
     return Resolved(cfg, env, method, run_dir)
@@ -79,7 +82,10 @@ def quiet() -> None:
 
     for name in ("lightning", "lightning.pytorch", "lightning.fabric", "transformers", "datasets"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    for pattern in (".*srun.*", ".*LeafSpec.*", ".*IterableDataset.*__len__.*", ".*modules? in eval mode.*",
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    for pattern in (".*srun.*", ".*LeafSpec.*", ".*IterableDataset.*__len__.*", ".*in eval mode.*",
                     ".*does not have many workers.*", ".*weights_only.*", ".*max_epochs.*",
                     ".*dataloader is not resumable.*", ".*exists and is not empty.*"):
         warnings.filterwarnings("ignore", message=pattern)

@@ -120,6 +120,9 @@ class RLModule(L.LightningModule):
         params = SamplingParams(e.temperature, e.top_p, self.cfg.trainer.max_new_tokens, tuple(self.env.stop))
         with self._autocast():
             result = evaluate(self.eval_rollout, self.eval_tasks, e.k, params, step)
+            if e.variants:
+                result["variants"] = {v: evaluate(self.eval_rollout, self.eval_tasks, e.k, params, step, variant=v)
+                                      for v in e.variants}
         result.update(self.rollout.compute())
         return result
 

