@@ -44,7 +44,8 @@ class _Steps(IterableDataset):
         yield from range(self.module.next_step, self.module.cfg.trainer.steps)
 
     def __len__(self) -> int:
-        return max(self.module.cfg.trainer.steps - self.module.next_step, 0)
+        # the whole run: Lightning's restored loop counts the steps already done against it
+        return self.module.cfg.trainer.steps
 
 
 class RLModule(L.LightningModule):
