@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+from filelock import FileLock, Timeout
 
 from common.config import RunConfig, build_dataclass, check_run_config
 from common.envs import ENVS
@@ -92,17 +93,34 @@ def quiet() -> None:
 
 
 def fit(cfg: RunConfig, methods: dict[str, type[Method]]) -> RunDir:
-    """Train one run to completion (resuming an unfinished one); returns its record directory."""
+    """Train one run to completion (resuming an unfinished one); returns its record directory.
+
+    A lock next to the run's checkpoints keeps two processes from running the same cell.
+    """
+    quiet()
+    r = resolve(cfg, methods)
+    if r.run_dir.done and not cfg.force:
+        return r.run_dir
+    r.run_dir.checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(r.run_dir.checkpoint_dir) + ".lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise RuntimeError(f"another process is running {r.run_dir.path} (lock {lock.lock_file}); "
+                           "wait for it or stop it before starting this run again") from None
+    try:
+        return _fit_locked(r, cfg)
+    finally:
+        lock.release()
+
+
+def _fit_locked(r: Resolved, cfg: RunConfig) -> RunDir:
     import lightning as L
 
-    quiet()
     from common.engines import make_engine
     from common.policy import Policy, warm_started_base
     from common.trainer import RLModule
 
-    r = resolve(cfg, methods)
-    if r.run_dir.done and not cfg.force:
-        return r.run_dir
     state = r.run_dir.prepare(cfg.force, asdict(cfg))
     r.run_dir.write_config(cfg)
     r.run_dir.write_manifest({"method": cfg.method["name"], "env": r.env.cfg.tag or r.env.name, "arm": cfg.arm,
