@@ -25,7 +25,13 @@ import torch
 import torch.nn.functional as F
 from filelock import FileLock
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedTokenizerFast,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from common.config import ModelConfig, SFTConfig
 from common.envs.base import Environment, Observation

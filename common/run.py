@@ -38,7 +38,7 @@ def resolve(cfg: RunConfig, methods: dict[str, type[Method]]) -> Resolved:
     method_cls = methods[method_name]
     method = method_cls(build_dataclass(method_cls.Config, dict(cfg.method), "method"), cfg, env)
     method.validate()
-    for role, adapter in cfg.model.roles.items():
+    for role in cfg.model.roles:
         if role not in env.roles:
             raise ValueError(f"unknown role {role!r} in model.roles; {env.name} has roles {list(env.roles)}")
     unknown_variants = sorted(set(cfg.eval.variants) - set(env.variants()))

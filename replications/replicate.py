@@ -131,7 +131,7 @@ def progress_line(cells: list[Cell]) -> str:
     parts = []
     for c in cells:
         p = c.run_dir / "metrics.jsonl"
-        steps = sum(1 for _ in open(p)) if p.exists() else 0
+        steps = len(p.read_text().splitlines()) if p.exists() else 0
         parts.append("done" if c.done else f"{steps}/{c.steps}")
     return " | ".join(f"{c.arm}/s{c.seed}: {s}" for c, s in zip(cells, parts, strict=True))
 
@@ -193,7 +193,7 @@ def aggregate(method: str, scale: str, cells: list[Cell]) -> str:
         cell = {name: mean_ci(v) for name, v in (("initial", init), ("final", final), ("pass@k", passk), ("delta", delta)) if v}
         summary["arms"][f"{env}/{arm}"] = {"n": len(evals), **{k: list(v) for k, v in cell.items()}}
 
-        def fmt(key: str) -> str:
+        def fmt(key: str, cell: dict[str, tuple[float, float, float]] = cell) -> str:
             if key not in cell:
                 return "-"
             m, lo, hi = cell[key]

@@ -43,8 +43,8 @@ class Engine(ABC):
     def generate(self, requests: list[Request], params: SamplingParams, seed: int) -> list[Sample]:
         """Sample one completion per request. Same seed, same requests -> same samples (on CPU)."""
 
-    def sync(self) -> None:
+    def sync(self) -> None:  # noqa: B027 (optional hook: engines sampling from the module itself need nothing)
         """Serve the policy's current weights (called after every optimizer step)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional hook)
         """Free resources."""

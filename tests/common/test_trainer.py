@@ -51,8 +51,8 @@ def test_update_follows_the_advantages(module):
     adapter_before = module.policy.adapter_state()
     stats = module.update(rows, step=0)
     after = logps(module, rows)
-    up = torch.cat([a - b for a, b, r in zip(after, before, rows) if r.spans[0][1].advantage > 0]).mean()
-    down = torch.cat([a - b for a, b, r in zip(after, before, rows) if r.spans[0][1].advantage < 0]).mean()
+    up = torch.cat([a - b for a, b, r in zip(after, before, rows, strict=True) if r.spans[0][1].advantage > 0]).mean()
+    down = torch.cat([a - b for a, b, r in zip(after, before, rows, strict=True) if r.spans[0][1].advantage < 0]).mean()
     assert up > 0 > down
     assert stats["clip_fraction"] == 0.0 and stats["grad_norm"] > 0
     changed = [n for n, v in module.policy.adapter_state().items() if not torch.equal(v, adapter_before[n])]
