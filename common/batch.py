@@ -80,11 +80,14 @@ class Scored:
     entropy_B_T: torch.Tensor | None
 
 
-def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, entropy_grad: bool = False) -> Scored:
+def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, entropy_grad: bool = False,
+               temperature: float = 1.0) -> Scored:
     """One forward pass over `rows` (right-padded); log-probs of each row's action tokens.
 
     Only the positions that predict action tokens are kept, so the log-softmax runs over
-    (action tokens x vocabulary), not the whole sequence.
+    (action tokens x vocabulary), not the whole sequence. `temperature` is the rollout's: the
+    scored distribution is softmax(logits / T), the one the engine sampled from (as verl does), so
+    the recomputed log-probabilities equal the behaviour ones and the ratio starts at 1.
     """
     width = max(len(r.ids) for r in rows)
     ids_B_L = torch.full((len(rows), width), pad_id, dtype=torch.long)
@@ -99,7 +102,7 @@ def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, ent
         gather_B_T[b, : len(pos)] = torch.tensor(pos) - 1  # logits at t-1 predict token t
         mask_B_T[b, : len(pos)] = 1
     hidden = model(input_ids=ids_B_L, attention_mask=attn_B_L).logits  # B x L x V
-    logits_B_T_V = hidden.gather(1, gather_B_T[..., None].expand(-1, -1, hidden.size(-1))).float()
+    logits_B_T_V = hidden.gather(1, gather_B_T[..., None].expand(-1, -1, hidden.size(-1))).float() / temperature
     targets_B_T = ids_B_L.gather(1, gather_B_T + 1)
     logp_B_T_V = torch.log_softmax(logits_B_T_V, dim=-1)
     logp_B_T = logp_B_T_V.gather(-1, targets_B_T[..., None]).squeeze(-1) * mask_B_T

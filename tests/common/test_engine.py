@@ -24,17 +24,18 @@ def policy(tiny_parts):
     return p
 
 
-def test_sampled_logprobs_equal_recomputed(policy, tiny_parts):
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampled_logprobs_equal_recomputed(policy, tiny_parts, temperature):
     env = tiny_parts[0]
     engine = HFEngine(policy, max_batch=7)  # odd batch: several chunks, ragged prompts
-    params = SamplingParams(temperature=1.0, max_new_tokens=12, stop=("\n",))
+    params = SamplingParams(temperature=temperature, max_new_tokens=12, stop=("\n",))
     rollout = Rollout(env, engine, policy.tokenizer, policy.role_adapter, policy.trainable_adapters, params, 512, seed=3)
     tasks = [env.task_set()["train"][i] for i in range(6)]
     groups = rollout.play_groups(tasks, [3] * 6, step=0)
     rows = build_rows([e for g in groups for e in g.episodes], None)
     assert len(rows) == 18
     with torch.no_grad(), policy.use("policy") as model:
-        scored = score_rows(model, rows, policy.tokenizer.pad_token_id, with_entropy=False)
+        scored = score_rows(model, rows, policy.tokenizer.pad_token_id, with_entropy=False, temperature=temperature)
     for b, row in enumerate(rows):
         sampled = torch.tensor(row.behaviour_logprobs())
         recomputed = scored.logp_B_T[b, : len(sampled)]
