@@ -1,0 +1,328 @@
+"""Submit a replication's cells to SLURM as one job array (submitit), wait, aggregate.
+
+    make replicate-grpo CLUSTER=slurm [PROFILE=slurm-gpu] [WAIT=0] [DRY_RUN=1] [SEEDS=0,1] [FORCE=1]
+
+One cell (arm x seed) = one array task = `run_cell(cell)` inside `CellJob`, a submitit
+`Checkpointable`. Requeue is owned by submitit alone: on the USR2 signal SLURM sends
+`signal_delay_s` before the time limit (or on `scancel --signal=USR2`), submitit calls
+`CellJob.checkpoint()`, which resubmits the same cell, and requeues the job; the new attempt's
+`run_cell` resumes from the last Lightning checkpoint (saved every trainer.checkpoint_every steps).
+Lightning runs with `SLURMEnvironment(auto_requeue=False)`, so it installs no requeue handler of
+its own. A requeue from outside (`scontrol requeue`, preemption with PreemptMode=REQUEUE, node
+failure) restarts the same submission, and resumes the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import submitit
+import yaml
+
+from slurm import monitor
+from slurm.jobs import Entry, Launch, classify, launches, sacct
+from slurm.profiles import SlurmProfile, load_profile
+
+_FORCE = re.compile(r"^\+{0,2}force=(true|True|1|yes)$")
+
+
+# ----------------------------------------------------------------------------------- the job
+class CellJob(submitit.helpers.Checkpointable):
+    """One cell, run by submitit inside its SLURM job (every srun task calls it; Lightning ranks them)."""
+
+    def __init__(self, cell: Any, target: Callable[[Any], Any] | None = None):
+        self.cell = cell
+        self.target = target  # None: replications.replicate.run_cell (tests pass fakes)
+
+    def __call__(self) -> Any:
+        if self.target is not None:
+            return self.target(self.cell)
+        from replications.replicate import run_cell
+
+        overrides = list(self.cell.overrides)
+        if not any(o.lstrip("+").startswith("progress=") for o in overrides):
+            overrides.append("progress=false")  # a batch log is read with `tail`: no progress bars in it
+        if _started_by_this_job(self.cell):
+            # FORCE=1 restarts a run once; a requeued attempt of the same job resumes what it restarted
+            overrides = [o for o in overrides if not _FORCE.match(o)]
+        return run_cell(dataclasses.replace(self.cell, overrides=tuple(overrides)))
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
+        # Nothing to save here: the training state is Lightning's last checkpoint, written every
+        # trainer.checkpoint_every steps. Resubmitting the same cell resumes from it.
+        return submitit.helpers.DelayedSubmission(CellJob(self.cell, self.target))
+
+
+def _started_by_this_job(cell: Any) -> bool:
+    """Whether an earlier attempt of this very SLURM job (same id: a requeue) started the run."""
+    job = os.environ.get("SLURM_JOB_ID")
+    try:
+        manifest = json.loads((Path(cell.run_dir) / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return job is not None and (manifest.get("slurm") or {}).get("slurm_job_id") == job
+
+
+# ----------------------------------------------------------------------- resources per cell
+@dataclass(frozen=True)
+class JobShape:
+    nodes: int
+    tasks_per_node: int  # = trainer.devices: one srun task per device (Lightning's SLURMEnvironment)
+    gpus_per_node: int
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    try:
+        return obj[name] if hasattr(obj, "keys") else getattr(obj, name, default)
+    except (KeyError, AttributeError):
+        return default
+
+
+def label(cell: Any) -> str:
+    return getattr(cell, "name", None) or f"{cell.method}/{cell.env}/{cell.arm}/seed-{cell.seed}"
+
+
+def job_shape(profile: SlurmProfile, cells: Sequence[Any], configs: Sequence[Any]) -> JobShape:
+    """The one shape of every array task, checked against each cell's trainer settings: a run
+    smaller or larger than the job that holds it is an error, never a silent change."""
+    errors: list[str] = []
+    shapes: dict[JobShape, list[str]] = {}
+    gpus = profile.gpus_per_node
+    for cell, cfg in zip(cells, configs, strict=True):
+        trainer = _get(cfg, "trainer", {})
+        accel = str(_get(trainer, "accelerator", "cpu"))
+        devices, num_nodes = _get(trainer, "devices", 1), _get(trainer, "num_nodes", 1)
+        name = label(cell)
+        if not isinstance(devices, int) or devices < 1:
+            errors.append(f"{name}: trainer.devices={devices!r}; under SLURM it must be the number of devices per node")
+            continue
+        if num_nodes != profile.nodes:
+            errors.append(f"{name}: trainer.num_nodes={num_nodes} but profile {profile.name} has nodes={profile.nodes}; "
+                          f"set trainer.num_nodes={profile.nodes} or REPLICATE_SLURM_NODES={num_nodes}")
+        if gpus and accel == "cpu":
+            errors.append(f"{name}: profile {profile.name} has {gpus} GPU(s) per node but trainer.accelerator=cpu; "
+                          "set trainer.accelerator=gpu (or use a CPU profile: PROFILE=slurm)")
+        elif gpus and devices != gpus:
+            errors.append(f"{name}: trainer.devices={devices} but profile {profile.name} has gpus_per_node={gpus} "
+                          f"(one srun task per GPU); set trainer.devices={gpus} or REPLICATE_SLURM_GPUS_PER_NODE={devices}")
+        elif not gpus and accel in ("gpu", "cuda"):
+            errors.append(f"{name}: trainer.accelerator={accel} but profile {profile.name} has no GPUs; "
+                          f"use PROFILE=slurm-gpu or set REPLICATE_SLURM_GPUS_PER_NODE={devices}")
+        shapes.setdefault(JobShape(profile.nodes, devices, gpus), []).append(name)
+    if not errors and len(shapes) > 1:
+        kinds = "; ".join(f"{s.tasks_per_node} device(s) x {s.nodes} node(s): {', '.join(n)}" for s, n in shapes.items())
+        errors.append(f"the cells of one job array must share their resources; got {kinds}")
+    if errors:
+        raise ValueError("the cells do not fit the cluster profile (nothing submitted):\n  - " + "\n  - ".join(errors))
+    return next(iter(shapes))
+
+
+# -------------------------------------------------------------------------------- submitit
+class _OfflineSlurmExecutor(submitit.SlurmExecutor):
+    """A SlurmExecutor that builds scripts where SLURM is not installed (--dry-run)."""
+
+    @classmethod
+    def affinity(cls) -> int:
+        return 2
+
+
+def sbatch_parameters(profile: SlurmProfile, shape: JobShape, job_name: str, cwd: str) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "job_name": job_name,
+        "time": profile.time_min,
+        "nodes": shape.nodes,
+        "ntasks_per_node": shape.tasks_per_node,
+        "cpus_per_task": profile.cpus_per_task,
+        "mem": f"{profile.mem_gb:g}G",
+        "array_parallelism": profile.array_parallelism,
+        "signal_delay_s": profile.signal_delay_s,
+        "setup": list(profile.setup),
+        "srun_args": list(profile.srun_args),
+        # the jobs run where the launch ran (relative out_dir / work_dir); requeue explicitly allowed
+        "additional_parameters": {"chdir": cwd, "requeue": True, **profile.sbatch},
+    }
+    for key in ("partition", "account", "qos"):
+        if getattr(profile, key):
+            params[key] = getattr(profile, key)
+    if shape.gpus_per_node:
+        params["gpus_per_node"] = shape.gpus_per_node
+    return params
+
+
+def make_executor(folder: Path, profile: SlurmProfile, shape: JobShape, job_name: str, cwd: str,
+                  offline: bool = False) -> submitit.SlurmExecutor:
+    cls = _OfflineSlurmExecutor if offline else submitit.SlurmExecutor
+    executor = cls(folder=folder, max_num_timeout=profile.max_requeues, python=profile.python)
+    executor.update_parameters(**sbatch_parameters(profile, shape, job_name, cwd))
+    return executor
+
+
+def sbatch_script(executor: submitit.SlurmExecutor, n_jobs: int) -> str:
+    """The batch script submitit submits for `n_jobs` cells (an array when n_jobs > 1)."""
+    from submitit.slurm.slurm import _make_sbatch_string  # what SlurmExecutor itself writes
+
+    params = dict(executor.parameters)
+    if n_jobs > 1:
+        params["map_count"] = n_jobs
+    return _make_sbatch_string(command=executor._submitit_command_str, folder=executor.folder, **params)
+
+
+# ---------------------------------------------------------------------------------- launch
+def _plain(cfg: Any) -> Any:
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        return dataclasses.asdict(cfg)
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(cfg, DictConfig):
+            return OmegaConf.to_container(cfg, resolve=True)
+    except ImportError:
+        pass
+    return cfg
+
+
+def _forced(cells: Sequence[Any]) -> bool:
+    return any(_FORCE.match(o) for c in cells for o in getattr(c, "overrides", ()))
+
+
+def importable(cell: Any) -> Any:
+    """The same cell as an instance of its importable class. Run as `python -m replications.replicate`,
+    the planner's Cell lives in `__main__`, which neither the jobs nor `make collect` can import."""
+    cls = type(cell)
+    spec = getattr(sys.modules.get(cls.__module__), "__spec__", None)
+    if cls.__module__ != "__main__" or spec is None or not dataclasses.is_dataclass(cell):
+        return cell
+    real = getattr(importlib.import_module(spec.name), cls.__qualname__)
+    return real(**{f.name: getattr(cell, f.name) for f in dataclasses.fields(cell)})
+
+
+def find_in_flight(work_dir: Path, run_dirs: set[str]) -> dict[str, Entry]:
+    """Cells of earlier launches still queued or running (so a rerun does not submit them twice)."""
+    candidates = []
+    for path in launches(work_dir):
+        try:
+            record = Launch.load(path)
+        except (OSError, ValueError, TypeError):
+            continue
+        candidates += [e for e in record.entries if e.job_id and e.run_dir in run_dirs]
+    if not candidates:
+        return {}
+    rows = sacct([e.job_id for e in candidates if e.job_id]) or {}
+    out = {}
+    for e in candidates:
+        if e.job_id in rows and classify(e, rows[e.job_id]).outcome in ("pending", "running"):
+            out[e.run_dir] = e
+    return out
+
+
+def launch(cells: Sequence[Any], profile_name: str | None, wait: bool, dry_run: bool, *,
+           validate: Callable[[list[Any]], list[Any]], aggregate: Callable[[str, str, list[Any]], str],
+           target: Callable[[Any], Any] | None = None, profile_overrides: dict[str, Any] | None = None) -> int:
+    """Submit `cells` as one job array; 0 = all done, 1 = some failed or missing, 2 = refused."""
+    cells = [importable(c) for c in cells]
+    if not cells:
+        print("nothing to run: the plan has no cells")
+        return 0
+    try:
+        profile = load_profile(profile_name, profile_overrides)
+        configs = validate(cells)
+        shape = job_shape(profile, cells, configs)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    method, scale = cells[0].method, cells[0].scale
+    cwd = os.getcwd()
+    work_dir = Path(cells[0].work_dir).absolute()
+    forced = _forced(cells)
+    run_dirs = {label(c): str(Path(c.run_dir).absolute()) for c in cells}
+    done = {label(c) for c in cells if not forced and (Path(c.run_dir) / "done").exists()}
+    in_flight = {} if forced or dry_run else find_in_flight(work_dir, {run_dirs[label(c)] for c in cells
+                                                                        if label(c) not in done})
+    todo = [c for c in cells if label(c) not in done and run_dirs[label(c)] not in in_flight]
+
+    cell_type = f"{type(cells[0]).__module__}:{type(cells[0]).__qualname__}"
+    record = Launch(id=Launch.new_id(method, scale), method=method, scale=scale, cwd=cwd, work_dir=str(work_dir),
+                    profile=dataclasses.asdict(profile), cell_type=cell_type)
+    executor = make_executor(record.folder, profile, shape, f"{method}-{scale}", cwd, offline=dry_run)
+    print(f"[slurm] {method} scale={scale}: {len(cells)} cell(s): {len(done)} done, {len(in_flight)} already "
+          f"queued, {len(todo)} to submit; {profile.describe()}")
+
+    if dry_run:
+        by_label = dict(zip((label(c) for c in cells), configs, strict=True))
+        print(f"\n# sbatch script ({len(todo)} cell(s); nothing is submitted in a dry run)\n")
+        print(sbatch_script(executor, len(todo)))
+        for i, cell in enumerate(todo):
+            print(f"# [{i}] {label(cell)} -> {cell.run_dir}\n# overrides: {' '.join(cell.overrides)}")
+            print(yaml.safe_dump(_plain(by_label[label(cell)]), sort_keys=False))
+        return 0
+
+    jobs: dict[str, str] = {}
+    if todo:
+        if shutil.which("sbatch") is None or shutil.which("srun") is None:
+            print("error: sbatch/srun not found: run this on a SLURM login node (or start the dev cluster: "
+                  "make slurm-up, then PROFILE=local); nothing was submitted", file=sys.stderr)
+            return 2
+        submitted = executor.submit_array([CellJob(c, target) for c in todo])
+        jobs = {label(c): j.job_id for c, j in zip(todo, submitted, strict=True)}
+        record.array_job_id = submitted[0].job_id.split("_")[0]
+    for cell in cells:
+        name, run_dir = label(cell), run_dirs[label(cell)]
+        if run_dir in in_flight:
+            other = in_flight[run_dir]
+            record.entries.append(Entry(dataclasses.asdict(cell), name, run_dir, other.job_id, other.folder))
+        else:
+            record.entries.append(Entry(dataclasses.asdict(cell), name, run_dir, jobs.get(name),
+                                        str(record.folder) if name in jobs else None))
+    record.save()
+    for entry in record.entries:
+        where = "done before this launch" if entry.job_id is None else (
+            f"job {entry.job_id}" + ("" if entry.label in jobs else " (queued by an earlier launch)"))
+        print(f"[slurm]   {entry.label}: {where}")
+    if todo:
+        print(f"[slurm] submitted job array {record.array_job_id} ({len(todo)} cell(s)); logs in {record.folder.parent}")
+    print(f"[slurm] launch recorded in {record.path}")
+    if not wait:
+        print("[slurm] not waiting: `make status` shows progress; `make collect` waits, reports failures and aggregates")
+        return 0
+    return collect(record, aggregate, wait=True)
+
+
+def collect(record: Launch, aggregate: Callable[[str, str, list[Any]], str], wait: bool = True) -> int:
+    """Wait for a launch's cells (or not), name each failure with its state and log, aggregate."""
+    entries = record.entries
+    poll_s = float(record.profile.get("poll_s", 60))
+    try:
+        if wait:
+            states = monitor.wait(entries, poll_s=poll_s)
+        else:
+            states = monitor.snapshot(entries, sacct([e.job_id for e in entries if e.job_id]))
+    except KeyboardInterrupt:
+        print("\n[slurm] stopped waiting; the jobs keep running: `make status`, then `make collect`", file=sys.stderr)
+        return 130
+    text, missing = monitor.report(states)
+    live = [s for s in states if not s.finished]
+    if live:
+        text += f"\n{len(live)} cell(s) still queued or running: " + ", ".join(s.entry.label for s in live)
+    print(text)
+    print()
+    print(aggregate(record.method, record.scale, record.cells()))
+    return 0 if missing == 0 else 1
+
+
+def launch_slurm(cells: list[Any], profile: str | None, wait: bool, dry_run: bool) -> int:
+    """`python -m replications.replicate --cluster slurm`: the replication's cells as one job array."""
+    from replications.replicate import aggregate, validate_cells
+
+    return launch(cells, profile, wait, dry_run, validate=validate_cells, aggregate=aggregate)
