@@ -1,8 +1,10 @@
 """The one registry of methods: name -> Method subclass. A new method is one folder and one line here."""
 
 from common.method import Method
+from replications.ccpo.method import CCPO
 from replications.grpo.method import GRPO
 
 METHODS: dict[str, type[Method]] = {
     "grpo": GRPO,
+    "ccpo": CCPO,
 }

@@ -2,9 +2,13 @@
 
 from common.envs.arith import ArithEnv
 from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from common.envs.thinker_solver import ThinkerSolverEnv
+from common.envs.voting import VotingEnv
 
 ENVS: dict[str, type[Environment]] = {
     "arith": ArithEnv,
+    "thinker_solver": ThinkerSolverEnv,
+    "voting": VotingEnv,
 }
 
 __all__ = ["ENVS", "EnvConfig", "Environment", "EpisodeState", "Observation", "StepResult"]

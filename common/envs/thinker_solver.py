@@ -1,0 +1,219 @@
+"""`thinker_solver`: a Thinker–Solver team where the Thinker can free-ride (CCPO's CPU-scale setting).
+
+A task is a handful of facts (`F=1 C=3 A=7 H=4`) and a question about the first one (`Q: F?`; it
+comes first so that a ~1M-parameter model needs to copy, not search). A fact the Solver is not
+shown appears to it as `X=?`.
+
+- The **Thinker** sees every fact and the question, and writes one line of guidance: it can reveal
+  the asked value (` 1`, or ` F=1`: *help*), state a wrong value (` 5`: *wrong*), or stay silent
+  (an empty line: *silent*). It pays `cost_per_char` per character of its message.
+- The **Solver** sees the question, the facts *it* is shown, and the Thinker's message, and answers
+  ` #<value>`.
+
+Tiers are about what the Solver is shown (the Thinker's view has the same form in every tier, so
+it cannot tell them apart):
+- tier 1: every fact; tier 2: the asked fact and some of the others. Easy: the Solver can answer
+  alone, so the Thinker's message is at best useless and costs.
+- tier 3: every fact but the asked one. Hard: only the Thinker knows the answer; alone, the Solver
+  can only guess (1 in `num_values`).
+
+The team's reward is `success - cost` (success: the Solver's answer is right). Because two thirds
+of the tasks do not need the Thinker, a shared, group-normalized reward rewards silence more often
+than help: that is the free-riding CCPO's counterfactual credit is meant to expose.
+
+Variants (`new_episode(..., variant=)`):
+- `main`: Thinker, then Solver.
+- `solo`: the Solver alone, with an empty Thinker line (CCPO's counterfactual; compute is counted
+  under its own tag by the rollout).
+- `empty_guidance`: the Thinker writes, but the Solver receives an empty line (the Thinker's message
+  is emptied; its accuracy drop measures what the message was worth).
+- `paired`: for evaluation; the Solver answers alone first, then the Thinker writes and the Solver
+  answers again with the message in a fresh context. `info` records `solo_correct`,
+  `joint_correct`, `help` (joint right, solo wrong), `hurt` (joint wrong, solo right) and
+  `contribution` (joint - solo). The reward and success are the joint ones.
+
+Every episode's `info` records the class of the Thinker's message (`msg_help`, `msg_wrong`,
+`msg_silent`, `msg_other`), its length and cost. A message that is neither empty nor `<digits>` / `X=<digits>`
+is passed to the Solver as written and flagged with an `invalid_action` event; a Solver reply
+without `#<integer>` is an invalid action and ends the episode with success 0.
+
+Scripted demonstrator (SFT warm start): the Thinker helps, stays silent or lies with the fixed
+probabilities `expert_help`, `expert_silent`, `expert_wrong` (drawn once per episode from the
+episode's rng; its message is the bare value, ` 1`), so the warm-started Thinker starts from a mix
+of the three; the Solver answers from the facts it sees, else trusts the Thinker's value, else
+guesses uniformly.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import string
+from dataclasses import dataclass
+from typing import Any
+
+from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from common.episode import Event
+
+THINKER, SOLVER = "thinker", "solver"
+_MESSAGE = re.compile(r"^\s*(?:([A-Z])\s*=\s*)?(\d+)\s*$")
+_ANSWER = re.compile(r"#\s*(-?\d+)\s*$")
+MESSAGE_KINDS = ("help", "wrong", "silent", "other")
+
+
+@dataclass
+class ThinkerSolverConfig(EnvConfig):
+    name: str = "thinker_solver"
+    num_facts: int = 4  # facts per task (variables drawn from A..`num_letters`)
+    num_letters: int = 8  # variable names are the first `num_letters` capital letters
+    num_values: int = 10  # values are 0..num_values-1 (a solo guess on a hard task is right 1 in num_values)
+    cost_per_char: float = 0.02  # the Thinker's cost per character of its (stripped) message
+    expert_help: float = 0.5  # the demonstrator Thinker's mix (sums to 1): reveal the asked fact,
+    expert_silent: float = 0.3  # stay silent,
+    expert_wrong: float = 0.2  # or state a wrong value for it
+
+
+def classify(message: str, asked: str, value: int) -> str:
+    """help | wrong | silent | other: what a Thinker message says about the asked fact."""
+    text = message.strip()
+    if not text:
+        return "silent"
+    m = _MESSAGE.match(text)
+    if m is None or m.group(1) not in (None, asked):
+        return "other"
+    return "help" if int(m.group(2)) == value else "wrong"
+
+
+class ThinkerSolverEpisode(EpisodeState):
+    def __init__(self, task: dict[str, Any], cfg: ThinkerSolverConfig, rng: random.Random, variant: str):
+        self.facts: list[tuple[str, int]] = [(k, int(v)) for k, v in task["facts"]]
+        self.asked: str = task["asked"]
+        self.value = dict(self.facts)[self.asked]
+        self.shown: list[str] = list(task["shown"])  # facts the Solver sees
+        self.cfg, self.rng, self.variant = cfg, rng, variant
+        self.message: str | None = None  # the Thinker's message as written
+        self.solo_correct: bool | None = None
+        # the demonstrator's choice for this episode, drawn once so expert_action() is repeatable
+        u = rng.random()
+        self.expert_kind = ("help" if u < cfg.expert_help else
+                            "silent" if u < cfg.expert_help + cfg.expert_silent else "wrong")
+        self.expert_wrong_value = rng.choice([v for v in range(cfg.num_values) if v != self.value])
+        self.expert_guess = rng.randrange(cfg.num_values)
+        phases = {"main": [THINKER, SOLVER], "solo": [SOLVER], "empty_guidance": [THINKER, SOLVER],
+                  "paired": [SOLVER, THINKER, SOLVER]}
+        self.phases = phases[variant]
+        self.phase = 0
+
+    # ---- prompts ----------------------------------------------------------------------------
+    def question(self) -> str:
+        return f"Q: {self.asked}?"
+
+    def thinker_prompt(self) -> str:
+        facts = " ".join(f"{k}={v}" for k, v in self.facts)
+        return f"Facts: {facts}. {self.question()}\nT:"
+
+    def solver_prompt(self, guidance: str) -> str:
+        facts = " ".join(f"{k}={v if k in self.shown else '?'}" for k, v in self.facts)
+        return f"Facts: {facts}. {self.question()}\nT:{guidance}\nA:"
+
+    def guidance(self) -> str:
+        """The Thinker line the Solver receives (empty in `solo`, `empty_guidance`, and before the Thinker spoke)."""
+        if self.message is None or self.variant == "empty_guidance" or (self.variant == "paired" and self.phase == 0):
+            return ""
+        return self.message.replace("\n", " ")
+
+    def start(self) -> Observation:
+        return self._observation()
+
+    def _observation(self) -> Observation:
+        role = self.phases[self.phase]
+        if role == THINKER:
+            return Observation(THINKER, self.thinker_prompt(), new_context=True)
+        return Observation(SOLVER, self.solver_prompt(self.guidance()), new_context=True)
+
+    # ---- the demonstrator -------------------------------------------------------------------
+    def expert_action(self) -> str:
+        if self.phases[self.phase] == THINKER:
+            if self.expert_kind == "silent":
+                return ""
+            return f" {self.value if self.expert_kind == 'help' else self.expert_wrong_value}"
+        if self.asked in self.shown:
+            return f" #{self.value}"
+        m = _MESSAGE.match(self.guidance().strip())
+        if m is not None and m.group(1) in (None, self.asked):
+            return f" #{int(m.group(2))}"
+        return f" #{self.expert_guess}"
+
+    # ---- the rules --------------------------------------------------------------------------
+    def cost(self) -> float:
+        return self.cfg.cost_per_char * len(self.message.strip()) if self.message is not None else 0.0
+
+    def step(self, action: str) -> StepResult:
+        role = self.phases[self.phase]
+        self.phase += 1
+        if role == THINKER:
+            self.message = action
+            kind = classify(action, self.asked, self.value)
+            events = [Event("invalid_action", 0, {"why": "guidance must be empty, <value> or X=<value>"})] if kind == "other" \
+                and not _MESSAGE.match(action.strip()) else []
+            return StepResult(self._observation(), reward=-self.cost(), events=events)
+        m = _ANSWER.search(action.strip())
+        correct = m is not None and int(m.group(1)) == self.value
+        events = [] if m is not None else [Event("invalid_action", 0, {"why": "no answer: end the reply with #<integer>"})]
+        if self.variant == "paired" and self.solo_correct is None:
+            self.solo_correct = correct
+            return StepResult(self._observation(), events=events)
+        return StepResult(None, reward=float(correct) - self.cost(), success=correct, events=events, info=self._info(correct))
+
+    def _info(self, correct: bool) -> dict[str, Any]:
+        info: dict[str, Any] = {"hard": self.asked not in self.shown}
+        if self.message is not None:
+            kind = classify(self.message, self.asked, self.value)
+            info.update({f"msg_{k}": kind == k for k in MESSAGE_KINDS})
+            info.update(msg_chars=len(self.message.strip()), thinker_cost=self.cost())
+        if self.solo_correct is not None:
+            info.update(solo_correct=self.solo_correct, joint_correct=correct, help=correct and not self.solo_correct,
+                        hurt=self.solo_correct and not correct, contribution=int(correct) - int(self.solo_correct))
+        return info
+
+
+class ThinkerSolverEnv(Environment):
+    name = "thinker_solver"
+    roles = (THINKER, SOLVER)
+    config_class = ThinkerSolverConfig
+    stop = ("\n",)
+
+    def __init__(self, cfg: ThinkerSolverConfig):
+        mix = cfg.expert_help + cfg.expert_silent + cfg.expert_wrong
+        if abs(mix - 1.0) > 1e-9 or min(cfg.expert_help, cfg.expert_silent, cfg.expert_wrong) < 0:
+            raise ValueError(f"env.expert_help + expert_silent + expert_wrong must be a distribution; got sum {mix}")
+        if not 2 <= cfg.num_facts <= cfg.num_letters <= 26 or cfg.num_values < 2:
+            raise ValueError("need 2 <= env.num_facts <= env.num_letters <= 26 and env.num_values >= 2")
+        super().__init__(cfg)
+        self.cfg: ThinkerSolverConfig = cfg
+
+    @property
+    def tiers(self) -> tuple[int, ...]:
+        return (1, 2, 3)  # 1: Solver sees all; 2: sees the asked fact and some others; 3: asked fact hidden
+
+    def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
+        letters = rng.sample(string.ascii_uppercase[: self.cfg.num_letters], self.cfg.num_facts)
+        facts = [[k, rng.randrange(self.cfg.num_values)] for k in letters]
+        asked = letters[0]  # the asked fact comes first: the tiny model needs no search, only copying
+        others = letters[1:]
+        if tier == 1:
+            shown = letters
+        elif tier == 2:
+            hidden = set(rng.sample(others, rng.randint(1, len(others) - 1 if len(others) > 1 else 1)))
+            shown = [k for k in letters if k not in hidden]
+        else:
+            shown = others
+        return {"facts": facts, "asked": asked, "shown": shown}
+
+    def variants(self) -> tuple[str, ...]:
+        return ("main", "solo", "empty_guidance", "paired")
+
+    def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
+        if variant not in self.variants():
+            raise ValueError(f"thinker_solver has no episode variant {variant!r}; it has {list(self.variants())}")
+        return ThinkerSolverEpisode(task, self.cfg, rng, variant)

@@ -1,0 +1,109 @@
+"""The thinker_solver environment: tiers, message classes, costs, variants, the demonstrator."""
+
+import json
+import random
+
+import pytest
+
+from common.envs.thinker_solver import ThinkerSolverConfig, ThinkerSolverEnv, classify
+
+TASK_EASY = {"facts": [["F", 1], ["C", 3], ["A", 7]], "asked": "F", "shown": ["F", "C", "A"]}
+TASK_HARD = {"facts": [["F", 1], ["C", 3], ["A", 7]], "asked": "F", "shown": ["C", "A"]}
+
+
+def make(**kw):
+    return ThinkerSolverEnv(ThinkerSolverConfig(train_size=60, heldout_size=30, **kw))
+
+
+def play(env, task, actions, variant="main"):
+    ep = env.new_episode(task, random.Random(0), variant)
+    obs, seen, result = ep.start(), [], None
+    for a in actions:
+        seen.append(obs)
+        result = ep.step(a)
+        obs = result.next
+    assert obs is None
+    return seen, result
+
+
+def test_task_set_tiers_and_what_the_solver_sees():
+    env = make()
+    ts = env.task_set()
+    assert set(ts["train"]["tier"]) == {1, 2, 3}
+    assert not set(ts["train"]["task"]) & set(ts["heldout"]["task"])
+    for row in ts["train"]:
+        task = json.loads(row["task"])
+        letters = [k for k, _ in task["facts"]]
+        assert task["asked"] == letters[0]
+        hidden = set(letters) - set(task["shown"])
+        assert {1: not hidden, 2: hidden and task["asked"] not in hidden, 3: hidden == {task["asked"]}}[row["tier"]]
+
+
+def test_prompts_help_and_cost():
+    env = make(cost_per_char=0.02)
+    seen, r = play(env, TASK_HARD, [" F=1", " #1"])
+    assert seen[0].role == "thinker" and seen[0].text == "Facts: F=1 C=3 A=7. Q: F?\nT:"
+    assert seen[1].role == "solver" and seen[1].text == "Facts: F=? C=3 A=7. Q: F?\nT: F=1\nA:"
+    assert r.success and r.reward == pytest.approx(1 - 0.06)
+    assert r.info["msg_help"] and not r.info["msg_silent"] and r.info["hard"]
+    # the Thinker's cost is its own turn reward
+    ep = env.new_episode(TASK_HARD, random.Random(0))
+    ep.start()
+    assert ep.step(" F=1").reward == pytest.approx(-0.06)
+
+
+def test_message_classes():
+    assert classify("", "F", 1) == "silent" and classify("  ", "F", 1) == "silent"
+    assert classify(" F=1", "F", 1) == "help" and classify("F = 1 ", "F", 1) == "help"
+    assert classify(" F=4", "F", 1) == "wrong" and classify(" 4", "F", 1) == "wrong" and classify("1", "F", 1) == "help"
+    assert classify(" C=3", "F", 1) == "other" and classify("blah", "F", 1) == "other"
+
+
+def test_garbage_never_raises():
+    env = make()
+    for garbage in ["", "\x00\x01", "F=", "#", "the answer", " #x", "F=1 F=2", "-3"]:
+        seen, r = play(env, TASK_EASY, [garbage, garbage])
+        assert r.reward <= 1.0
+    _, r = play(env, TASK_EASY, ["hello", "no answer"])
+    assert not r.success and [e.kind for e in r.events] == ["invalid_action"]
+    ep = env.new_episode(TASK_EASY, random.Random(0))
+    ep.start()
+    assert [e.kind for e in ep.step("hello").events] == ["invalid_action"]
+    assert ep.step(" #1").success  # an unreadable message is passed on; the Solver still answers
+
+
+def test_variants():
+    env = make()
+    seen, r = play(env, TASK_HARD, [" #1"], variant="solo")
+    assert [o.role for o in seen] == ["solver"] and seen[0].text.endswith("T:\nA:") and r.success
+    seen, r = play(env, TASK_HARD, [" F=1", " #5"], variant="empty_guidance")
+    assert seen[1].text == "Facts: F=? C=3 A=7. Q: F?\nT:\nA:" and not r.success and r.info["msg_help"]
+    seen, r = play(env, TASK_HARD, [" #4", " F=1", " #1"], variant="paired")
+    assert [o.role for o in seen] == ["solver", "thinker", "solver"]
+    assert seen[0].text.endswith("T:\nA:") and seen[2].text.endswith("T: F=1\nA:") and seen[2].new_context
+    assert r.info["help"] and not r.info["hurt"] and r.info["contribution"] == 1 and r.success
+    _, r = play(env, TASK_EASY, [" #1", " F=4", " #4"], variant="paired")
+    assert r.info["hurt"] and r.info["contribution"] == -1
+    with pytest.raises(ValueError):
+        env.new_episode(TASK_EASY, random.Random(0), "nope")
+
+
+def test_demonstrator_mix_and_solver():
+    env = make(expert_help=0.5, expert_silent=0.3, expert_wrong=0.2)
+    kinds, solved = [], {1: [], 3: []}
+    for seed in range(2000):
+        for tier, task in ((1, TASK_EASY), (3, TASK_HARD)):
+            ep = env.new_episode(task, random.Random(seed))
+            obs, r = ep.start(), None
+            while obs is not None:
+                r = ep.step(ep.expert_action())
+                obs = r.next
+            solved[tier].append(r.success)
+            if tier == 1:
+                kinds.append(next(k for k in ("help", "wrong", "silent") if r.info[f"msg_{k}"]))
+    assert abs(kinds.count("help") / 2000 - 0.5) < 0.04 and abs(kinds.count("wrong") / 2000 - 0.2) < 0.03
+    assert all(solved[1])  # easy: the Solver answers from what it sees, whatever the Thinker says
+    # hard: right when the Thinker helps, else a 1-in-10 guess
+    assert abs(sum(solved[3]) / 2000 - (0.5 + 0.5 * 0.1)) < 0.04
+    with pytest.raises(ValueError):
+        make(expert_help=0.9, expert_silent=0.3, expert_wrong=0.2)
