@@ -1,0 +1,153 @@
+"""CCPO's pure formulas (v2 event bonus, v1 running statistics) and its hooks (solo plays, role alternation)."""
+
+import math
+
+import pytest
+
+from common.batch import build_rows
+from common.episode import Episode, Group, Turn
+from replications.ccpo.method import CCPO, CCPOConfig, V1Credit, v2_rewards
+
+
+# ---- v2 -----------------------------------------------------------------------------------------
+def test_v2_helped_when_solo_mostly_fails():
+    rt, rs = v2_rewards([1, -1, 1, -1], [-1, -1, -1, 1], bonus=0.2)  # b = -0.5
+    assert rt.tolist() == pytest.approx([1.2, -1, 1.2, -1])
+    assert rs.tolist() == [1, -1, 1, -1]
+
+
+def test_v2_hurt_when_solo_mostly_succeeds():
+    rt, rs = v2_rewards([1, -1, -1, 1], [1, 1, 1, -1], bonus=0.2)  # b = 0.5
+    assert rt.tolist() == pytest.approx([1, -1.2, -1.2, 1])
+    assert rs.tolist() == [1, -1, -1, 1]
+
+
+def test_v2_no_event_when_baseline_agrees_or_is_zero():
+    assert v2_rewards([1, 1], [1, 1])[0].tolist() == [1, 1]  # b > 0, joint right: no bonus
+    assert v2_rewards([-1, -1], [-1, -1])[0].tolist() == [-1, -1]  # b < 0, joint wrong: no penalty
+    assert v2_rewards([1, -1], [1, -1])[0].tolist() == [1, -1]  # b = 0: neither event
+    assert v2_rewards([1, -1], [-1, -1], bonus=0.5)[0].tolist() == [1.5, -1]  # bonus weight
+
+
+# ---- v1 -----------------------------------------------------------------------------------------
+def test_v1_no_normalization_before_min_samples():
+    c = V1Credit(min_samples=10)
+    for _ in range(3):  # 0, 4, 8 samples seen before these batches: raw delta and raw joint
+        r1, r2 = c.rewards([1, 0, 1, 1], [0, 0, 1, 0])
+        assert r1.tolist() == [1, 0, 0, 1] and r2.tolist() == [1, 0, 1, 1]
+    assert c.n_seen == 12 and c.warm
+    r1, _ = c.rewards([1, 0, 1, 1], [0, 0, 1, 0])
+    assert all(abs(x) < 1 for x in r1) and r1.tolist() != [1, 0, 0, 1]
+
+
+def test_v1_ema_uses_only_previous_batches():
+    c = V1Credit(decay=0.9, min_samples=1, eps=1e-6)
+    c.rewards([1, 0], [0, 0])  # delta [1, 0]: first batch initializes mean 0.5, var 0.25
+    assert c.delta.mean == pytest.approx(0.5) and c.delta.var == pytest.approx(0.25)
+    r1, _ = c.rewards([1, 1], [0, 1])  # delta [1, 0] again, normalized with the first batch's stats only
+    assert r1.tolist() == pytest.approx([math.tanh(0.5 / (0.5 + 1e-6)), math.tanh(-0.5 / (0.5 + 1e-6))])
+    # then folded in: mean 0.9*0.5 + 0.1*0.5, var 0.9*0.25 + 0.1*0.25
+    assert c.delta.mean == pytest.approx(0.5) and c.delta.var == pytest.approx(0.25)
+    c.rewards([1, 1, 1, 1], [0, 0, 0, 0])  # delta mean 1, var 0
+    assert c.delta.mean == pytest.approx(0.9 * 0.5 + 0.1 * 1.0) and c.delta.var == pytest.approx(0.9 * 0.25)
+    # an element's reward does not depend on the other elements of its own batch
+    a, b = V1Credit(min_samples=1), V1Credit(min_samples=1)
+    for x in (a, b):
+        x.rewards([1, 0, 1], [0, 0, 1])
+    assert a.rewards([1, 0, 0], [0, 1, 1])[0][0] == b.rewards([1, 1, 1], [0, 0, 0])[0][0]
+
+
+def test_v1_gate_direction():
+    helps, hurts = V1Credit(min_samples=1), V1Credit(min_samples=1)
+    helps.rewards([1, 1, 1, 0], [0, 0, 1, 0])  # mean delta > 0: the Thinker helps on average
+    hurts.rewards([0, 0, 1, 0], [1, 1, 1, 0])
+    assert helps.gate() > 0.5 > hurts.gate()
+    # the Solver's reward then follows its joint outcome more than its solo one
+    _, r2 = helps.rewards([1, 0], [0, 1])
+    assert r2[0] > r2[1]
+    _, r2 = hurts.rewards([1, 0], [0, 1])  # equal joint and solo stds here: the solo side wins when g < 0.5
+    assert r2[1] > r2[0]
+
+
+def test_v1_state_round_trip():
+    a = V1Credit(min_samples=1)
+    a.rewards([1, 0, 1], [0, 0, 1])
+    b = V1Credit(min_samples=1)
+    b.load_state_dict(a.state_dict())
+    assert a.rewards([1, 0], [0, 1])[0].tolist() == b.rewards([1, 0], [0, 1])[0].tolist()
+
+
+# ---- the method's hooks ------------------------------------------------------------------------
+class _Env:
+    name, roles = "thinker_solver", ("thinker", "solver")
+
+    def variants(self):
+        return ("main", "solo")
+
+
+class _Run:
+    scale = "cpu"
+
+
+def method(**kw):
+    m = CCPO(CCPOConfig(**kw), _Run(), _Env())
+    m.validate()
+    return m
+
+
+def test_role_alternation_schedule():
+    m = method(alternate_every=10)
+    assert [m.trainable_roles(s) for s in (0, 9, 10, 19, 20)] == [{"thinker"}, {"thinker"}, {"solver"}, {"solver"}, {"thinker"}]
+    assert method(alternate_every=3, first_role="solver").trainable_roles(3) == {"thinker"}
+    assert method(alternate_every=0).trainable_roles(5) is None
+    with pytest.raises(ValueError):
+        method(credit="v3")
+    with pytest.raises(ValueError):
+        method(thinker_role="nobody")
+
+
+def _episode(reward, success, trainable=True):
+    e = Episode("t", 1, counts_for_training=trainable, tag="main" if trainable else "solo")
+    if trainable:
+        e.turns.append(Turn("thinker", "thinker", [1], [2], [-0.1], " F=1"))
+    e.turns.append(Turn("solver", "solver", [1], [3], [-0.1], " #1", trainable=trainable))
+    e.reward, e.success = reward, success
+    return e
+
+
+def test_credit_v2_and_solo_plays_never_trained():
+    m = method(credit="v2", alternate_every=1)
+    joint = [_episode(1.0, True), _episode(0.0, False)]
+    solo = [_episode(0.0, False, trainable=False), _episode(0.0, False, trainable=False)]
+    g = Group("t", 3, joint, extra={"solo": solo})
+    metrics = m.credit([g], step=0)
+    # rewards ±1: joint [1, -1], b = -1: the success is a help event -> Thinker [1.2, -1], centered
+    assert [e.turns[0].advantage for e in joint] == pytest.approx([1.1, -1.1])
+    assert [e.turns[1].advantage for e in joint] == pytest.approx([1.0, -1.0])
+    assert metrics["help_rate"] == 0.5 and metrics["hurt_rate"] == 0.0
+    rows = build_rows(g.all_episodes(), m.trainable_roles(0))
+    assert {r.role for r in rows} == {"thinker"} and all(r.episode in joint for r in rows)
+    assert {r.role for r in build_rows(g.all_episodes(), m.trainable_roles(1))} == {"solver"}
+
+
+def test_paper_scales_refuse_without_models_and_data(tmp_path):
+    from common.run import resolve
+    from replications import METHODS
+    from replications.run import compose
+
+    for scale in ("paper", "paper_v2"):
+        cfg = compose("ccpo", [f"scale={scale}", f"out_dir={tmp_path}", f"work_dir={tmp_path}"])
+        with pytest.raises(ValueError, match="model.path"):
+            resolve(cfg, METHODS)
+        cfg = compose("ccpo", [f"scale={scale}", f"model.path={tmp_path}", f"out_dir={tmp_path}", f"work_dir={tmp_path}"])
+        with pytest.raises(ValueError, match="paper_data"):
+            resolve(cfg, METHODS)
+    assert compose("ccpo", ["scale=paper_v2"]).trainer.group_size == 16
+
+
+def test_cpu_scale_arms_compose():
+    from replications.replicate import plan
+
+    cells = plan("ccpo", "cpu")
+    assert {c.arm for c in cells} == {"grpo", "ccpo-v1", "ccpo-v2"} and len(cells) == 9
+    assert {c.env for c in cells} == {"thinker_solver"}
