@@ -3,8 +3,10 @@
 from common.method import Method
 from replications.ccpo.method import CCPO
 from replications.grpo.method import GRPO
+from replications.sharp.method import SHARP
 
 METHODS: dict[str, type[Method]] = {
     "grpo": GRPO,
     "ccpo": CCPO,
+    "sharp": SHARP,
 }

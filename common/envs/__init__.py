@@ -3,10 +3,12 @@
 from common.envs.arith import ArithEnv
 from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
 from common.envs.thinker_solver import ThinkerSolverEnv
+from common.envs.toolplan import ToolPlanEnv
 from common.envs.voting import VotingEnv
 
 ENVS: dict[str, type[Environment]] = {
     "arith": ArithEnv,
+    "toolplan": ToolPlanEnv,
     "thinker_solver": ThinkerSolverEnv,
     "voting": VotingEnv,
 }
