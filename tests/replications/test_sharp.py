@@ -1,0 +1,224 @@
+"""SHARP's pure formulas against hand-computed games, its credit hook on hand-made groups, and its configs."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from common.credit import grpo
+from common.episode import Episode, Group, Turn
+from replications.sharp.method import (
+    SHARP,
+    SHARPConfig,
+    agent_rewards,
+    leave_one_out,
+    per_agent_advantages,
+    shapley_values,
+    shapley_values_mc,
+)
+
+
+def glove(s):  # player 1 holds a left glove, players 2 and 3 a right glove each: a pair is worth 1
+    return float(1 in s and (2 in s or 3 in s))
+
+
+def unanimity(t):
+    return lambda s: float(set(t) <= s)
+
+
+def weighted_vote(weights, quota):
+    return lambda s: float(sum(weights[p] for p in s) >= quota)
+
+
+def test_glove_game_by_hand():
+    phi = shapley_values([1, 2, 3], glove)
+    assert phi[1] == pytest.approx(2 / 3) and phi[2] == pytest.approx(1 / 6) and phi[3] == pytest.approx(1 / 6)
+    # leave-one-out gives the redundant right-glove holders nothing, the left-glove holder everything
+    assert leave_one_out([1, 2, 3], glove) == {1: 1.0, 2: 0.0, 3: 0.0}
+
+
+def test_unanimity_game_splits_equally():
+    phi = shapley_values("abcd", unanimity("abc"))
+    assert phi == pytest.approx({"a": 1 / 3, "b": 1 / 3, "c": 1 / 3, "d": 0.0})
+
+
+def test_two_player_game_by_hand():
+    v = {frozenset(): 0.0, frozenset({0}): 0.25, frozenset({1}): 0.25, frozenset({0, 1}): 1.0}
+    assert shapley_values([0, 1], v.__getitem__) == pytest.approx({0: 0.5, 1: 0.5})
+    assert leave_one_out([0, 1], v.__getitem__) == pytest.approx({0: 0.75, 1: 0.75})
+
+
+def test_axioms():
+    players = [0, 1, 2, 3]
+    rng = np.random.default_rng(0)
+    table = {frozenset(c): float(rng.normal()) for r in range(5) for c in itertools.combinations(players, r)}
+    v = table.__getitem__
+    phi = shapley_values(players, v)
+    # efficiency
+    assert sum(phi.values()) == pytest.approx(v(frozenset(players)) - v(frozenset()))
+    # symmetry: 1 and 2 interchangeable in w
+    w = lambda s: float(len(s & {1, 2}) >= 1) + 2.0 * (0 in s)  # noqa: E731
+    pw = shapley_values(players, w)
+    assert pw[1] == pytest.approx(pw[2]) and pw[3] == pytest.approx(0.0)
+    # null player: adding a player who changes nothing gets 0 and leaves the others unchanged
+    null = shapley_values([*players, 9], lambda s: v(s - {9}))
+    assert null[9] == pytest.approx(0.0) and all(null[p] == pytest.approx(phi[p]) for p in players)
+    # additivity
+    both = shapley_values(players, lambda s: v(s) + w(s))
+    assert all(both[p] == pytest.approx(phi[p] + pw[p]) for p in players)
+
+
+def test_each_coalition_is_evaluated_once():
+    calls = []
+    shapley_values(range(4), lambda s: calls.append(s) or float(len(s)))
+    assert len(calls) == 2**4 and len(set(calls)) == 2**4
+
+
+def test_monte_carlo_within_its_stated_error_on_six_players():
+    players = list(range(6))
+    game = weighted_vote([4, 3, 2, 2, 1, 1], quota=7)
+    v = lambda s: game(s) + 0.1 * len(s)  # noqa: E731
+    exact = shapley_values(players, v)
+    phi, stderr = shapley_values_mc(players, v, permutations=400, seed=0)
+    for p in players:
+        assert 0 < stderr[p] < 0.05
+        assert abs(phi[p] - exact[p]) <= 4 * stderr[p], (p, phi[p], exact[p], stderr[p])
+    # the error shrinks as 1/sqrt(permutations)
+    _, se_big = shapley_values_mc(players, v, permutations=1600, seed=1)
+    assert np.mean(list(se_big.values())) == pytest.approx(np.mean(list(stderr.values())) / 2, rel=0.25)
+    # an additive game has no sampling error at all
+    phi_add, se_add = shapley_values_mc(players, lambda s: float(sum(s)), permutations=5, seed=3)
+    assert phi_add == pytest.approx({p: float(p) for p in players}) and all(x == 0 for x in se_add.values())
+
+
+def test_agent_rewards_sum():
+    r = agent_rewards(1.0, {0: 0.5, 1: -0.1}, {0: 1.0}, lambda_s=0.9, lambda_p=0.1)
+    assert r == pytest.approx({0: 1.0 + 0.45 + 0.1, 1: 1.0 - 0.09})
+
+
+def test_per_agent_normalization_on_a_hand_made_group():
+    rewards = [{"planner": 1.0, "worker_0": 2.0, "worker_1": 0.0},
+               {"planner": 0.0, "worker_0": 0.0, "worker_1": 0.0},
+               {"planner": 0.0}]  # a malformed plan: no workers in this rollout
+    adv = per_agent_advantages(rewards, grpo)
+    # planner: rewards (1, 0, 0): mean 1/3, sample std sqrt(1/3)
+    s = math.sqrt(1 / 3)
+    assert adv[0]["planner"] == pytest.approx((2 / 3) / s, rel=1e-5)
+    assert adv[1]["planner"] == pytest.approx((-1 / 3) / s, rel=1e-5)
+    # worker_0 over the two rollouts that have it: (2, 0) -> +-1/sqrt(2); worker_1 constant -> 0
+    assert adv[0]["worker_0"] == pytest.approx(1 / math.sqrt(2), rel=1e-5)
+    assert adv[1]["worker_0"] == pytest.approx(-1 / math.sqrt(2), rel=1e-5)
+    assert adv[0]["worker_1"] == 0.0 and adv[1]["worker_1"] == 0.0 and set(adv[2]) == {"planner"}
+
+
+# ---- the credit hook on hand-made episodes --------------------------------------------------------
+def episode(answer, results, kinds, truth=("Q", "F")):
+    ep = Episode("t0", 2)
+    for role in ("planner", "worker", "worker", "planner"):
+        ep.turns.append(Turn(role, "policy", [1], [2], [-0.1], "x"))
+    ep.reward = float(list(answer) == list(truth))
+    ep.info = {"record": {"truth": list(truth), "results": list(results), "answer": list(answer), "tool_kinds": list(kinds)},
+               "slot_accuracy": sum(a == t for a, t in zip(answer, truth, strict=True)) / 2}
+    return ep
+
+
+def group():
+    return [Group("t0", 2, [episode(["Q", "F"], ["Q", "F"], ["value", "value"]),
+                            episode(["Q", "X"], ["Q", "X"], ["value", "distractor"]),
+                            episode(["Q", "ERR"], ["Q", "ERR"], ["value", "error"])])]
+
+
+class _Env:
+    name = "toolplan"
+
+    @staticmethod
+    def replay(record, masked):
+        from common.envs.toolplan import replay
+
+        return replay(record, masked)
+
+
+class _Run:
+    scale = "cpu"
+
+
+def sharp(credit):
+    m = SHARP(SHARPConfig(credit=credit), _Run(), _Env())
+    m.validate()
+    return m
+
+
+def test_credit_exact_by_hand():
+    groups = group()
+    metrics = sharp("exact").credit(groups, step=0)
+    # v: ep0 v({0})=v({1})=0.25, v(M)=1 -> phi=(0.5, 0.5); ep1, ep2: v({0})=0.25, v({1})=0, v(M)=0.25 -> (0.25, 0)
+    r_w0 = [1 + 0.9 * 0.5 + 0.1, 0 + 0.9 * 0.25 + 0.1, 0 + 0.9 * 0.25 + 0.1]
+    r_w1 = [1 + 0.9 * 0.5 + 0.1, 0 + 0.0 + 0.1, 0.0]  # the distractor's result looks valid; the error's does not
+    a_w0, a_w1, a_pl = grpo(np.array(r_w0)), grpo(np.array(r_w1)), grpo(np.array([1.0, 0.0, 0.0]))
+    for i, ep in enumerate(groups[0].episodes):
+        assert [t.advantage for t in ep.turns] == pytest.approx([a_pl[i], a_w0[i], a_w1[i], a_pl[i]])
+    assert metrics["rescores"] == 3 * 4 and metrics["rescores_total"] == 12
+    assert metrics["distractor_rate"] == pytest.approx(1 / 6)
+    # the right tool call gets more credit than the distractor within the failed episodes
+    assert groups[0].episodes[1].turns[2].advantage > groups[0].episodes[2].turns[2].advantage
+
+
+def test_credit_loo_differs_from_exact_on_joint_success():
+    groups = group()
+    sharp("loo").credit(groups, step=0)
+    r_w0 = [1 + 0.9 * 0.75 + 0.1, 0 + 0.9 * 0.25 + 0.1, 0 + 0.9 * 0.25 + 0.1]
+    assert [ep.turns[1].advantage for ep in groups[0].episodes] == pytest.approx(list(grpo(np.array(r_w0))))
+
+
+def test_credit_broadcast_is_grpo():
+    groups = group()
+    metrics = sharp("broadcast").credit(groups, step=0)
+    adv = grpo(np.array([1.0, 0.0, 0.0]))
+    for i, ep in enumerate(groups[0].episodes):
+        assert all(t.advantage == pytest.approx(adv[i]) for t in ep.turns)
+    assert metrics["rescores"] == 0
+
+
+def test_credit_mc_logs_its_error():
+    metrics = sharp("mc").credit(group(), step=0)
+    assert "mc_stderr_mean" in metrics and metrics["rescores"] <= 12
+
+
+def test_bad_settings_are_errors():
+    with pytest.raises(ValueError, match="method.credit"):
+        sharp("shapley")
+
+    class NoReplay:
+        name = "arith"
+
+    with pytest.raises(ValueError, match="replay"):
+        SHARP(SHARPConfig(credit="exact"), _Run(), NoReplay()).validate()
+    SHARP(SHARPConfig(credit="broadcast"), _Run(), NoReplay()).validate()
+
+
+# ---- configs --------------------------------------------------------------------------------------
+def test_every_cpu_cell_composes_and_resolves():
+    from replications.replicate import plan, validate_cells
+
+    cells = plan("sharp", "cpu")
+    assert len(cells) == 18 and {c.env for c in cells} == {"toolplan-k2", "toolplan-k4"}
+    cfgs = validate_cells(cells)
+    budgets = {(c.trainer.steps, c.trainer.tasks_per_step, c.trainer.group_size, c.trainer.lr, c.sft.steps) for c in cfgs}
+    assert len(budgets) == 1  # every arm gets the same budget
+
+
+def test_paper_scale_refuses_without_model_or_data(tmp_path):
+    from common.run import resolve
+    from replications import METHODS
+    from replications.run import compose
+
+    cfg = compose("sharp", ["scale=paper"])
+    assert cfg.trainer.group_size == 8 and cfg.method["lambda_s"] == 0.9 and cfg.model.hf_id == "Qwen/Qwen3-8B"
+    with pytest.raises(ValueError, match="Qwen/Qwen3-8B"):
+        resolve(cfg, METHODS)
+    model = tmp_path / "qwen"
+    model.mkdir()
+    cfg = compose("sharp", ["scale=paper", f"model.path={model}"])
+    with pytest.raises(ValueError, match="paper_data"):
+        resolve(cfg, METHODS)
