@@ -77,7 +77,7 @@ class RLModule(L.LightningModule):
     def train_dataloader(self) -> DataLoader:
         return DataLoader(_Steps(self), batch_size=None, num_workers=0)
 
-    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
         full = super().state_dict(*args, **kwargs)
         return {k: v for k, v in full.items() if "lora_" in k}
 
@@ -181,7 +181,7 @@ class RLModule(L.LightningModule):
 
     def update(self, rows: list[Row], step: int) -> dict[str, float]:
         t, kl = self.cfg.trainer, self.cfg.trainer.kl
-        opt = self.optimizers()
+        opt: Any = self.optimizers()
         single_update = t.ppo_epochs == 1 and t.minibatches == 1
         pad = self.policy.tokenizer.pad_token_id
         rng = np.random.default_rng(derive_seed(self.cfg.seed, step, "minibatches"))
@@ -215,6 +215,7 @@ class RLModule(L.LightningModule):
                             elif kl.placement == "reward":
                                 ref = padded([r.ref_logprobs.tolist() for r in chunk], width)  # type: ignore[union-attr]
                                 stats["kl"].append(float((kl_estimate(logp.detach(), ref, kl.estimator) * mask).sum() / mask.sum()))
+                            assert scored.entropy_B_T is not None
                             if t.entropy_coef > 0:
                                 per_token = per_token - t.entropy_coef * scored.entropy_B_T
                             loss = aggregate(per_token, mask, t.loss_agg, n_tokens, n_rows)
