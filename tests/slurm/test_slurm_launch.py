@@ -1,0 +1,112 @@
+"""Launch checks that need no cluster: job shape vs trainer settings, and --dry-run scripts."""
+
+import re
+
+import pytest
+
+from slurm.launch import job_shape
+from slurm.profiles import load_profile
+
+
+class _Cell:
+    def __init__(self, name):
+        self.name = name
+
+
+def _cfg(accelerator="cpu", devices=1, num_nodes=1):
+    return {"trainer": {"accelerator": accelerator, "devices": devices, "num_nodes": num_nodes}}
+
+
+def test_shape_is_one_task_per_device():
+    gpu = load_profile("slurm-gpu", {"nodes": 2})
+    shape = job_shape(gpu, [_Cell("a"), _Cell("b")], [_cfg("gpu", 8, 2)] * 2)
+    assert (shape.nodes, shape.tasks_per_node, shape.gpus_per_node) == (2, 8, 8)
+    assert job_shape(load_profile("local"), [_Cell("a")], [_cfg()]).tasks_per_node == 1
+
+
+@pytest.mark.parametrize("profile, overrides, cfg, message", [
+    ("slurm-gpu", {}, _cfg("gpu", 4, 1), r"trainer.devices=4 but profile slurm-gpu has gpus_per_node=8"),
+    ("slurm-gpu", {}, _cfg("gpu", 8, 2), r"trainer.num_nodes=2 but profile slurm-gpu has nodes=1.*REPLICATE_SLURM_NODES=2"),
+    ("slurm-gpu", {"nodes": 2}, _cfg("gpu", 8, 1), r"trainer.num_nodes=1 but profile slurm-gpu has nodes=2"),
+    ("slurm-gpu", {}, _cfg("cpu", 8, 1), r"trainer.accelerator=cpu"),
+    ("slurm", {}, _cfg("gpu", 1, 1), r"trainer.accelerator=gpu but profile slurm has no GPUs"),
+    ("slurm", {}, _cfg("cpu", "auto", 1), r"trainer.devices='auto'"),
+])
+def test_a_mismatch_is_refused(profile, overrides, cfg, message):
+    with pytest.raises(ValueError, match=message):
+        job_shape(load_profile(profile, overrides), [_Cell("grpo/arith/grpo/seed-0")], [cfg])
+
+
+def test_cells_of_one_array_share_their_shape():
+    with pytest.raises(ValueError, match="must share their resources"):
+        job_shape(load_profile("slurm"), [_Cell("a"), _Cell("b")], [_cfg(devices=1), _cfg(devices=2)])
+
+
+@pytest.fixture
+def paper_args(tmp_path):
+    model = tmp_path / "deepseek-math-7b-instruct"  # validation only checks the folder exists
+    model.mkdir()
+    return ["--method", "grpo", "--scale", "paper", "--cluster", "slurm", "--profile", "slurm-gpu", "--dry-run",
+            f"model.path={model}", f"out_dir={tmp_path / 'out'}", f"work_dir={tmp_path / 'work'}"]
+
+
+def test_dry_run_of_a_two_node_eight_gpu_paper_cell(paper_args, tmp_path, monkeypatch, capsys):
+    from replications.replicate import main
+
+    monkeypatch.setenv("REPLICATE_SLURM_NODES", "2")
+    monkeypatch.setenv("REPLICATE_SLURM_PARTITION", "gpu")
+    rc = main([*paper_args, "trainer.devices=8", "trainer.num_nodes=2"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    script = out.split("#!/bin/bash", 1)[1].split("# [0]", 1)[0]
+    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8", "#SBATCH --gpus-per-node=8",
+                 "#SBATCH --partition=gpu", "#SBATCH --array=0-2%3", "#SBATCH --signal=USR2@300",
+                 "#SBATCH --requeue", "#SBATCH --time=1440", "#SBATCH --cpus-per-task=8"):
+        assert line in script, f"{line!r} missing from\n{script}"
+    assert re.search(r"^srun --unbuffered .* -m submitit\.core\._submit ", script, re.M), script
+    assert script.index("# setup") < script.index("srun")
+    # the resolved config of every cell follows the script
+    assert out.count("# overrides: scale=paper") == 3
+    assert "  devices: 8\n  num_nodes: 2\n" in out and "  accelerator: gpu\n" in out
+    assert not (tmp_path / "work" / "launches").exists()  # a dry run submits and records nothing
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["trainer.devices=4"], "trainer.devices=4 but profile slurm-gpu has gpus_per_node=8"),
+    (["trainer.devices=8", "trainer.num_nodes=2"], "trainer.num_nodes=2 but profile slurm-gpu has nodes=1"),
+])
+def test_mismatch_is_refused_before_submission(paper_args, tmp_path, capsys, extra, message):
+    from replications.replicate import main
+
+    rc = main([a for a in paper_args if a != "--dry-run"] + extra)  # a real launch, refused
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err, err
+    assert "nothing submitted" in err
+    assert not (tmp_path / "work" / "launches").exists()
+
+
+def test_cell_job_requeues_the_same_cell_and_forces_only_once(tmp_path, monkeypatch):
+    """checkpoint() (submitit's USR2 handler) resubmits the same cell; a requeued attempt of the job
+    that FORCE=1-restarted a run resumes it instead of restarting it again."""
+    import json
+
+    import replications.replicate as replicate
+    from replications.replicate import Cell
+    from slurm.launch import CellJob
+
+    seen = []
+    monkeypatch.setattr(replicate, "run_cell", lambda cell: seen.append(cell.overrides) or {"status": "done"})
+    cell = Cell("grpo", "arith", "grpo", 0, "smoke", ("scale=smoke", "force=true"), str(tmp_path), str(tmp_path))
+    job = CellJob(cell)
+    again = job.checkpoint()
+    assert isinstance(again.function, CellJob) and again.function.cell == cell and not again.args
+
+    monkeypatch.setenv("SLURM_JOB_ID", "41")
+    job()  # first attempt: no manifest yet, FORCE applies
+    cell.run_dir.mkdir(parents=True)
+    (cell.run_dir / "manifest.json").write_text(json.dumps({"slurm": {"slurm_job_id": "41"}}))
+    again.function()  # requeued attempt of job 41: resume what it restarted
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    job()  # another job (a new FORCE=1 launch) restarts it again
+    assert seen == [("scale=smoke", "force=true", "progress=false"), ("scale=smoke", "progress=false"),
+                    ("scale=smoke", "force=true", "progress=false")]
