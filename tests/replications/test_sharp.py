@@ -222,3 +222,17 @@ def test_paper_scale_refuses_without_model_or_data(tmp_path):
     cfg = compose("sharp", ["scale=paper", f"model.path={model}"])
     with pytest.raises(ValueError, match="paper_data"):
         resolve(cfg, METHODS)
+
+
+# ---- the claims table ---------------------------------------------------------------------------
+def test_gap_growth_and_verdicts():
+    from replications.sharp.claims import gap_growth, verdict
+
+    runs = {(2, "sharp-exact"): [{"final": x} for x in (0.6, 0.62, 0.61)], (2, "grpo"): [{"final": x} for x in (0.58, 0.6, 0.59)],
+            (4, "sharp-exact"): [{"final": x} for x in (0.5, 0.52, 0.51)], (4, "grpo"): [{"final": x} for x in (0.2, 0.22, 0.21)]}
+    m, lo, hi = gap_growth(runs, 2, 4)
+    assert m == pytest.approx(0.28) and lo > 0 and lo <= m <= hi
+    assert verdict((m, lo, hi)) == "holds"
+    assert verdict((0.1, -0.1, 0.3)) == "inconclusive" and verdict((-0.1, -0.2, 0.0)) == "does not hold"
+    assert verdict((-0.1, -0.2, -0.05), sign=-1) == "holds"
+    assert verdict(gap_growth({}, 2, 4)) == "not enough runs"
