@@ -1,0 +1,189 @@
+"""What every part of the benchmark shares: the setting, the model and tokenizer, the prompts, the
+eager minimal work of one step, the machine's matmul rate, and FLOP counts.
+
+The single-turn workload is `arith` (single mode) with no stop string: each completion runs to EOS
+or `max_new_tokens`, so our trainer and TRL's generate the same kind of text from the same prompts
+(TRL has no stop strings in its GRPO loop).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from common.config import ModelConfig, SFTConfig
+from common.envs.arith import ArithConfig, ArithEnv
+
+CONF = Path(__file__).resolve().parents[1] / "common" / "conf"
+
+
+@dataclass
+class Setting:
+    """One benchmark cell: the same for our trainer, TRL's and the minimal work."""
+
+    model: str = "tiny"  # common/conf/model/<model>.yaml
+    tasks_per_step: int = 16  # prompts per step
+    group_size: int = 8  # completions per prompt
+    max_new_tokens: int = 16  # completion length (EOS may end one earlier)
+    temperature: float = 1.0
+    lr: float = 1e-3
+    kl_coef: float = 0.0  # > 0: KL (k3) in the loss, so reference logprobs are computed
+    precision: str = "32"  # 32 | bf16 (autocast)
+    threads: int = 0  # torch threads; 0 = all cores
+    seed: int = 0
+    device: str = "cpu"  # cpu | cuda (bench/gpu.sh)
+    engine: str = "hf"  # our engine: hf | vllm (GPU); TRL then also generates with vLLM (colocated)
+    work_dir: str = ".cache/bench"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class BenchArith(ArithEnv):
+    """`arith` without a stop string: completions end at EOS or the length limit."""
+
+    stop = ()
+
+
+def model_config(name: str) -> ModelConfig:
+    data = OmegaConf.to_container(OmegaConf.load(CONF / "model" / f"{name}.yaml"))
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), data))  # type: ignore[return-value]
+
+
+def bench_env() -> BenchArith:
+    data = OmegaConf.to_container(OmegaConf.load(CONF / "env" / "arith.yaml"))
+    return BenchArith(ArithConfig(**data))  # type: ignore[arg-type]
+
+
+def base_model(s: Setting) -> tuple[Any, Any]:
+    """Tokenizer and randomly initialised base model (built once, cached under work_dir)."""
+    from common.policy import warm_started_base
+
+    tok, model, _ = warm_started_base(model_config(s.model), SFTConfig(enabled=False), bench_env(), s.seed, s.work_dir)
+    return tok, model
+
+
+def model_folder(s: Setting) -> str:
+    """The cache folder of the base model and tokenizer (loadable with from_pretrained)."""
+    from common.policy import warm_started_base
+
+    _, _, info = warm_started_base(model_config(s.model), SFTConfig(enabled=False), bench_env(), s.seed, s.work_dir)
+    return str(Path(s.work_dir) / "warmstart" / info["key"])
+
+
+def step_prompts(s: Setting, steps: int) -> list[list[dict[str, Any]]]:
+    """The tasks of each step, drawn exactly as our trainer draws them (GRPO's `tasks` hook)."""
+    import random
+
+    from common.config import RunConfig, TrainerConfig
+    from common.method import Method, MethodConfig
+    from common.rollout import derive_seed
+
+    env = bench_env()
+    run = RunConfig(trainer=TrainerConfig(tasks_per_step=s.tasks_per_step))
+    method = Method(MethodConfig(), run, env)
+    pool = env.task_set()["train"]
+    return [method.tasks(pool, k, random.Random(derive_seed(s.seed, k, "tasks"))) for k in range(steps)]
+
+
+def prompt_text(task: dict[str, Any]) -> str:
+    import json
+
+    from common.envs.arith import ArithEpisode
+
+    return ArithEpisode(json.loads(task["task"]), "single").start().text
+
+
+def answer(task: dict[str, Any]) -> int:
+    import json
+
+    from common.envs.arith import ArithEpisode
+
+    return ArithEpisode(json.loads(task["task"]), "single").answer()
+
+
+def autocast(precision: str, device: str = "cpu") -> contextlib.AbstractContextManager[Any]:
+    return torch.autocast(device, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+
+
+def peak_rss_mib() -> float:
+    """Peak resident memory of this process (on a GPU: peak allocated GPU memory)."""
+    import resource
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+
+def summary(times: list[float]) -> dict[str, float]:
+    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "n": len(times)}
+
+
+# ---- the machine's matmul rate ------------------------------------------------------------------
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def matmul_rate(dtype: torch.dtype, n: int = 1024, seconds: float = 1.0, device: str = "cpu") -> float:
+    """Best FLOP/s of an n x n matmul over about `seconds` (the rate MFU is measured against)."""
+    if device == "cuda":
+        n = 8192
+    a, b = torch.randn(n, n, device=device).to(dtype), torch.randn(n, n, device=device).to(dtype)
+    torch.mm(a, b)
+    best, end = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(4):
+            torch.mm(a, b)
+        sync(device)
+        best = max(best, 4 * 2 * n**3 / (time.perf_counter() - t0))
+    return best
+
+
+# ---- FLOP counts ---------------------------------------------------------------------------------
+def forward_flops(config: Any, lora_rank: int, lora_targets: list[str], rows: int, length: int) -> dict[str, float]:
+    """Matmul FLOPs of one forward over rows x length tokens, and of the backward of a LoRA update.
+
+    Forward: 2 x weights per token for every linear layer (base and LoRA) and the LM head, plus
+    attention's two L x L products (SDPA computes the full square). Backward with a frozen base:
+    the activation gradients cost one forward again; LoRA weights also get weight gradients; the
+    attention products have two gradient products each.
+    """
+    h, i = config.hidden_size, config.intermediate_size
+    q = config.num_attention_heads * config.head_dim
+    kv = config.num_key_value_heads * config.head_dim
+    shapes = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+              "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+    layers, tokens = config.num_hidden_layers, rows * length
+    linear = 2 * tokens * layers * sum(a * b for a, b in shapes.values())
+    lora = 2 * tokens * layers * sum(lora_rank * (a + b) for name, (a, b) in shapes.items() if name in lora_targets)
+    head = 2 * tokens * h * config.vocab_size
+    attn = 2 * 2 * rows * length * length * q * layers
+    fwd = linear + lora + head + attn
+    bwd = linear + 2 * lora + head + 2 * attn
+    return {"forward": float(fwd), "backward": float(bwd)}
+
+
+def decode_flops(config: Any, lora_rank: int, lora_targets: list[str], rows: int, prompt: int, new: int) -> float:
+    """Matmul FLOPs of generating `new` tokens for `rows` prompts of length `prompt` with a KV cache."""
+    total = forward_flops(config, lora_rank, lora_targets, rows, prompt)["forward"]
+    for t in range(new):
+        per = forward_flops(config, lora_rank, lora_targets, rows, 1)["forward"]
+        attn_one = 2 * 2 * rows * 1 * 1 * config.num_attention_heads * config.head_dim * config.num_hidden_layers
+        total += per - attn_one + attn_one * (prompt + t + 1)
+    return total

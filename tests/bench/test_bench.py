@@ -1,0 +1,53 @@
+"""The benchmark end to end in a tiny configuration (2 steps per trainer): it runs and writes the
+fields the report is built from. TRL's columns are checked only where TRL is installed."""
+
+import importlib.util
+import json
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+HAVE_TRL = importlib.util.find_spec("trl") is not None
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    from bench.run import main
+
+    out = tmp_path_factory.mktemp("bench")
+    main(["--quick", "--threads", "1", "--out", str(out), "--work-dir", str(out / "work")])
+    return out, json.loads((out / "bench.json").read_text())
+
+
+def test_json_and_table_are_written(result):
+    out, r = result
+    assert (out / "bench.md").read_text().startswith("# Benchmark")
+    assert set(r) >= {"machine", "settings", "matmul_flops", "models", "multiturn", "wall_s"}
+    assert len(r["machine"]["load_average_start"]) == 3 and r["matmul_flops"]["32"] > 0
+
+
+def test_our_trainer_series(result):
+    _, r = result
+    entry = r["models"]["tiny"]
+    assert entry["params"] > 0 and entry["minimal"]["32"]["step"]["median_s"] > 0
+    ours = entry["cells"]["kl=0"]["ours/32"]
+    assert ours["step"]["n"] == 2 and ours["step"]["min_s"] <= ours["step"]["median_s"] <= ours["step"]["max_s"]
+    assert ours["tokens_per_s"] > 0 and ours["peak_rss_mib"] > 0 and 0 < ours["mfu_train"] < 1
+    assert "overhead_over_minimal" in ours and entry["cells"]["kl=0"]["best_ours"] == "ours/32"
+
+
+def test_multiturn_batching(result):
+    _, r = result
+    mt = r["multiturn"]
+    assert mt["batched"]["generated_tokens"] > 0 and mt["one_at_a_time"]["generated_tokens"] > 0
+    assert mt["speedup"] > 0 and mt["episodes"] == 4
+
+
+def test_trl_series(result):
+    if not HAVE_TRL:
+        pytest.skip("TRL is not installed (pip install -c constraints.txt '.[bench]')")
+    _, r = result
+    cell = r["models"]["tiny"]["cells"]["kl=0"]
+    trl = cell["trl/32"]
+    assert trl["step"]["n"] == 2 and trl["tokens_per_s"] > 0 and trl["peak_rss_mib"] > 0
+    assert cell["ratio_ours_over_trl"] > 0
