@@ -177,7 +177,7 @@ class CellState:
 def run_progress(run_dir: Path) -> str:
     """'step 12, attempt 2' from the run directory (cheap: counts metrics lines)."""
     if not run_dir.exists():
-        return "not started"
+        return "no run directory yet"
     metrics = run_dir / "metrics.jsonl"
     steps = sum(1 for line in metrics.read_text().splitlines() if line.strip()) if metrics.exists() else 0
     try:

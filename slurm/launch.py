@@ -248,8 +248,8 @@ def launch(cells: Sequence[Any], profile_name: str | None, wait: bool, dry_run: 
     forced = _forced(cells)
     run_dirs = {label(c): str(Path(c.run_dir).absolute()) for c in cells}
     done = {label(c) for c in cells if not forced and (Path(c.run_dir) / "done").exists()}
-    in_flight = {} if forced or dry_run else find_in_flight(work_dir, {run_dirs[label(c)] for c in cells
-                                                                        if label(c) not in done})
+    # never two jobs on one run directory, FORCE=1 or not: scancel the earlier one to restart a cell
+    in_flight = find_in_flight(work_dir, {run_dirs[label(c)] for c in cells if label(c) not in done})
     todo = [c for c in cells if label(c) not in done and run_dirs[label(c)] not in in_flight]
 
     cell_type = f"{type(cells[0]).__module__}:{type(cells[0]).__qualname__}"
@@ -274,7 +274,14 @@ def launch(cells: Sequence[Any], profile_name: str | None, wait: bool, dry_run: 
             print("error: sbatch/srun not found: run this on a SLURM login node (or start the dev cluster: "
                   "make slurm-up, then PROFILE=local); nothing was submitted", file=sys.stderr)
             return 2
-        submitted = executor.submit_array([CellJob(c, target) for c in todo])
+        try:
+            submitted = executor.submit_array([CellJob(c, target) for c in todo])
+        except Exception as error:  # noqa: BLE001 - sbatch's own message is the useful part
+            shutil.rmtree(record.folder.parent, ignore_errors=True)
+            message = str(error).strip().splitlines()
+            print(f"error: sbatch refused the job array ({profile.describe()}):\n  " + "\n  ".join(message[-5:])
+                  + "\nnothing was submitted; fix the profile (see slurm/README.md) and launch again", file=sys.stderr)
+            return 2
         jobs = {label(c): j.job_id for c, j in zip(todo, submitted, strict=True)}
         record.array_job_id = submitted[0].job_id.split("_")[0]
     for cell in cells:
@@ -285,14 +292,15 @@ def launch(cells: Sequence[Any], profile_name: str | None, wait: bool, dry_run: 
         else:
             record.entries.append(Entry(dataclasses.asdict(cell), name, run_dir, jobs.get(name),
                                         str(record.folder) if name in jobs else None))
-    record.save()
     for entry in record.entries:
         where = "done before this launch" if entry.job_id is None else (
             f"job {entry.job_id}" + ("" if entry.label in jobs else " (queued by an earlier launch)"))
         print(f"[slurm]   {entry.label}: {where}")
-    if todo:
-        print(f"[slurm] submitted job array {record.array_job_id} ({len(todo)} cell(s)); logs in {record.folder.parent}")
-    print(f"[slurm] launch recorded in {record.path}")
+    if todo:  # a launch that submits nothing is not recorded: `make status` keeps showing the last real one
+        record.save()
+        what = f"job array {record.array_job_id} ({len(todo)} cells)" if len(todo) > 1 else f"job {record.array_job_id}"
+        print(f"[slurm] submitted {what}; logs in {record.folder.parent}")
+        print(f"[slurm] launch recorded in {record.path}")
     if not wait:
         print("[slurm] not waiting: `make status` shows progress; `make collect` waits, reports failures and aggregates")
         return 0

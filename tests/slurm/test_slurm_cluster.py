@@ -74,7 +74,7 @@ def test_grpo_smoke_replication_through_slurm(slurm_cluster, tmp_path, warm_cach
     assert "2 done, 0 already queued, 0 to submit" in again.stdout
     assert "| arith | grpo | 2/2 |" in again.stdout
     assert {p: p.stat().st_mtime_ns for p in out.rglob("done")} == done_marks
-    assert all(e.job_id is None for e in Launch.load(launches(work)[-1]).entries)
+    assert launches(work) == [record_path]  # nothing submitted, nothing recorded
 
     status = _run([sys.executable, "-m", "slurm", "status", "--work-dir", str(work), record.id])
     assert status.returncode == 0 and "2/2 done" in status.stdout, status.stdout + status.stderr
@@ -132,6 +132,11 @@ def test_requeued_cell_resumes_from_its_checkpoint(slurm_cluster, tmp_path, warm
 def test_failed_and_cancelled_cells_are_reported(slurm_cluster, fakes, tmp_path, capsys):
     cells = [fakes.FakeCell("fake", "env", arm, 0, "smoke", (), str(tmp_path / "out"), str(tmp_path / "work"))
              for arm in ("ok", "raises", "hangs")]
+    refused = launch(cells, "local", wait=True, dry_run=False, validate=fakes.fake_validate,
+                     aggregate=fakes.fake_aggregate, target=fakes.fake_run, profile_overrides={"partition": "nope"})
+    assert refused == 2 and "sbatch refused the job array" in capsys.readouterr().err
+    assert not (tmp_path / "work" / "launches").exists() or not launches(tmp_path / "work")
+
     rc = launch(cells, "local", wait=False, dry_run=False, validate=fakes.fake_validate,
                 aggregate=fakes.fake_aggregate, target=fakes.fake_run)
     assert rc == 0
