@@ -95,9 +95,12 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 class RunDir:
     """One run's record directory."""
 
-    def __init__(self, path: Path, checkpoint_dir: Path):
+    def __init__(self, path: Path, checkpoint_dir: Path, writer: bool | None = None):
         self.path = Path(path)
         self.checkpoint_dir = Path(checkpoint_dir)
+        # In a multi-process run (srun, one task per GPU) only global rank 0 writes the record.
+        rank = int(os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0")) or 0)
+        self.writer = rank == 0 if writer is None else writer
 
     @classmethod
     def for_run(cls, out_dir: str, work_dir: str, method: str, env: str, arm: str, seed: int) -> RunDir:
@@ -121,6 +124,8 @@ class RunDir:
         different config (resuming it would mix two experiments). A checkpoint without a run
         directory is stale and is removed.
         """
+        if not self.writer:
+            return "resume" if self.last_checkpoint is not None else "fresh"
         if self.done and not force:
             raise FileExistsError(f"{self.path} is a finished run; pass force=true (FORCE=1) to overwrite it")
         previous = self.path / "config.yaml"
@@ -140,10 +145,14 @@ class RunDir:
 
     # ---- writes -------------------------------------------------------------------------
     def write_config(self, cfg: Any) -> None:
+        if not self.writer:
+            return
         data = asdict(cfg) if not isinstance(cfg, dict) else cfg
         atomic_write_text(self.path / "config.yaml", yaml.safe_dump(data, sort_keys=False))
 
     def write_manifest(self, extra: dict[str, Any]) -> None:
+        if not self.writer:
+            return
         previous = self.read_json("manifest.json") or {}
         manifest = {
             **git_state(),
@@ -160,6 +169,8 @@ class RunDir:
         atomic_write_json(self.path / "manifest.json", manifest)
 
     def update_manifest(self, **fields: Any) -> None:
+        if not self.writer:
+            return
         manifest = self.read_json("manifest.json") or {}
         manifest.update(fields)
         atomic_write_json(self.path / "manifest.json", manifest)
@@ -180,18 +191,26 @@ class RunDir:
 
     def truncate_metrics(self, before_step: int) -> None:
         """Keep only rows of steps < before_step (a resumed run recomputes the rest)."""
+        if not self.writer:
+            return
         rows = [r for r in self.read_metrics() if r["step"] < before_step]
         atomic_write_text(self.path / "metrics.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
     def append_metrics(self, row: dict[str, Any]) -> None:
+        if not self.writer:
+            return
         with open(self.path / "metrics.jsonl", "a") as f:
             f.write(json.dumps(row, sort_keys=True, default=float) + "\n")
             f.flush()
             os.fsync(f.fileno())
 
     def write_eval(self, evals: dict[str, Any]) -> None:
+        if not self.writer:
+            return
         atomic_write_json(self.path / "eval.json", evals)
 
     def mark_done(self) -> None:
+        if not self.writer:
+            return
         self.update_manifest(finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         atomic_write_text(self.path / "done", time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")

@@ -9,6 +9,13 @@ values stay in [0, max_value]. Tier t has t operations. Two modes:
 - `stepwise`: one turn per operation. The environment shows the running value and the next
   operation; the model answers one number. A wrong step ends the episode (reward 0).
 
+The scripted demonstrator (the SFT warm start's data) answers a share `demo_shortcut` of single-mode
+tasks without working (` #18`), like a teacher who sometimes skips the steps. Answering directly is
+much less reliable for a small model than working step by step, so the warm start mixes a good and
+a bad habit, and which one to use is a decision RL can learn from the outcome alone. With
+`demo_shortcut=0` the warm start always works step by step and what remains to learn is
+arithmetic knowledge itself (at the cpu scale GRPO did not improve that within its budget).
+
 Reward 1 for an exactly right final answer, else 0. A malformed action (no `#<int>` in single
 mode, not an integer in stepwise mode) is an invalid action: an `invalid_action` event, reward 0.
 """
@@ -35,6 +42,7 @@ class ArithConfig(EnvConfig):
     min_ops: int = 1  # tiers are min_ops..max_ops operations
     max_ops: int = 3
     max_value: int = 99  # every intermediate value stays in [0, max_value]
+    demo_shortcut: float = 0.0  # share of single-mode demonstrations that give the answer without working
 
 
 def apply(op: str, a: int, b: int) -> int:
@@ -42,7 +50,8 @@ def apply(op: str, a: int, b: int) -> int:
 
 
 class ArithEpisode(EpisodeState):
-    def __init__(self, task: dict[str, Any], mode: str):
+    def __init__(self, task: dict[str, Any], mode: str, shortcut: bool = False):
+        self.shortcut = shortcut and mode == "single"
         self.start_value: int = task["start"]
         self.steps: list[tuple[str, int]] = [(op, b) for op, b in task["steps"]]
         self.mode = mode
@@ -65,6 +74,8 @@ class ArithEpisode(EpisodeState):
         return Observation("solver", f"Q: {self.expression()}\n{self.value}{op}{b}=")
 
     def expert_action(self) -> str:
+        if self.shortcut:
+            return f" #{self.answer()}"
         if self.mode == "single":
             v, work = self.start_value, []
             for op, b in self.steps:
@@ -78,10 +89,13 @@ class ArithEpisode(EpisodeState):
     def step(self, action: str) -> StepResult:
         if self.mode == "single":
             m = _ANSWER.search(action.strip())
+            worked = "=" in action  # wrote intermediate steps rather than jumping to the answer
             if m is None:
-                return _invalid(0, "no final answer: end the reply with #<integer>")
+                result = _invalid(0, "no final answer: end the reply with #<integer>")
+                result.info["worked"] = worked
+                return result
             ok = int(m.group(1)) == self.answer()
-            return StepResult(None, reward=float(ok), success=ok)
+            return StepResult(None, reward=float(ok), success=ok, info={"worked": worked})
         m = _INT.match(action)
         turn = self.position
         if m is None:
@@ -110,6 +124,8 @@ class ArithEnv(Environment):
     stop = ("\n",)
 
     def __init__(self, cfg: ArithConfig):
+        if not 0.0 <= cfg.demo_shortcut <= 1.0:
+            raise ValueError(f"env.demo_shortcut is a probability; got {cfg.demo_shortcut}")
         if not 1 <= cfg.min_ops <= cfg.max_ops:
             raise ValueError(f"need 1 <= env.min_ops <= env.max_ops; got {cfg.min_ops}, {cfg.max_ops}")
         super().__init__(cfg)
@@ -138,4 +154,4 @@ class ArithEnv(Environment):
     def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
         if variant != "main":
             raise ValueError(f"arith has no episode variant {variant!r}")
-        return ArithEpisode(task, self.cfg.mode)
+        return ArithEpisode(task, self.cfg.mode, shortcut=rng.random() < self.cfg.demo_shortcut)

@@ -56,3 +56,19 @@ def test_stepwise_multi_turn_and_invalid():
     bad = env.new_episode(task, random.Random(0))
     bad.start()
     assert bad.step("twelve").events[0].kind == "invalid_action"
+
+
+def test_demonstrator_shortcut_share():
+    task = {"start": 7, "steps": [["+", 5], ["-", 3]]}
+    always = ArithEnv(ArithConfig(demo_shortcut=1.0, train_size=10, heldout_size=5))
+    never = ArithEnv(ArithConfig(demo_shortcut=0.0, train_size=10, heldout_size=5))
+    ep = always.new_episode(task, random.Random(0))
+    assert ep.expert_action() == " #9"
+    assert ep.step(" #9").info == {"worked": False}
+    ep = never.new_episode(task, random.Random(0))
+    assert ep.expert_action() == " 7+5=12 12-3=9 #9"
+    assert ep.step(ep.expert_action()).info == {"worked": True}
+    half = ArithEnv(ArithConfig(demo_shortcut=0.5, train_size=10, heldout_size=5))
+    rng = random.Random(1)
+    share = sum(half.new_episode(task, rng).shortcut for _ in range(2000)) / 2000
+    assert abs(share - 0.5) < 0.05
