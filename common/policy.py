@@ -91,7 +91,8 @@ def config_hash(*parts: Any) -> str:
 # ---- SFT warm start ----------------------------------------------------------------------------
 def demonstrations(env: Environment, tokenizer: Any, n_tasks: int, seed: int) -> list[tuple[list[int], list[int]]]:
     """(context ids, action ids) pairs from expert plays, tokenized exactly as rollouts build them."""
-    tasks = env.task_set()["train"]
+    split = "demo" if env.cfg.demo_size else "train"
+    tasks = env.task_set()[split]
     rng = random.Random(seed)
     stop = env.stop[0] if env.stop else ""
     pairs = []

@@ -78,6 +78,7 @@ class EnvConfig:
     tag: str = ""  # directory name of this environment setting in results/ (default: name)
     train_size: int = 512  # tasks in the train split
     heldout_size: int = 128  # tasks in the held-out split
+    demo_size: int = 0  # tasks in a separate split for the SFT warm start's demonstrations (0: use train)
     data_seed: int = 1234  # seed of the task generator (independent of the run seed)
 
 
@@ -104,15 +105,19 @@ class Environment(ABC):
         """Difficulty tiers, easiest first."""
 
     def task_set(self) -> DatasetDict:
-        """Train and held-out splits, generated deterministically from `data_seed`.
+        """Train, held-out (and optional demo) splits, generated deterministically from `data_seed`.
 
-        Held-out tasks never share their content key with a train task.
+        No two splits share a task (by content), so the warm start never saw the tasks RL trains on
+        (when `demo_size` > 0) and neither saw the held-out tasks.
         """
         if self._tasks is None:
             rng = random.Random(self.cfg.data_seed)
             seen: set[str] = set()
             splits: dict[str, Dataset] = {}
-            for split, size in (("train", self.cfg.train_size), ("heldout", self.cfg.heldout_size)):
+            sizes = [("train", self.cfg.train_size), ("heldout", self.cfg.heldout_size)]
+            if self.cfg.demo_size:
+                sizes.append(("demo", self.cfg.demo_size))
+            for split, size in sizes:
                 rows: dict[str, list[Any]] = {"id": [], "tier": [], "task": []}
                 attempts = 0
                 while len(rows["id"]) < size:
