@@ -65,7 +65,7 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.5
     kv_cache_memory_bytes: int | None = None  # CPU build: always set (default reserves 14 GiB)
     enforce_eager: bool = True
-    sync: str = "auto"  # auto | adapter | full: how new weights reach vLLM after a step
+    sync: str = "auto"  # auto | adapter | full: how new weights reach vLLM after a step (auto: full iff the base trains)
 
 
 @dataclass
@@ -196,6 +196,10 @@ def check_run_config(cfg: RunConfig) -> None:
         errors.append(f"engine.name must be hf | vllm; got {cfg.engine.name!r}")
     if cfg.engine.name == "hf" and cfg.engine.kv_cache_memory_bytes is not None:
         errors.append("engine.kv_cache_memory_bytes has no effect with engine=hf")
+    if cfg.engine.sync not in ("auto", "adapter", "full"):
+        errors.append(f"engine.sync must be auto | adapter | full; got {cfg.engine.sync!r}")
+    elif cfg.engine.name == "hf" and cfg.engine.sync != "auto":
+        errors.append(f"engine.sync={cfg.engine.sync} has no effect with engine=hf (it samples from the trained module itself)")
     if cfg.scale not in ("smoke", "cpu", "paper"):
         errors.append(f"scale must be smoke | cpu | paper; got {cfg.scale!r}")
     for logger in cfg.loggers:

