@@ -77,10 +77,10 @@ class HFEngine(Engine):
             for t in range(params.max_new_tokens):
                 tok_B, lp_B = self._sample(logits_B_V, params, gen)
                 keep: list[int] = []
-                for j, row in enumerate(alive.tolist()):
-                    tid = int(tok_B[j])
+                rows = alive.tolist()
+                for j, (row, tid, lp) in enumerate(zip(rows, tok_B.tolist(), lp_B.tolist(), strict=True)):
                     tokens[row].append(tid)
-                    logps[row].append(float(lp_B[j]))
+                    logps[row].append(lp)
                     done = tid == self.eos_id
                     if not done and stop_strings:
                         tails[row] = (tails[row] + self.piece(tid))[-(tail_keep + 32) :]
@@ -103,6 +103,12 @@ class HFEngine(Engine):
 
     @staticmethod
     def _sample(logits_B_V: torch.Tensor, params: SamplingParams, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sampled token ids and their log-probabilities under softmax(logits / T) (float32).
+
+        Sampling inverts the CDF with one uniform per row (a cumulative sum and a binary search):
+        the same distribution as `torch.multinomial`, which draws one exponential per vocabulary
+        entry, at a fraction of the random numbers.
+        """
         if params.temperature == 0:
             logp_B_V = torch.log_softmax(logits_B_V, dim=-1)
             tok_B = logp_B_V.argmax(dim=-1)
@@ -114,7 +120,9 @@ class HFEngine(Engine):
             drop = sorted_p.cumsum(-1) - sorted_p > params.top_p
             sorted_p = sorted_p.masked_fill(drop, 0.0)
             probs_B_V = torch.zeros_like(probs_B_V).scatter(-1, order, sorted_p)
-        tok_B = torch.multinomial(probs_B_V, 1, generator=gen).squeeze(-1)
+        cdf_B_V = probs_B_V.double().cumsum(-1)
+        u_B_1 = torch.rand((cdf_B_V.size(0), 1), generator=gen, dtype=torch.float64) * cdf_B_V[:, -1:]
+        tok_B = torch.searchsorted(cdf_B_V, u_B_1, right=True).clamp_(max=cdf_B_V.size(-1) - 1).squeeze(-1)
         return tok_B, logp_B_V.gather(-1, tok_B[:, None]).squeeze(-1)
 
     def _finish(self, ids: list[int], logps: list[float], stopped: bool, stops: tuple[str, ...]) -> Sample:
