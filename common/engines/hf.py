@@ -15,11 +15,13 @@ import torch
 from transformers import DynamicCache
 
 from common.engines.base import Engine, Request, Sample, SamplingParams
+from common.engines.fast import FastDecoder
 
 
 class HFEngine(Engine):
-    def __init__(self, policy: Any, max_batch: int = 256, bf16: bool = False):
+    def __init__(self, policy: Any, max_batch: int = 256, bf16: bool = False, fast: bool = True):
         self.policy = policy
+        self.fast = fast  # the lean decode path (common/engines/fast.py) where the model supports it
         self.tokenizer = policy.tokenizer
         self.max_batch = max_batch
         self.bf16 = bf16
@@ -67,12 +69,12 @@ class HFEngine(Engine):
         tails = [""] * n
         stopped = [False] * n
         alive = torch.arange(n)  # original row of each row still decoding
-        cache = DynamicCache()
         stop_strings = params.stop
         tail_keep = max((len(s) for s in stop_strings), default=1)
         with self.policy.use(adapter) as model, self._autocast():
-            logits_B_V = model(input_ids=ids_B_L, attention_mask=mask_B_L, position_ids=pos_B_L,
-                               past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()
+            fast = self.fast and FastDecoder.supports(model)
+            dec = FastDecoder(model, adapter, n, width + params.max_new_tokens) if fast else _HFDecoder(model)
+            logits_B_V = dec.prefill(ids_B_L, mask_B_L, pos_B_L)
             next_pos_B = pos_B_L[:, -1] + 1
             for t in range(params.max_new_tokens):
                 tok_B, lp_B = self._sample(logits_B_V, params, gen)
@@ -93,11 +95,9 @@ class HFEngine(Engine):
                     break
                 if len(keep) < len(alive):
                     keep_t = torch.tensor(keep)
-                    cache.batch_select_indices(keep_t)
-                    alive, tok_B, mask_B_L, next_pos_B = alive[keep_t], tok_B[keep_t], mask_B_L[keep_t], next_pos_B[keep_t]
-                mask_B_L = torch.cat([mask_B_L, torch.ones((len(alive), 1), dtype=torch.long)], dim=1)
-                logits_B_V = model(input_ids=tok_B[:, None], attention_mask=mask_B_L, position_ids=next_pos_B[:, None],
-                                   past_key_values=cache, use_cache=True).logits[:, -1].float()
+                    dec.select(keep_t)
+                    alive, tok_B, next_pos_B = alive[keep_t], tok_B[keep_t], next_pos_B[keep_t]
+                logits_B_V = dec.step(tok_B, next_pos_B)
                 next_pos_B = next_pos_B + 1
         return [self._finish(tokens[r], logps[r], stopped[r], stop_strings) for r in range(n)]
 
@@ -131,3 +131,26 @@ class HFEngine(Engine):
         if cut >= 0:
             text = text[:cut]
         return Sample(action_ids=ids, logprobs=logps, text=text, stopped=stopped)
+
+
+class _HFDecoder:
+    """HF's own forward with a DynamicCache (models the fast path does not support)."""
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.cache = DynamicCache()
+        self.mask_B_L = torch.zeros(0)
+
+    def prefill(self, ids_B_L: torch.Tensor, mask_B_L: torch.Tensor, pos_B_L: torch.Tensor) -> torch.Tensor:
+        self.mask_B_L = mask_B_L
+        return self.model(input_ids=ids_B_L, attention_mask=mask_B_L, position_ids=pos_B_L, past_key_values=self.cache,
+                          use_cache=True, logits_to_keep=1).logits[:, -1].float()
+
+    def step(self, tok_B: torch.Tensor, pos_B: torch.Tensor) -> torch.Tensor:
+        self.mask_B_L = torch.cat([self.mask_B_L, torch.ones((len(tok_B), 1), dtype=torch.long)], dim=1)
+        return self.model(input_ids=tok_B[:, None], attention_mask=self.mask_B_L, position_ids=pos_B[:, None],
+                          past_key_values=self.cache, use_cache=True).logits[:, -1].float()
+
+    def select(self, keep_B: torch.Tensor) -> None:
+        self.cache.batch_select_indices(keep_B)
+        self.mask_B_L = self.mask_B_L[keep_B]
