@@ -82,28 +82,35 @@ class Scored:
 
 def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, entropy_grad: bool = False,
                temperature: float = 1.0) -> Scored:
-    """One forward pass over `rows` (right-padded); log-probs of each row's action tokens.
+    """One forward pass over `rows` (left-padded); log-probs of each row's action tokens.
 
-    Only the positions that predict action tokens are kept, so the log-softmax runs over
-    (action tokens x vocabulary), not the whole sequence. `temperature` is the rollout's: the
-    scored distribution is softmax(logits / T), the one the engine sampled from (as verl does), so
-    the recomputed log-probabilities equal the behaviour ones and the ratio starts at 1.
+    Only the positions that predict action tokens are kept: rows are left-padded so that their
+    action tokens line up at the end, and the LM head runs only from the earliest position that
+    predicts one (`logits_to_keep`), so neither the head nor the log-softmax spends work on prompt
+    tokens. `temperature` is the rollout's: the scored distribution is softmax(logits / T), the one
+    the engine sampled from (as verl does), so the recomputed log-probabilities equal the behaviour
+    ones and the ratio starts at 1.
     """
     width = max(len(r.ids) for r in rows)
     ids_B_L = torch.full((len(rows), width), pad_id, dtype=torch.long)
     attn_B_L = torch.zeros((len(rows), width), dtype=torch.long)
     positions = [r.positions() for r in rows]
     t_max = max(len(p) for p in positions)
+    offsets = [width - len(r.ids) for r in rows]
+    first = min((off + pos[0] - 1 for off, pos in zip(offsets, positions, strict=True) if pos), default=width - 1)
     gather_B_T = torch.zeros((len(rows), t_max), dtype=torch.long)
+    targets_B_T = torch.zeros((len(rows), t_max), dtype=torch.long)
     mask_B_T = torch.zeros((len(rows), t_max))
-    for b, (r, pos) in enumerate(zip(rows, positions, strict=True)):
-        ids_B_L[b, : len(r.ids)] = torch.tensor(r.ids)
-        attn_B_L[b, : len(r.ids)] = 1
-        gather_B_T[b, : len(pos)] = torch.tensor(pos) - 1  # logits at t-1 predict token t
+    for b, (r, pos, off) in enumerate(zip(rows, positions, offsets, strict=True)):
+        ids_B_L[b, off:] = torch.tensor(r.ids)
+        attn_B_L[b, off:] = 1
+        gather_B_T[b, : len(pos)] = torch.tensor(pos) + (off - 1 - first)  # logits at t-1 predict token t
+        targets_B_T[b, : len(pos)] = torch.tensor([r.ids[p] for p in pos], dtype=torch.long)
         mask_B_T[b, : len(pos)] = 1
-    hidden = model(input_ids=ids_B_L, attention_mask=attn_B_L).logits  # B x L x V
+    pos_B_L = (attn_B_L.cumsum(-1) - 1).clamp(min=0)
+    hidden = model(input_ids=ids_B_L, attention_mask=attn_B_L, position_ids=pos_B_L,
+                   logits_to_keep=width - first).logits  # B x (width - first) x V
     logits_B_T_V = hidden.gather(1, gather_B_T[..., None].expand(-1, -1, hidden.size(-1))).float() / temperature
-    targets_B_T = ids_B_L.gather(1, gather_B_T + 1)
     logp_B_T_V = torch.log_softmax(logits_B_T_V, dim=-1)
     logp_B_T = logp_B_T_V.gather(-1, targets_B_T[..., None]).squeeze(-1) * mask_B_T
     entropy = None
