@@ -4,7 +4,8 @@ mean@k: the success rate averaged over the k samples of each task, then over tas
 pass@k: the share of tasks with at least one success among k samples (the unbiased estimator of
 Chen et al. 2021 with n = k). Per role: the share of that role's turns that were invalid actions,
 and its tokens per turn. Environment-specific numbers (`Episode.info`, numeric or boolean) are
-averaged over episodes under `metrics`.
+averaged under `metrics` over the episodes that report them (an environment that wants a rate over
+all episodes reports the value in every episode).
 """
 
 from __future__ import annotations

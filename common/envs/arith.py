@@ -95,7 +95,7 @@ class ArithEpisode(EpisodeState):
                 result.info["worked"] = worked
                 return result
             ok = int(m.group(1)) == self.answer()
-            return StepResult(None, reward=float(ok), success=ok, info={"worked": worked})
+            return StepResult(None, reward=float(ok), success=ok, info={"worked": worked, "invalid": False})
         m = _INT.match(action)
         turn = self.position
         if m is None:

@@ -64,10 +64,10 @@ def test_demonstrator_shortcut_share():
     never = ArithEnv(ArithConfig(demo_shortcut=0.0, train_size=10, heldout_size=5))
     ep = always.new_episode(task, random.Random(0))
     assert ep.expert_action() == " #9"
-    assert ep.step(" #9").info == {"worked": False}
+    assert ep.step(" #9").info == {"worked": False, "invalid": False}
     ep = never.new_episode(task, random.Random(0))
     assert ep.expert_action() == " 7+5=12 12-3=9 #9"
-    assert ep.step(ep.expert_action()).info == {"worked": True}
+    assert ep.step(ep.expert_action()).info == {"worked": True, "invalid": False}
     half = ArithEnv(ArithConfig(demo_shortcut=0.5, train_size=10, heldout_size=5))
     rng = random.Random(1)
     share = sum(half.new_episode(task, rng).shortcut for _ in range(2000)) / 2000
