@@ -21,7 +21,6 @@ from bench.work import (
     forward_flops,
     prompt_text,
     step_prompts,
-    summary,
     sync,
 )
 
@@ -45,17 +44,21 @@ def lora_model(s: Setting) -> tuple[Any, Any, Any]:
     return tok, model.to(s.device), cfg
 
 
-def measure_minimal(s: Setting, reps: int) -> dict[str, Any]:
-    """Median / min / max seconds of the minimal step over `reps` repetitions (after one warm-up)."""
-    tok, model, cfg = lora_model(s)
-    torch.manual_seed(s.seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=s.lr)
-    tasks = step_prompts(s, reps + 1)
-    pad, eos = tok.pad_token_id, tok.eos_token_id
-    gen_times, train_times, totals, shapes = [], [], [], []
-    for k in range(reps + 1):
-        prompts = [tok.encode(prompt_text(t), add_special_tokens=False) for t in tasks[k] for _ in range(s.group_size)]
+class MinimalStep:
+    """The minimal work, one step at a time, on the prompts our trainer sees at step k."""
+
+    def __init__(self, s: Setting, steps: int):
+        self.s = s
+        self.tok, self.model, self.cfg = lora_model(s)
+        torch.manual_seed(s.seed)
+        self.opt = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=s.lr)
+        self.tasks = step_prompts(s, steps)
+
+    def run(self, k: int) -> dict[str, Any]:
+        """One step; returns its generate and train seconds, generated tokens and FLOPs."""
+        s, tok, model = self.s, self.tok, self.model
+        pad, eos = tok.pad_token_id, tok.eos_token_id
+        prompts = [tok.encode(prompt_text(t), add_special_tokens=False) for t in self.tasks[k] for _ in range(s.group_size)]
         width = max(map(len, prompts))
         ids_B_P = torch.full((len(prompts), width), pad)
         mask_B_P = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -83,24 +86,12 @@ def measure_minimal(s: Setting, reps: int) -> dict[str, Any]:
         logp_B_C = torch.log_softmax(logits.float(), -1).gather(-1, comp_B_C[..., None]).squeeze(-1)
         loss = -(logp_B_C * comp_mask_B_C).sum() / comp_mask_B_C.sum()
         loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
         sync(s.device)
         t2 = time.perf_counter()
-        if k > 0:  # the first repetition warms up allocators and kernels
-            gen_times.append(t1 - t0)
-            train_times.append(t2 - t1)
-            totals.append(t2 - t0)
-            shapes.append((len(prompts), width, comp_B_C.size(1), int(comp_mask_B_C.sum())))
-    rows, prompt_len, new, tokens = shapes[len(shapes) // 2]
-    fb = forward_flops(model.config, cfg.lora_rank, list(cfg.lora_targets), rows, prompt_len + new)
-    return {"step": summary(totals), "generate": summary(gen_times), "train": summary(train_times),
-            "generated_tokens": statistics_median([sh[3] for sh in shapes]),
-            "flops_train": fb["forward"] + fb["backward"],
-            "flops_generate": decode_flops(model.config, cfg.lora_rank, list(cfg.lora_targets), rows, prompt_len, new)}
-
-
-def statistics_median(values: list[int]) -> float:
-    import statistics
-
-    return float(statistics.median(values))
+        rows, new = len(prompts), comp_B_C.size(1)
+        lora = (self.cfg.lora_rank, list(self.cfg.lora_targets))
+        fb = forward_flops(model.config, *lora, rows, width + new)
+        return {"time_generate_s": t1 - t0, "time_train_s": t2 - t1, "generated_tokens": int(comp_mask_B_C.sum()),
+                "flops_train": fb["forward"] + fb["backward"], "flops_generate": decode_flops(model.config, *lora, rows, width, new)}

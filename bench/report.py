@@ -33,19 +33,20 @@ def markdown(r: dict[str, Any]) -> str:
                 if not isinstance(s, dict) or "step" not in s:
                     continue
                 mfu = f"{100 * s['mfu_train']:.1f}%" if "mfu_train" in s else ""
+                over = f"{100 * s['overhead_over_minimal']:+.0f}%" if "overhead_over_minimal" in s else "(the minimal work)"
                 lines.append(f"| {model} ({entry['params'] / 1e6:.2f}M) | {kl.split('=')[1]} | {name} | "
                              f"{_ms(s['step']['median_s'])} ({_ms(s['step']['min_s'])}-{_ms(s['step']['max_s'])}) | "
-                             f"{s['tokens_per_s']:.0f} | {100 * s['overhead_over_minimal']:+.0f}% | {mfu} | {s['peak_rss_mib']:.0f} |")
-    lines += ["", "| model | KL | best ours | best TRL | ours / TRL | same precision (ours / TRL) | minimal work ms (32 / bf16) |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
+                             f"{s['tokens_per_s']:.0f} | {over} | {mfu} | {s['peak_rss_mib']:.0f} |")
+    lines += ["", "| model | KL | best ours | best TRL | ours / TRL | same precision (ours / TRL) |",
+              "| --- | --- | --- | --- | --- | --- |"]
     for model, entry in r["models"].items():
-        mins = " / ".join(_ms(v["step"]["median_s"]) for v in entry["minimal"].values())
         for kl, cell in entry["cells"].items():
             ratio = f"{cell['ratio_ours_over_trl']:.2f}" if "ratio_ours_over_trl" in cell else "n/a"
             same = ", ".join(f"{p}: {v:.2f}" for p, v in cell.get("ratio_same_precision", {}).items())
-            lines.append(f"| {model} | {kl.split('=')[1]} | {cell['best_ours']} | {cell.get('best_trl', 'n/a')} | {ratio} | "
-                         f"{same} | {mins} |")
-    mt = r["multiturn"]
+            lines.append(f"| {model} | {kl.split('=')[1]} | {cell['best_ours']} | {cell.get('best_trl', 'n/a')} | {ratio} | {same} |")
+    mt = r.get("multiturn")
+    if mt is None:
+        return "\n".join([*lines, "", f"Wall time of the benchmark: {r['wall_s']:.0f} s.", ""])
     lines += ["", f"Multi-turn, multi-role rollouts ({mt['env']}, roles {', '.join(mt['roles'])}, one adapter per role, "
               f"{mt['episodes']} episodes per rollout):", "",
               "| engine | episodes/s | generated tokens/s | turns per episode | model calls |", "| --- | --- | --- | --- | --- |"]

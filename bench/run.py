@@ -42,7 +42,7 @@ def series_stats(records: list[dict[str, Any]], stats: dict[str, Any]) -> dict[s
     tokens = [r["generated_tokens"] for r in records]
     out = {"step": summary(times), "generated_tokens_per_step": statistics.mean(tokens),
            "tokens_per_s": sum(tokens) / sum(times), **stats}
-    for part in ("time_rollout_s", "time_train_s"):
+    for part in ("time_rollout_s", "time_train_s", "time_generate_s", "flops_train", "flops_generate"):
         if records and part in records[0]:
             out[part] = statistics.median(r[part] for r in records)
     return out
@@ -53,6 +53,8 @@ def run_cell(s: Setting, precisions: list[str], trl_precisions: list[str], warmu
     from bench.alternate import alternate
 
     series: dict[str, tuple[str, dict[str, Any]]] = {}
+    for p in precisions:
+        series[f"minimal/{p}"] = ("minimal", replace(s, precision=p).as_dict())
     for p in precisions:
         series[f"ours/{p}"] = ("ours", replace(s, precision=p).as_dict())
     for p in trl_precisions:
@@ -69,7 +71,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--precisions", default="32,bf16", help="our trainer's trainer.precision values")
     ap.add_argument("--trl-precisions", default="32,bf16", help="TRL's (bf16 = its bf16=True autocast)")
     ap.add_argument("--kl", default="0,0.04", help="KL coefficients (k3 in the loss); 0 = off")
-    ap.add_argument("--minimal-reps", type=int, default=5)
     ap.add_argument("--tasks", type=int, default=16, help="prompts per step")
     ap.add_argument("--group", type=int, default=8, help="completions per prompt")
     ap.add_argument("--new-tokens", type=int, default=16)
@@ -81,13 +82,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--mt-sft-steps", type=int, default=200)
     ap.add_argument("--device", default="cpu", help="cpu | cuda (bench/gpu.sh)")
     ap.add_argument("--engine", default="hf", help="our engine: hf | vllm (then TRL generates with vLLM too)")
+    ap.add_argument("--no-multiturn", action="store_true", help="skip the multi-turn rollout part")
     ap.add_argument("--no-trl", action="store_true", help="skip TRL (also skipped when it is not installed)")
     ap.add_argument("--quick", action="store_true", help="a tiny configuration for tests (2 steps, tiny model)")
     ap.add_argument("--work-dir", default=".cache/bench")
     ap.add_argument("--out", default="results/bench")
     a = ap.parse_args(argv)
     if a.quick:
-        a.models, a.steps, a.warmup, a.kl, a.minimal_reps, a.precisions, a.trl_precisions = "tiny", 2, 1, "0", 1, "32", "32"
+        a.models, a.steps, a.warmup, a.kl, a.precisions, a.trl_precisions = "tiny", 2, 1, "0", "32", "32"
         a.tasks, a.group, a.mt_tasks, a.mt_group, a.mt_reps, a.mt_sft_steps = 4, 4, 2, 2, 1, 20
     from common.run import quiet
 
@@ -108,14 +110,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "matmul_flops": {"32": matmul_rate(torch.float32, device=a.device), "bf16": matmul_rate(torch.bfloat16, device=a.device)},
         "models": {},
     }
-    from bench.minimal import measure_minimal
-
     for model in a.models.split(","):
         base = Setting(model=model, tasks_per_step=a.tasks, group_size=a.group, max_new_tokens=a.new_tokens, lr=a.lr,
                        threads=a.threads, work_dir=a.work_dir, device=a.device, engine=a.engine)
-        entry: dict[str, Any] = {"params": _params(base), "minimal": {}, "cells": {}}
-        for p in a.precisions.split(","):
-            entry["minimal"][p] = measure_minimal(replace(base, precision=p), a.minimal_reps)
+        entry: dict[str, Any] = {"params": _params(base), "cells": {}}
         for kl in a.kl.split(","):
             cell = run_cell(replace(base, kl_coef=float(kl)), a.precisions.split(","), trl_precisions, a.warmup, a.steps)
             entry["cells"][f"kl={kl}"] = cell
@@ -123,8 +121,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"[bench] {model} done at {time.perf_counter() - t_start:.0f} s", flush=True)
     from bench.multiturn import measure_multiturn
 
-    result["multiturn"] = measure_multiturn(Setting(threads=a.threads, work_dir=a.work_dir), a.mt_tasks, a.mt_group,
-                                            a.new_tokens, a.mt_sft_steps, a.mt_reps)
+    if not a.no_multiturn:
+        result["multiturn"] = measure_multiturn(Setting(threads=a.threads, work_dir=a.work_dir), a.mt_tasks, a.mt_group,
+                                                a.new_tokens, a.mt_sft_steps, a.mt_reps)
     result["machine"]["load_average_end"] = list(os.getloadavg())
     result["wall_s"] = time.perf_counter() - t_start
     derive(result)
@@ -138,28 +137,34 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def derive(result: dict[str, Any]) -> None:
-    """Ratios, overheads over the minimal work, and MFU, added next to the raw numbers."""
+    """Ratios, overheads over the minimal work (same cell, same precision), and MFU."""
     for entry in result["models"].values():
-        minimal = entry["minimal"]
         for cell in entry["cells"].values():
-            ours = {k: v for k, v in cell.items() if k.startswith("ours/")}
-            trl = {k: v for k, v in cell.items() if k.startswith("trl/")}
-            for name, series in cell.items():
+            series = {k: v for k, v in cell.items() if isinstance(v, dict) and "step" in v}
+            ours = {k: v for k, v in series.items() if k.startswith("ours/")}
+            trl = {k: v for k, v in series.items() if k.startswith("trl/")}
+            for name, stats in series.items():
                 p = name.split("/")[1]
-                ref = minimal.get(p) or minimal.get("32")
-                series["overhead_over_minimal"] = series["step"]["median_s"] / ref["step"]["median_s"] - 1
+                minimal = series.get(f"minimal/{p}")
+                if minimal is None or name.startswith("minimal/"):
+                    continue
+                stats["overhead_over_minimal"] = stats["step"]["median_s"] / minimal["step"]["median_s"] - 1
                 if name.startswith("ours/"):
                     rate = result["matmul_flops"][p]
-                    series["mfu_train"] = ref["flops_train"] / series["time_train_s"] / rate
-                    series["mfu_step"] = (ref["flops_train"] + ref["flops_generate"]) / series["step"]["median_s"] / rate
+                    stats["mfu_train"] = minimal["flops_train"] / stats["time_train_s"] / rate
+                    stats["mfu_step"] = (minimal["flops_train"] + minimal["flops_generate"]) / stats["step"]["median_s"] / rate
+            for p in {k.split("/")[1] for k in series}:
+                m = series.get(f"minimal/{p}")
+                if m is not None:
+                    m["mfu_train"] = m["flops_train"] / m["time_train_s"] / result["matmul_flops"][p]
             best_ours = min(ours, key=lambda k: ours[k]["step"]["median_s"])
             cell["best_ours"] = best_ours
             if trl:
                 best_trl = min(trl, key=lambda k: trl[k]["step"]["median_s"])
                 cell["best_trl"] = best_trl
                 cell["ratio_ours_over_trl"] = ours[best_ours]["step"]["median_s"] / trl[best_trl]["step"]["median_s"]
-                cell["ratio_same_precision"] = {p.split("/")[1]: ours[p]["step"]["median_s"] / trl["trl/" + p.split("/")[1]]["step"]["median_s"]
-                                                for p in ours if "trl/" + p.split("/")[1] in trl}
+                cell["ratio_same_precision"] = {k.split("/")[1]: v["step"]["median_s"] / trl["trl/" + k.split("/")[1]]["step"]["median_s"]
+                                                for k, v in ours.items() if "trl/" + k.split("/")[1] in trl}
 
 
 def _params(s: Setting) -> int:

@@ -50,12 +50,25 @@ def main(kind: str, setting: dict[str, Any], steps: int, conn: Any) -> None:
     s = Setting(**setting)
     torch.set_num_threads(s.threads or os.cpu_count() or 1)
     try:
-        (run_ours if kind == "ours" else run_trl)(s, steps, conn)
+        {"ours": run_ours, "trl": run_trl, "minimal": run_minimal}[kind](s, steps, conn)
     except BaseException as e:  # report, so the parent does not wait forever
         import traceback
 
         conn.send(("error", f"{kind}: {e!r}\n{traceback.format_exc()}"))
         raise
+
+
+# ---- the minimal work -------------------------------------------------------------------------------
+def run_minimal(s: Setting, steps: int, conn: Any) -> None:
+    from bench.minimal import MinimalStep
+
+    work = MinimalStep(s, steps)
+    last: dict[str, Any] = {}
+    gate = Gate(conn, lambda: last)
+    for k in range(steps):
+        gate.arrive()
+        last = work.run(k)
+    gate.arrive()
 
 
 # ---- ours ------------------------------------------------------------------------------------------

@@ -29,7 +29,8 @@ def test_json_and_table_are_written(result):
 def test_our_trainer_series(result):
     _, r = result
     entry = r["models"]["tiny"]
-    assert entry["params"] > 0 and entry["minimal"]["32"]["step"]["median_s"] > 0
+    minimal = entry["cells"]["kl=0"]["minimal/32"]
+    assert entry["params"] > 0 and minimal["step"]["median_s"] > 0 and minimal["flops_train"] > 0
     ours = entry["cells"]["kl=0"]["ours/32"]
     assert ours["step"]["n"] == 2 and ours["step"]["min_s"] <= ours["step"]["median_s"] <= ours["step"]["max_s"]
     assert ours["tokens_per_s"] > 0 and ours["peak_rss_mib"] > 0 and 0 < ours["mfu_train"] < 1
