@@ -11,6 +11,7 @@ Determinism: every random choice of step s (tasks, environment seeds, sampling) 
 from __future__ import annotations
 
 import contextlib
+import gc
 import random
 import time
 from collections.abc import Iterator
@@ -99,6 +100,10 @@ class RLModule(L.LightningModule):
         return self.method.state_dict() if hasattr(self.method, "state_dict") else None
 
     def on_train_start(self) -> None:
+        # Everything built so far (libraries, model, tokenizer, task sets) lives for the whole run:
+        # keep it out of the cyclic GC, whose full collections would otherwise walk ~500k objects
+        # (~0.3 s on 2 cores) every few steps.
+        gc.freeze()
         self.run_dir.truncate_metrics(self.next_step)
         if self.next_step == 0 and self.cfg.eval.at_start and "initial" not in self.evals:
             self.evals["initial"] = self.run_eval(0)
