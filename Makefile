@@ -53,8 +53,12 @@ replicate-%: setup
 paper: setup
 	$(PY) -m paper.build
 
-bench: setup
+bench: setup .venv/.bench-done
 	$(PY) -m bench.run
+
+.venv/.bench-done: .venv/.setup-done
+	$(PY) -m pip install -q -c constraints.txt -e '.[bench]'
+	touch $@
 
 lint: setup
 	$(PY) -m ruff check common replications slurm paper tests

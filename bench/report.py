@@ -44,6 +44,12 @@ def markdown(r: dict[str, Any]) -> str:
             ratio = f"{cell['ratio_ours_over_trl']:.2f}" if "ratio_ours_over_trl" in cell else "n/a"
             same = ", ".join(f"{p}: {v:.2f}" for p, v in cell.get("ratio_same_precision", {}).items())
             lines.append(f"| {model} | {kl.split('=')[1]} | {cell['best_ours']} | {cell.get('best_trl', 'n/a')} | {ratio} | {same} |")
+    for model, entry in r["models"].items():
+        acc = entry.get("bf16_accuracy")
+        if acc:
+            lines.append(f"\nbf16 autocast accuracy ({model}, {acc['tokens']} sampled tokens scored both ways): |logp error| "
+                         f"mean {acc['logprob_abs_err_mean']:.1e}, max {acc['logprob_abs_err_max']:.1e}; LoRA gradient cosine "
+                         f"{acc['grad_cosine']:.4f}, relative error {acc['grad_rel_err']:.3f}.")
     mt = r.get("multiturn")
     if mt is None:
         return "\n".join([*lines, "", f"Wall time of the benchmark: {r['wall_s']:.0f} s.", ""])
@@ -56,4 +62,8 @@ def markdown(r: dict[str, Any]) -> str:
     lines += ["", f"Batching across live episodes and roles: {mt['speedup']:.1f}x the tokens/s "
               f"({mt['speedup_episodes']:.1f}x the episodes/s) of the one-at-a-time engine.", "",
               f"Wall time of the benchmark: {r['wall_s']:.0f} s.", ""]
+    eng = r.get("engines")
+    if eng:
+        lines.insert(-2, f"Engine columns (bench/engines.py): {'see ' + eng['files'] if eng['ok'] else 'failed: ' + str(eng['error'])[-300:]}.")
+        lines.insert(-2, "")
     return "\n".join(lines)

@@ -66,8 +66,10 @@ def run_cell(s: Setting, precisions: list[str], trl_precisions: list[str], warmu
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="tiny,tiny10m", help="common/conf/model/<name>.yaml, comma-separated")
-    ap.add_argument("--steps", type=int, default=8, help="measured steps per trainer series")
-    ap.add_argument("--warmup", type=int, default=2, help="unmeasured steps first")
+    ap.add_argument("--steps", type=int, default=6, help="measured steps per trainer series")
+    ap.add_argument("--warmup", type=int, default=1, help="unmeasured steps first")
+    ap.add_argument("--all-precisions", dest="best_only_after_first", action="store_false",
+                    help="every precision in every KL cell (default: after the first cell, each trainer at its best)")
     ap.add_argument("--precisions", default="32,bf16", help="our trainer's trainer.precision values")
     ap.add_argument("--trl-precisions", default="32,bf16", help="TRL's (bf16 = its bf16=True autocast)")
     ap.add_argument("--kl", default="0,0.04", help="KL coefficients (k3 in the loss); 0 = off")
@@ -83,6 +85,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--device", default="cpu", help="cpu | cuda (bench/gpu.sh)")
     ap.add_argument("--engine", default="hf", help="our engine: hf | vllm (then TRL generates with vLLM too)")
     ap.add_argument("--no-multiturn", action="store_true", help="skip the multi-turn rollout part")
+    ap.add_argument("--no-engines", action="store_true", help="skip bench/engines.py (HF vs vLLM engine columns)")
     ap.add_argument("--no-trl", action="store_true", help="skip TRL (also skipped when it is not installed)")
     ap.add_argument("--quick", action="store_true", help="a tiny configuration for tests (2 steps, tiny model)")
     ap.add_argument("--work-dir", default=".cache/bench")
@@ -114,9 +117,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         base = Setting(model=model, tasks_per_step=a.tasks, group_size=a.group, max_new_tokens=a.new_tokens, lr=a.lr,
                        threads=a.threads, work_dir=a.work_dir, device=a.device, engine=a.engine)
         entry: dict[str, Any] = {"params": _params(base), "cells": {}}
+        if "bf16" in a.precisions.split(","):
+            from bench.precision import precision_accuracy
+
+            entry["bf16_accuracy"] = precision_accuracy(base)
+        precisions, trl_cell = a.precisions.split(","), trl_precisions
         for kl in a.kl.split(","):
-            cell = run_cell(replace(base, kl_coef=float(kl)), a.precisions.split(","), trl_precisions, a.warmup, a.steps)
+            cell = run_cell(replace(base, kl_coef=float(kl)), precisions, trl_cell, a.warmup, a.steps)
             entry["cells"][f"kl={kl}"] = cell
+            if a.best_only_after_first:  # later cells: each trainer at its best precision of the first cell
+                precisions = [_best(cell, "ours")]
+                trl_cell = [_best(cell, "trl")] if trl_cell else []
         result["models"][model] = entry
         print(f"[bench] {model} done at {time.perf_counter() - t_start:.0f} s", flush=True)
     from bench.multiturn import measure_multiturn
@@ -124,6 +135,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not a.no_multiturn:
         result["multiturn"] = measure_multiturn(Setting(threads=a.threads, work_dir=a.work_dir), a.mt_tasks, a.mt_group,
                                                 a.new_tokens, a.mt_sft_steps, a.mt_reps)
+    if not a.quick and not a.no_engines and (Path(__file__).parent / "engines.py").exists():
+        result["engines"] = run_engines(a.out, a.threads)
     result["machine"]["load_average_end"] = list(os.getloadavg())
     result["wall_s"] = time.perf_counter() - t_start
     derive(result)
@@ -165,6 +178,26 @@ def derive(result: dict[str, Any]) -> None:
                 cell["ratio_ours_over_trl"] = ours[best_ours]["step"]["median_s"] / trl[best_trl]["step"]["median_s"]
                 cell["ratio_same_precision"] = {k.split("/")[1]: v["step"]["median_s"] / trl["trl/" + k.split("/")[1]]["step"]["median_s"]
                                                 for k, v in ours.items() if "trl/" + k.split("/")[1] in trl}
+
+
+def run_engines(out: str, threads: int, timeout: int = 150) -> dict[str, Any]:
+    """bench/engines.py (HF vs vLLM engines), when present; its own files land next to ours."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "bench.engines", "--out", out, "--threads", str(threads)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        ok = proc.returncode == 0
+        return {"ok": ok, "files": f"{out}/engines.json, {out}/engines.md" if ok else None,
+                "error": None if ok else proc.stderr[-2000:]}
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "files": None, "error": f"timed out after {timeout} s"}
+
+
+def _best(cell: dict[str, Any], trainer: str) -> str:
+    series = {k: v for k, v in cell.items() if k.startswith(trainer + "/")}
+    return min(series, key=lambda k: series[k]["step"]["median_s"]).split("/")[1]
 
 
 def _params(s: Setting) -> int:

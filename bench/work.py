@@ -115,12 +115,15 @@ def autocast(precision: str, device: str = "cpu") -> contextlib.AbstractContextM
 
 
 def peak_rss_mib() -> float:
-    """Peak resident memory of this process (on a GPU: peak allocated GPU memory)."""
-    import resource
-
+    """Peak resident memory of this process (VmHWM: unlike ru_maxrss, not inherited across the
+    fork + exec that starts a worker); on a GPU, peak allocated GPU memory."""
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def rss_mib() -> float:
