@@ -66,7 +66,7 @@ def run_cell(s: Setting, precisions: list[str], trl_precisions: list[str], warmu
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="tiny,tiny10m", help="common/conf/model/<name>.yaml, comma-separated")
-    ap.add_argument("--steps", type=int, default=6, help="measured steps per trainer series")
+    ap.add_argument("--steps", type=int, default=5, help="measured steps per trainer series")
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured steps first")
     ap.add_argument("--all-precisions", dest="best_only_after_first", action="store_false",
                     help="every precision in every KL cell (default: after the first cell, each trainer at its best)")
