@@ -2,6 +2,7 @@
 
 from common.envs.arith import ArithEnv
 from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from common.envs.chain_tasks import ChainTasksEnv
 from common.envs.thinker_solver import ThinkerSolverEnv
 from common.envs.toolplan import ToolPlanEnv
 from common.envs.voting import VotingEnv
@@ -9,6 +10,7 @@ from common.envs.voting import VotingEnv
 ENVS: dict[str, type[Environment]] = {
     "arith": ArithEnv,
     "toolplan": ToolPlanEnv,
+    "chain_tasks": ChainTasksEnv,
     "thinker_solver": ThinkerSolverEnv,
     "voting": VotingEnv,
 }
