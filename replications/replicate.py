@@ -214,6 +214,16 @@ def aggregate(method: str, scale: str, cells: list[Cell]) -> str:
     return table
 
 
+def method_report(method: str, scale: str, cells: list[Cell]) -> None:
+    """A method's own report, when it has one: `replications/<method>/report.py` with
+    `main(["--results", out_dir, "--scale", scale])`, which prints it and writes it next to the summary."""
+    import importlib
+    import importlib.util
+
+    if cells and importlib.util.find_spec(f"replications.{method}.report") is not None:
+        importlib.import_module(f"replications.{method}.report").main(["--results", cells[0].out_dir, "--scale", scale])
+
+
 # ---- command line -----------------------------------------------------------------------------
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m replications.replicate", description=__doc__,
@@ -255,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     failures = launch_local(cells, parallel, cells[0].work_dir if cells else ".cache")
     print(aggregate(args.method, args.scale, cells))
+    method_report(args.method, args.scale, cells)
     print(f"\n[replicate] {len(cells)} cells, {time.time() - t0:.0f} s")
     for f in failures:
         print(f"\n[replicate] FAILED {f}", file=sys.stderr)
