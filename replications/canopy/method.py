@@ -43,6 +43,8 @@ from common.rollout import PlaySpec, derive_seed
 if TYPE_CHECKING:
     from datasets import Dataset
 
+    from common.config import RunConfig
+    from common.envs.base import Environment
     from common.rollout import Rollout
 
 
@@ -92,7 +94,7 @@ class Canopy(Method):
     Config = CanopyConfig
     cfg: CanopyConfig
 
-    def __init__(self, cfg: CanopyConfig, run: Any, env: Any):
+    def __init__(self, cfg: CanopyConfig, run: RunConfig, env: Environment):
         super().__init__(cfg, run, env)
         self.n: int | None = None if cfg.coverage is not None else run.trainer.group_size
         self.pilot: dict[str, float] = {}
