@@ -16,7 +16,7 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         f"{st['tasks_per_step']} prompts x {st['group_size']} completions of up to {st['max_new_tokens']} tokens, "
         f"temperature {st['temperature']}, lr {st['lr']}, LoRA on every linear layer; {st['steps']} measured steps per "
-        f"series after {st['warmup']} warm-up steps, series alternating step by step.",
+        f"series (per model) after {st['warmup']} warm-up step(s), series alternating step by step.",
         f"Machine: {m['cpus']} CPUs, {m['threads']} torch threads, flags {' '.join(m['cpu_flags'])}; torch {m['torch']}, "
         f"transformers {m['transformers']}, trl {m['trl']}; OMP_WAIT_POLICY={m['omp_wait_policy']}; load average "
         f"{m['load_average_start'][0]:.2f} at start, {m['load_average_end'][0]:.2f} at end.",
@@ -33,7 +33,8 @@ def markdown(r: dict[str, Any]) -> str:
                 if not isinstance(s, dict) or "step" not in s:
                     continue
                 mfu = f"{100 * s['mfu_train']:.1f}%" if "mfu_train" in s else ""
-                over = f"{100 * s['overhead_over_minimal']:+.0f}%" if "overhead_over_minimal" in s else "(the minimal work)"
+                over = f"{100 * s['overhead_over_minimal']:+.0f}%" if "overhead_over_minimal" in s else (
+                    "(the minimal work)" if name.startswith("minimal/") else "n/a")
                 lines.append(f"| {model} ({entry['params'] / 1e6:.2f}M) | {kl.split('=')[1]} | {name} | "
                              f"{_ms(s['step']['median_s'])} ({_ms(s['step']['min_s'])}-{_ms(s['step']['max_s'])}) | "
                              f"{s['tokens_per_s']:.0f} | {over} | {mfu} | {s['peak_rss_mib']:.0f} |")

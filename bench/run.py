@@ -53,7 +53,7 @@ def run_cell(s: Setting, precisions: list[str], trl_precisions: list[str], warmu
     from bench.alternate import alternate
 
     series: dict[str, tuple[str, dict[str, Any]]] = {}
-    for p in precisions:
+    for p in dict.fromkeys(precisions + trl_precisions):  # the reference of every series' precision
         series[f"minimal/{p}"] = ("minimal", replace(s, precision=p).as_dict())
     for p in precisions:
         series[f"ours/{p}"] = ("ours", replace(s, precision=p).as_dict())
@@ -66,7 +66,7 @@ def run_cell(s: Setting, precisions: list[str], trl_precisions: list[str], warmu
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="tiny,tiny10m", help="common/conf/model/<name>.yaml, comma-separated")
-    ap.add_argument("--steps", type=int, default=5, help="measured steps per trainer series")
+    ap.add_argument("--steps", default="12,5", help="measured steps per series, per model (comma list, last repeats)")
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured steps first")
     ap.add_argument("--all-precisions", dest="best_only_after_first", action="store_false",
                     help="every precision in every KL cell (default: after the first cell, each trainer at its best)")
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", default="results/bench")
     a = ap.parse_args(argv)
     if a.quick:
-        a.models, a.steps, a.warmup, a.kl, a.precisions, a.trl_precisions = "tiny", 2, 1, "0", "32", "32"
+        a.models, a.steps, a.warmup, a.kl, a.precisions, a.trl_precisions = "tiny", "2", 1, "0", "32", "32"
         a.tasks, a.group, a.mt_tasks, a.mt_group, a.mt_reps, a.mt_sft_steps = 4, 4, 2, 2, 1, 20
     from common.run import quiet
 
@@ -113,7 +113,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "matmul_flops": {"32": matmul_rate(torch.float32, device=a.device), "bf16": matmul_rate(torch.bfloat16, device=a.device)},
         "models": {},
     }
-    for model in a.models.split(","):
+    steps = [int(x) for x in a.steps.split(",")]
+    for i, model in enumerate(a.models.split(",")):
+        n_steps = steps[min(i, len(steps) - 1)]
         base = Setting(model=model, tasks_per_step=a.tasks, group_size=a.group, max_new_tokens=a.new_tokens, lr=a.lr,
                        threads=a.threads, work_dir=a.work_dir, device=a.device, engine=a.engine)
         entry: dict[str, Any] = {"params": _params(base), "cells": {}}
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             entry["bf16_accuracy"] = precision_accuracy(base)
         precisions, trl_cell = a.precisions.split(","), trl_precisions
         for kl in a.kl.split(","):
-            cell = run_cell(replace(base, kl_coef=float(kl)), precisions, trl_cell, a.warmup, a.steps)
+            cell = run_cell(replace(base, kl_coef=float(kl)), precisions, trl_cell, a.warmup, n_steps)
             entry["cells"][f"kl={kl}"] = cell
             if a.best_only_after_first:  # later cells: each trainer at its best precision of the first cell
                 precisions = [_best(cell, "ours")]
