@@ -65,14 +65,22 @@ def curve(runs: list[dict[str, Any]], key: str, points: int = 5) -> str:
     return " → ".join(f"{m:.3f}" for m in means) + f" (steps {idx[0]}..{idx[-1]})"
 
 
-def signal(runs: list[dict[str, Any]]) -> tuple[float, float, float]:
-    """(measured share, P_sig's prediction, groups) over every seed (`signal_check` per run, pooled)."""
-    checks = [signal_check(r["metrics"]) for r in runs]
+def signal(runs: list[dict[str, Any]], tier: str | None = None) -> tuple[float, float, float]:
+    """(measured share, P_sig's prediction, groups) over every seed (`signal_check` per run, pooled),
+    over all tiers or one (`tier`, e.g. "tier3")."""
+    def keep(row: dict[str, Any]) -> dict[str, Any]:
+        return row if tier is None else {k: v for k, v in row.items() if k.endswith(f"/{tier}")}
+
+    checks = [signal_check([keep(row) for row in r["metrics"]]) for r in runs]
     groups = sum(c["groups"] for c in checks)
     if not groups:
         return math.nan, math.nan, 0.0
     return (sum(c["measured"] * c["groups"] for c in checks if c["groups"]) / groups,
             sum(c["predicted"] * c["groups"] for c in checks if c["groups"]) / groups, groups)
+
+
+def shares(measured: float, expected: float, groups: float) -> str:
+    return f"{measured:.3f} / {expected:.3f} ({groups:.0f} groups)" if groups else "- (no groups)"
 
 
 def report(results: Path, scale: str, method: str = "canopy") -> str:
@@ -81,8 +89,9 @@ def report(results: Path, scale: str, method: str = "canopy") -> str:
         return f"## {method} ({scale}): no finished runs under {results}/{method}\n"
     lines = [f"## CANOPY's ablations ({scale} scale): mean [95% bootstrap CI] over seeds\n",
              "| env | arm | seeds | paper mean@4 | mean@k | best@k | hardest tier mean@k | entropy, last steps | "
-             "KL to base, last steps | groups with signal: measured / P_sig | group size (pilot p̂) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "KL to base, last steps | groups with signal: measured / P_sig, all tiers; hardest tier | group size "
+             "(pilot p̂) | tokens generated in training |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     arms = sorted(runs, key=lambda ea: (ea[0], ARM_ORDER.index(ea[1]) if ea[1] in ARM_ORDER else len(ARM_ORDER), ea[1]))
     ranking: dict[str, list[tuple[str, float]]] = {}
     entropy_rows = []
@@ -94,13 +103,16 @@ def report(results: Path, scale: str, method: str = "canopy") -> str:
         ent = [float(np.mean([row["entropy"] for row in t])) for t in tail if t]
         kl = [float(np.mean([row.get("kl", 0.0) for row in t])) for t in tail if t]
         measured, expected, groups = signal(rs)
+        hard_measured, hard_expected, hard_groups = signal(rs, f"tier{hardest}")
+        tokens = [r["metrics"][-1].get("generated_tokens_total/main", 0) for r in rs if r["metrics"]]
         n = sorted({int(r["metrics"][0]["group_size"]) for r in rs if r["metrics"]})
         pilot = [r["metrics"][0].get("pilot_success") for r in rs if r["metrics"] and "pilot_success" in r["metrics"][0]]
         size = ", ".join(map(str, n)) + (f" ({np.mean(pilot):.3f})" if pilot else " (fixed)")
         paper = f"{PAPER_MEAN4[arm]:.1f}" if arm in PAPER_MEAN4 else "-"
         lines.append(f"| {env} | {arm} | {len(rs)} | {paper} | {fmt([f['mean@k'] for f in final])} | "
                      f"{fmt([f['pass@k'] for f in final])} | {fmt([f['per_tier'][hardest]['mean@k'] for f in final])} | "
-                     f"{fmt(ent)} | {fmt(kl, digits=4)} | {measured:.3f} / {expected:.3f} ({groups:.0f} groups) | {size} |")
+                     f"{fmt(ent)} | {fmt(kl, digits=4)} | {shares(measured, expected, groups)}; "
+                     f"{shares(hard_measured, hard_expected, hard_groups)} | {size} | {np.mean(tokens):,.0f} |")
         ranking.setdefault(env, []).append((arm, float(np.mean([f["mean@k"] for f in final]))))
         entropy_rows.append(f"| {env} | {arm} | {curve(rs, 'entropy')} | {curve(rs, 'success_rate')} |")
     warm = [r["eval"]["initial"] for (env, arm) in arms for r in runs[(env, arm)] if "initial" in r["eval"]]
