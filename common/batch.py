@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from common.engines.fast import FastScorer
 from common.episode import Episode, Turn
 
 
@@ -81,7 +82,7 @@ class Scored:
 
 
 def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, entropy_grad: bool = False,
-               temperature: float = 1.0) -> Scored:
+               temperature: float = 1.0, fast: bool = True) -> Scored:
     """One forward pass over `rows` (left-padded); log-probs of each row's action tokens.
 
     Only the positions that predict action tokens are kept: rows are left-padded so that their
@@ -89,7 +90,8 @@ def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, ent
     predicts one (`logits_to_keep`), so neither the head nor the log-softmax spends work on prompt
     tokens. `temperature` is the rollout's: the scored distribution is softmax(logits / T), the one
     the engine sampled from (as verl does), so the recomputed log-probabilities equal the behaviour
-    ones and the ratio starts at 1.
+    ones and the ratio starts at 1. `fast` runs the lean forward (`FastScorer`: stacked matmuls,
+    LoRA unmerged with the adapters' own parameters) where the model supports it, else HF's.
     """
     width = max(len(r.ids) for r in rows)
     ids_B_L = torch.full((len(rows), width), pad_id, dtype=torch.long)
@@ -108,8 +110,11 @@ def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, ent
         targets_B_T[b, : len(pos)] = torch.tensor([r.ids[p] for p in pos], dtype=torch.long)
         mask_B_T[b, : len(pos)] = 1
     pos_B_L = (attn_B_L.cumsum(-1) - 1).clamp(min=0)
-    hidden = model(input_ids=ids_B_L, attention_mask=attn_B_L, position_ids=pos_B_L,
-                   logits_to_keep=width - first).logits  # B x (width - first) x V
+    if fast and FastScorer.supports(model):
+        hidden = FastScorer(model, width).logits(ids_B_L, attn_B_L, pos_B_L, keep=width - first)
+    else:
+        hidden = model(input_ids=ids_B_L, attention_mask=attn_B_L, position_ids=pos_B_L,
+                       logits_to_keep=width - first).logits  # B x (width - first) x V
     logits_B_T_V = hidden.gather(1, gather_B_T[..., None].expand(-1, -1, hidden.size(-1))).float() / temperature
     logp_B_T_V = torch.log_softmax(logits_B_T_V, dim=-1)
     logp_B_T = logp_B_T_V.gather(-1, targets_B_T[..., None]).squeeze(-1) * mask_B_T

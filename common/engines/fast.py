@@ -1,19 +1,26 @@
-"""A lean decode path for Qwen3- and Llama-style models: the HF engine's fast path on CPU.
+"""A lean forward for Qwen3- and Llama-style models: the HF engine's decode path and the trainer's scoring.
 
-Per generated token, HF's forward walks a module tree (peft's LoRA wrappers around every linear
-layer, mask builders, a DynamicCache that concatenates keys and values each step). Here one
-adapter's LoRA delta is merged into a copy of each weight once per `generate` call (the base
-weights are never touched), keys and values go into buffers preallocated for the whole
-generation, and a token's forward is a flat sequence of tensor ops. The arithmetic is HF's own
-(the same RMSNorm, rotary tables and SDPA), so log-probabilities equal what the trainer recomputes
-through HF's forward (to float32 rounding: merging reorders one sum).
+Per token, HF's forward walks a module tree (peft's LoRA wrappers around every linear layer, mask
+builders, a DynamicCache that concatenates keys and values each step). Here a forward is a flat
+sequence of tensor ops: the q, k and v projections are one matmul, the gate and up projections
+another, and attention is two matmuls (SDPA's CPU kernel is slow at these sizes). The arithmetic
+is HF's own (the same RMSNorm, rotary tables and softmax), so log-probabilities equal what HF's
+forward gives, to float32 rounding.
 
-Models outside this shape (other attention or RoPE types, sliding windows, biases on MLPs) use
-HF's forward (`FastDecoder.supports` says which).
+- `FastDecoder` (generation, no gradients): one adapter's LoRA delta is merged into a copy of each
+  weight once per `generate` call (the base weights are never touched), and keys and values go
+  into buffers preallocated for the whole generation.
+- `FastScorer` (the trainer's update and reference passes): LoRA stays unmerged, x W^T + s (x A^T) B^T,
+  with the adapters' own parameters, so gradients reach them as through peft; the stacked base
+  weights are built once per model and reused while they do not change.
+
+Models outside this shape (other attention or RoPE types, sliding windows, biases on MLPs, LoRA
+variants such as DoRA, LoRA dropout while training) use HF's forward (`supports` says which).
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,14 +34,60 @@ def _base(model: Any) -> Any:
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def _linear(module: Any, adapter: str | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Weight (with `adapter`'s LoRA delta merged in) and bias of a plain or LoRA-wrapped linear."""
-    if hasattr(module, "base_layer"):
-        weight, bias = module.base_layer.weight, module.base_layer.bias
-        if adapter is not None and adapter in module.lora_A:
-            weight = weight + module.get_delta_weight(adapter).to(weight.dtype)
-        return weight, bias
-    return module.weight, module.bias
+def _lora(module: Any, adapter: str | None) -> tuple[torch.Tensor, torch.Tensor, float] | None:
+    """(A, B, scaling) of `adapter` on a LoRA-wrapped linear, or None when it has none."""
+    if adapter is None or not hasattr(module, "base_layer") or adapter not in module.lora_A:
+        return None
+    return module.lora_A[adapter].weight, module.lora_B[adapter].weight, float(module.scaling[adapter])
+
+
+def _plain(module: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    inner = module.base_layer if hasattr(module, "base_layer") else module
+    return inner.weight, inner.bias
+
+
+class _Proj:
+    """Linear layers stacked along their outputs: x W^T + b (+ the LoRA terms), one matmul for all.
+
+    merge=True (no gradients): each adapter's delta s B A is added into the weight copy.
+    merge=False: y = x W^T + b + (x A^T) B'^T, A the adapters' A matrices stacked and B' the
+    block-diagonal of the s B, built from the live parameters on every construction.
+    """
+
+    def __init__(self, modules: list[Any], adapter: str | None, merge: bool, base: tuple | None = None):
+        weights = [_plain(m) for m in modules]
+        loras = [_lora(m, adapter) for m in modules]
+        if merge:
+            mats = [w if lo is None else w + (lo[1] @ lo[0] * lo[2]).to(w.dtype) for (w, _), lo in zip(weights, loras, strict=True)]
+            self.weight = mats[0] if len(mats) == 1 else torch.cat(mats)
+        else:
+            self.weight = base[0] if base is not None else _stack([w for w, _ in weights])
+        self.bias = base[1] if base is not None else _stack_bias(weights)
+        self.a: torch.Tensor | None = None
+        self.b: torch.Tensor | None = None
+        if not merge and any(lo is not None for lo in loras):
+            d_in = self.weight.size(1)
+            like = next(lo for lo in loras if lo is not None)[0]
+            a_list = [lo[0] if lo else like.new_zeros(0, d_in) for lo in loras]
+            b_list = [lo[1] * lo[2] if lo else like.new_zeros(w.size(0), 0) for (w, _), lo in zip(weights, loras, strict=True)]
+            self.a = a_list[0] if len(a_list) == 1 else torch.cat(a_list)
+            self.b = b_list[0] if len(b_list) == 1 else torch.block_diag(*b_list)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x, self.weight, self.bias)
+        if self.a is not None:
+            y = y + F.linear(F.linear(x, self.a), self.b)
+        return y
+
+
+def _stack(mats: list[torch.Tensor]) -> torch.Tensor:
+    return mats[0] if len(mats) == 1 else torch.cat(mats)
+
+
+def _stack_bias(weights: list[tuple[torch.Tensor, torch.Tensor | None]]) -> torch.Tensor | None:
+    if all(b is None for _, b in weights):
+        return None
+    return torch.cat([b if b is not None else torch.zeros(w.size(0), dtype=w.dtype) for w, b in weights])
 
 
 @dataclass
@@ -43,15 +96,38 @@ class _Layer:
     ln_post: torch.Tensor
     q_norm: torch.Tensor | None
     k_norm: torch.Tensor | None
-    qkv: torch.Tensor  # the q, k and v projections stacked: one matmul
-    qkv_bias: torch.Tensor | None
-    o: tuple[torch.Tensor, torch.Tensor | None]
-    gate_up: torch.Tensor  # gate and up projections stacked
-    down: torch.Tensor
+    qkv: _Proj  # the q, k and v projections stacked: one matmul
+    o: _Proj
+    gate_up: _Proj  # gate and up projections stacked
+    down: _Proj
 
 
-class FastDecoder:
-    """One generation's worth of merged weights and KV buffers for `rows` sequences."""
+def _groups(layer: Any) -> dict[str, list[Any]]:
+    att, mlp = layer.self_attn, layer.mlp
+    return {"qkv": [att.q_proj, att.k_proj, att.v_proj], "o": [att.o_proj],
+            "gate_up": [mlp.gate_proj, mlp.up_proj], "down": [mlp.down_proj]}
+
+
+# Stacked base weights per model, reused while every constituent tensor is unchanged (same storage
+# and version): the trainer scores with frozen base weights many times per step.
+_BASE_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _stacked_base(base: Any) -> list[dict[str, tuple[torch.Tensor, torch.Tensor | None]]]:
+    parts = [[_plain(m) for ms in _groups(layer).values() for m in ms] for layer in base.model.layers]
+    key = tuple((w.data_ptr(), w._version) for layer in parts for w, _ in layer)
+    hit = _BASE_CACHE.get(base)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    with torch.no_grad():
+        stacked = [{name: (_stack([_plain(m)[0] for m in ms]), _stack_bias([_plain(m) for m in ms]))
+                    for name, ms in _groups(layer).items()} for layer in base.model.layers]
+    _BASE_CACHE[base] = (key, stacked)
+    return stacked
+
+
+class _FastModel:
+    """The model's weights as flat tensors, and its forward as plain tensor ops."""
 
     @staticmethod
     def supports(model: Any) -> bool:
@@ -65,7 +141,7 @@ class FastDecoder:
         layer_types = getattr(cfg, "layer_types", None) or []
         return all(t == "full_attention" for t in layer_types) and not getattr(cfg, "use_sliding_window", False)
 
-    def __init__(self, model: Any, adapter: str | None, rows: int, max_len: int):
+    def __init__(self, model: Any, adapter: str | None, max_len: int, merge: bool):
         base = _base(model)
         cfg = base.config
         self.eps = cfg.rms_norm_eps
@@ -73,31 +149,25 @@ class FastDecoder:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.scaling = self.head_dim**-0.5
         use = adapter if hasattr(model, "get_base_model") else None
+        stacked = None if merge else _stacked_base(base)
         self.layers = []
-        for layer in base.model.layers:
-            att, mlp = layer.self_attn, layer.mlp
-            qkv = [_linear(att.q_proj, use), _linear(att.k_proj, use), _linear(att.v_proj, use)]
-            biases = [b if b is not None else torch.zeros(w.size(0), dtype=w.dtype) for w, b in qkv]
+        for i, layer in enumerate(base.model.layers):
+            att = layer.self_attn
+            projs = {name: _Proj(ms, use, merge, None if stacked is None else stacked[i][name])
+                     for name, ms in _groups(layer).items()}
             self.layers.append(_Layer(
                 layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
                 att.q_norm.weight if hasattr(att, "q_norm") else None, att.k_norm.weight if hasattr(att, "k_norm") else None,
-                torch.cat([w for w, _ in qkv]), torch.cat(biases) if any(b is not None for _, b in qkv) else None,
-                _linear(att.o_proj, use), torch.cat([_linear(mlp.gate_proj, use)[0], _linear(mlp.up_proj, use)[0]]),
-                _linear(mlp.down_proj, use)[0]))
+                **projs))
         self.split = [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim]
         self.embed = base.model.embed_tokens.weight
         self.norm = base.model.norm.weight
-        self.head, self.head_bias = _linear(base.lm_head, use)
+        self.head = _Proj([base.lm_head], use, merge)
         rope = base.model.rotary_emb
         pos_L = torch.arange(max_len, dtype=torch.float32)
         freqs_L_D = pos_L[:, None] * rope.inv_freq.float()[None, :]
         emb_L_D = torch.cat((freqs_L_D, freqs_L_D), dim=-1)
         self.cos_L_D, self.sin_L_D = emb_L_D.cos() * rope.attention_scaling, emb_L_D.sin() * rope.attention_scaling
-        dtype = self.embed.dtype
-        self.k_cache = [torch.zeros(rows, self.kv_heads, max_len, self.head_dim, dtype=dtype) for _ in self.layers]
-        self.v_cache = [torch.zeros(rows, self.kv_heads, max_len, self.head_dim, dtype=dtype) for _ in self.layers]
-        self.keys_B_L = torch.zeros(rows, max_len, dtype=torch.bool)  # which cache columns hold real tokens
-        self.length = 0
 
     # ---- the arithmetic, as HF's Qwen3 / Llama modules do it ----------------------------------------
     def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -111,16 +181,19 @@ class FastDecoder:
         half = x.shape[-1] // 2
         return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
+    def _keys_values(self, i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values layer i attends to, given this forward's new ones."""
+        return k, v
+
     def _forward(self, ids_B_T: torch.Tensor, pos_B_T: torch.Tensor, mask_B_1_T_S: torch.Tensor) -> torch.Tensor:
-        """Hidden states of the last position after writing T new tokens at cache columns [length, length + T)."""
+        """Hidden states (before the final norm) of T new tokens at positions `pos_B_T`."""
         b, t = ids_B_T.shape
-        start, end = self.length, self.length + t
         x = F.embedding(ids_B_T, self.embed)
         cos = self.cos_L_D[pos_B_T].to(x.dtype)[:, None]  # B x 1 x T x D
         sin = self.sin_L_D[pos_B_T].to(x.dtype)[:, None]
         for i, layer in enumerate(self.layers):
             h = self._rms(x, layer.ln_in)
-            q, k, v = F.linear(h, layer.qkv, layer.qkv_bias).split(self.split, dim=-1)
+            q, k, v = layer.qkv(h).split(self.split, dim=-1)
             q = q.view(b, t, self.heads, self.head_dim)
             k = k.view(b, t, self.kv_heads, self.head_dim)
             v = v.reshape(b, t, self.kv_heads, self.head_dim)
@@ -128,15 +201,13 @@ class FastDecoder:
                 q, k = self._rms(q, layer.q_norm), self._rms(k, layer.k_norm)  # type: ignore[arg-type]
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
-            self.k_cache[i][:, :, start:end] = k
-            self.v_cache[i][:, :, start:end] = v
-            att = self._attend(q, self.k_cache[i][:, :, :end], self.v_cache[i][:, :, :end], mask_B_1_T_S)
-            x = x + F.linear(att.transpose(1, 2).reshape(b, t, -1), *layer.o)
+            keys, values = self._keys_values(i, k, v)
+            att = self._attend(q, keys, values, mask_B_1_T_S)
+            x = x + layer.o(att.transpose(1, 2).reshape(b, t, -1))
             h = self._rms(x, layer.ln_post)
-            gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer.down)
-        self.length = end
-        return self._rms(x[:, -1], self.norm)
+            gate, up = layer.gate_up(h).chunk(2, dim=-1)
+            x = x + layer.down(F.silu(gate) * up)
+        return x
 
     def _attend(self, q_B_H_T_D: torch.Tensor, k_B_K_S_D: torch.Tensor, v_B_K_S_D: torch.Tensor,
                 mask_B_1_T_S: torch.Tensor) -> torch.Tensor:
@@ -153,27 +224,92 @@ class FastDecoder:
         probs = torch.softmax(scores, dim=-1).view(b, kv, (h // kv) * t, -1).to(v_B_K_S_D.dtype)
         return torch.matmul(probs, v_B_K_S_D).view(b, h, t, d)
 
-    def _logits(self, hidden_B_H: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden_B_H, self.head, self.head_bias).float()
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.head(self._rms(hidden, self.norm))
 
-    # ---- the engine's calls ---------------------------------------------------------------------------
+    @staticmethod
+    def _prompt_mask(keys_B_L: torch.Tensor) -> torch.Tensor:
+        """Causal mask over left-padded rows (B x 1 x L x L); a padding query attends to itself only,
+        so no row of the mask is empty (no NaN)."""
+        n = keys_B_L.size(1)
+        causal_L_L = torch.ones(n, n, dtype=torch.bool).tril()
+        return ((causal_L_L[None] & keys_B_L[:, None, :]) | torch.eye(n, dtype=torch.bool)[None])[:, None]
+
+
+class FastDecoder(_FastModel):
+    """One generation's worth of merged weights and KV buffers for `rows` sequences."""
+
+    def __init__(self, model: Any, adapter: str | None, rows: int, max_len: int):
+        super().__init__(model, adapter, max_len, merge=True)
+        dtype = self.embed.dtype
+        self.k_cache = [torch.zeros(rows, self.kv_heads, max_len, self.head_dim, dtype=dtype) for _ in self.layers]
+        self.v_cache = [torch.zeros(rows, self.kv_heads, max_len, self.head_dim, dtype=dtype) for _ in self.layers]
+        self.keys_B_L = torch.zeros(rows, max_len, dtype=torch.bool)  # which cache columns hold real tokens
+        self.length = 0
+
+    def _keys_values(self, i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        start, end = self.length, self.length + k.size(2)
+        self.k_cache[i][:, :, start:end] = k
+        self.v_cache[i][:, :, start:end] = v
+        return self.k_cache[i][:, :, :end], self.v_cache[i][:, :, :end]
+
+    def _last_logits(self, ids_B_T: torch.Tensor, pos_B_T: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = self._forward(ids_B_T, pos_B_T, mask)
+        self.length += ids_B_T.size(1)
+        return self._logits(x[:, -1]).float()
+
     def prefill(self, ids_B_L: torch.Tensor, mask_B_L: torch.Tensor, pos_B_L: torch.Tensor) -> torch.Tensor:
         """Logits (float32) of the next token after left-padded prompts."""
         n = ids_B_L.size(1)
         self.keys_B_L[:, :n] = mask_B_L.bool()
-        causal_L_L = torch.ones(n, n, dtype=torch.bool).tril()
-        # a padding query attends to itself only, so no row of the mask is empty (no NaN)
-        mask = (causal_L_L[None] & self.keys_B_L[:, None, :n]) | torch.eye(n, dtype=torch.bool)[None]
-        return self._logits(self._forward(ids_B_L, pos_B_L, mask[:, None]))
+        return self._last_logits(ids_B_L, pos_B_L, self._prompt_mask(self.keys_B_L[:, :n]))
 
     def step(self, tok_B: torch.Tensor, pos_B: torch.Tensor) -> torch.Tensor:
         """Logits (float32) after appending one token to every row."""
         self.keys_B_L[:, self.length] = True
         mask = self.keys_B_L[:, None, None, : self.length + 1]
-        return self._logits(self._forward(tok_B[:, None], pos_B[:, None], mask))
+        return self._last_logits(tok_B[:, None], pos_B[:, None], mask)
 
     def select(self, keep_B: torch.Tensor) -> None:
         """Keep only these rows (finished rows leave the batch)."""
         self.k_cache = [c[keep_B] for c in self.k_cache]
         self.v_cache = [c[keep_B] for c in self.v_cache]
         self.keys_B_L = self.keys_B_L[keep_B]
+
+
+class FastScorer(_FastModel):
+    """A differentiable forward over left-padded rows with the model's active adapter (or none).
+
+    The adapter is read from peft's own state, exactly as its forward would use it: none inside
+    `disable_adapter()`, else the active one. Gradients flow to the adapters' parameters; the
+    frozen base weights get none (they need none: requires_grad is off).
+    """
+
+    @staticmethod
+    def supports(model: Any) -> bool:
+        if not _FastModel.supports(model):
+            return False
+        for m in _base(model).modules():
+            if hasattr(m, "lora_A"):
+                if getattr(m, "merged", False) or any(getattr(m, "use_dora", {}).values()):
+                    return False
+                if m.training and any(not isinstance(d, torch.nn.Identity) for d in m.lora_dropout.values()):
+                    return False
+                if len(getattr(m, "active_adapters", [])) > 1:
+                    return False
+        return True
+
+    @staticmethod
+    def adapter_in_use(model: Any) -> str | None:
+        for m in _base(model).modules():
+            if hasattr(m, "lora_A"):
+                return None if m.disable_adapters else m.active_adapters[0]
+        return None
+
+    def __init__(self, model: Any, max_len: int):
+        super().__init__(model, self.adapter_in_use(model), max_len, merge=False)
+
+    def logits(self, ids_B_L: torch.Tensor, mask_B_L: torch.Tensor, pos_B_L: torch.Tensor, keep: int) -> torch.Tensor:
+        """Logits of the last `keep` positions (B x keep x V), as HF's `logits_to_keep` gives them."""
+        x = self._forward(ids_B_L, pos_B_L, self._prompt_mask(mask_B_L.bool()))
+        return self._logits(x[:, -keep:])

@@ -1,0 +1,113 @@
+"""The trainer's lean scoring forward gives HF/peft's log-probabilities and LoRA gradients."""
+
+import copy
+
+import pytest
+import torch
+
+from common.batch import build_rows, score_rows
+from common.engines.fast import FastScorer
+from common.episode import Episode, Turn
+from common.policy import Policy
+
+
+@pytest.fixture()
+def policy(tiny_parts):
+    env, cfg, tok, base = tiny_parts
+    cfg = copy.deepcopy(cfg)
+    cfg.roles = {}
+    p = Policy(copy.deepcopy(base), tok, cfg, env.roles)
+    with torch.no_grad():
+        for prm in p.trainable_parameters():
+            prm.add_(0.05 * torch.randn_like(prm, generator=torch.Generator().manual_seed(prm.numel())))
+    return p
+
+
+def _rows(tok):
+    """Rows of different lengths (left padding differs), one with two turns in one context."""
+    eps = []
+    for i, (q, a) in enumerate([("Q: 3+4\nA:", " 7"), ("Q: 12-5*2+7\nA:", " 12-10=2 2+7=9 #9"), ("Q: 9\nA:", " 9 #9")]):
+        p, act = tok.encode(q, add_special_tokens=False), tok.encode(a, add_special_tokens=False)
+        ep = Episode(f"t{i}", 0, turns=[Turn("solver", "policy", p, act, [-0.5] * len(act), a)])
+        if i == 1:
+            obs = tok.encode("\nok\n", add_special_tokens=False)
+            more = tok.encode(" done", add_special_tokens=False)
+            ep.turns.append(Turn("solver", "policy", p + act + obs, more, [-0.5] * len(more), " done"))
+        eps.append(ep)
+    return build_rows(eps, None)
+
+
+def _score(policy, adapter, fast, autocast=False):
+    rows = _rows(policy.tokenizer)
+    for prm in policy.trainable_parameters():
+        prm.grad = None
+    with policy.use(adapter) as model, torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        assert FastScorer.supports(model)
+        s = score_rows(model, rows, policy.tokenizer.pad_token_id, with_entropy=True, temperature=0.7, fast=fast)
+    loss = (s.logp_B_T * torch.arange(1.0, s.logp_B_T.size(1) + 1)).sum()  # weights every position differently
+    if adapter is not None:
+        loss.backward()
+    grads = [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in policy.trainable_parameters()]
+    return s, grads
+
+
+@pytest.mark.parametrize("adapter", ["policy", None])
+def test_fast_scorer_matches_hf_logprobs_and_gradients(policy, adapter):
+    fast, g_fast = _score(policy, adapter, fast=True)
+    slow, g_slow = _score(policy, adapter, fast=False)
+    assert torch.equal(fast.mask_B_T, slow.mask_B_T) and fast.mask_B_T.sum() > 10
+    assert torch.allclose(fast.logp_B_T, slow.logp_B_T, atol=2e-5), (fast.logp_B_T - slow.logp_B_T).abs().max()
+    assert torch.allclose(fast.entropy_B_T, slow.entropy_B_T, atol=2e-5)
+    if adapter is not None:
+        assert sum(float(g.abs().sum()) for g in g_slow) > 0
+        for a, b in zip(g_fast, g_slow, strict=True):
+            assert (a - b).abs().max() <= 1e-5 * b.abs().max() + 1e-7  # float32 rounding of reordered sums
+
+
+def test_fast_scorer_bf16_close_to_hf_bf16(policy):
+    fast, g_fast = _score(policy, "policy", fast=True, autocast=True)
+    slow, g_slow = _score(policy, "policy", fast=False, autocast=True)
+    assert (fast.logp_B_T - slow.logp_B_T).abs().max() < 0.05  # bf16 rounding, both paths
+    flat_f, flat_s = torch.cat([g.flatten() for g in g_fast]), torch.cat([g.flatten() for g in g_slow])
+    assert torch.nn.functional.cosine_similarity(flat_f, flat_s, dim=0) > 0.999
+
+
+def test_fast_scorer_follows_the_active_adapter_and_weight_changes(tiny_parts):
+    env, cfg, tok, base = tiny_parts
+    cfg = copy.deepcopy(cfg)
+    cfg.roles = {"solver": "first"}
+    cfg.default_adapter = "second"
+    p = Policy(copy.deepcopy(base), tok, cfg, env.roles)
+    p.adapters = ["first", "second"]  # a second adapter the arith env does not bind: add it as peft would
+    p.model.add_adapter("second", p.model.peft_config["first"])
+    p.trainable_adapters = ["first", "second"]
+    with torch.no_grad():
+        for prm in p.adapter_parameters("second"):
+            prm.add_(0.1)
+    rows = _rows(tok)
+    out = {}
+    for adapter in ("first", "second", None):
+        with torch.no_grad(), p.use(adapter) as model:
+            assert FastScorer.adapter_in_use(model) == adapter
+            out[adapter] = [score_rows(model, rows, tok.pad_token_id, False, fast=f).logp_B_T for f in (True, False)]
+        assert torch.allclose(*out[adapter], atol=2e-5)
+    assert not torch.allclose(out["first"][0], out["second"][0], atol=1e-3)
+    with torch.no_grad():  # the base weights change (a full-weight sync): the stacked copy follows
+        base_w = p.model.get_base_model().model.layers[0].self_attn.v_proj.base_layer.weight
+        base_w.mul_(1.5)  # (v, not q: q_norm would undo a scale)
+        with p.use("first") as model:
+            after = [score_rows(model, rows, tok.pad_token_id, False, fast=f).logp_B_T for f in (True, False)]
+    assert torch.allclose(*after, atol=2e-5) and not torch.allclose(after[0], out["first"][0], atol=1e-4)
+
+
+def test_lora_dropout_in_training_falls_back_to_hf(tiny_parts):
+    env, cfg, tok, base = tiny_parts
+    cfg = copy.deepcopy(cfg)
+    cfg.lora_dropout = 0.1
+    p = Policy(copy.deepcopy(base), tok, cfg, env.roles)
+    p.model.train()
+    with p.use("policy") as model:
+        assert not FastScorer.supports(model)
+    p.model.eval()
+    with p.use("policy") as model:
+        assert FastScorer.supports(model)
