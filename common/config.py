@@ -96,6 +96,7 @@ class TrainerConfig:
     checkpoint_every: int = 10  # RL steps between checkpoints (and at the end)
     threads: int = 0  # torch threads; 0 = all cores
     precision: str = "32"  # 32 | bf16 (autocast for forward passes where the CPU supports it)
+    fast_forward: bool = True  # score with the lean forward (common/engines/fast.py) where the model allows; false = HF/peft's
     accelerator: str = "cpu"  # cpu | gpu | auto (Lightning accelerator)
     devices: int = 1  # devices per node (scale=paper under srun: equals the profile's GPUs per node)
     num_nodes: int = 1

@@ -181,7 +181,8 @@ class RLModule(L.LightningModule):
         pad = self.policy.tokenizer.pad_token_id
         with self.policy.use(None) as model, self._autocast():
             for chunk in chunks(rows, self.cfg.trainer.micro_batch_rows):
-                scored = score_rows(model, chunk, pad, with_entropy=False, temperature=self.cfg.trainer.temperature)
+                scored = score_rows(model, chunk, pad, with_entropy=False, temperature=self.cfg.trainer.temperature,
+                                    fast=self.cfg.trainer.fast_forward)
                 for b, row in enumerate(chunk):
                     row.ref_logprobs = scored.logp_B_T[b, : row.num_action_tokens].clone()
 
@@ -206,7 +207,7 @@ class RLModule(L.LightningModule):
                         for chunk in chunks([r for r in mb if r.adapter == adapter], t.micro_batch_rows):
                             with self._autocast():
                                 scored = score_rows(model, chunk, pad, with_entropy=True, entropy_grad=t.entropy_coef > 0,
-                                                    temperature=t.temperature)
+                                                    temperature=t.temperature, fast=t.fast_forward)
                             logp, mask = scored.logp_B_T, scored.mask_B_T
                             width = logp.size(1)
                             behaviour = padded([r.behaviour_logprobs() for r in chunk], width)

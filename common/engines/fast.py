@@ -63,20 +63,18 @@ class _Proj:
         else:
             self.weight = base[0] if base is not None else _stack([w for w, _ in weights])
         self.bias = base[1] if base is not None else _stack_bias(weights)
-        self.a: torch.Tensor | None = None
-        self.b: torch.Tensor | None = None
+        self.lora: tuple[torch.Tensor, torch.Tensor] | None = None  # (stacked A, block-diagonal s B)
         if not merge and any(lo is not None for lo in loras):
             d_in = self.weight.size(1)
             like = next(lo for lo in loras if lo is not None)[0]
             a_list = [lo[0] if lo else like.new_zeros(0, d_in) for lo in loras]
             b_list = [lo[1] * lo[2] if lo else like.new_zeros(w.size(0), 0) for (w, _), lo in zip(weights, loras, strict=True)]
-            self.a = a_list[0] if len(a_list) == 1 else torch.cat(a_list)
-            self.b = b_list[0] if len(b_list) == 1 else torch.block_diag(*b_list)
+            self.lora = (_stack(a_list), b_list[0] if len(b_list) == 1 else torch.block_diag(*b_list))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         y = F.linear(x, self.weight, self.bias)
-        if self.a is not None:
-            y = y + F.linear(F.linear(x, self.a), self.b)
+        if self.lora is not None:
+            y = y + F.linear(F.linear(x, self.lora[0]), self.lora[1])
         return y
 
 

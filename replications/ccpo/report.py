@@ -1,0 +1,59 @@
+"""The CCPO replication's table: per arm, held-out team accuracy, the Thinker's help and hurt rates,
+the accuracy drop when its message is emptied, and its message mix, at the warm start and after RL
+(mean over seeds with a 95% bootstrap interval). `make replicate-ccpo` prints it and writes
+results/ccpo/report-<scale>.md.
+
+    python -m replications.ccpo.report [--results results] [--scale cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from common.stats import mean_ci
+
+COLUMNS = {
+    "accuracy": lambda r: r["mean@k"],
+    "help": lambda r: r["variants"]["paired"]["metrics"]["help"],
+    "hurt": lambda r: r["variants"]["paired"]["metrics"]["hurt"],
+    "drop (emptied)": lambda r: r["mean@k"] - r["variants"]["empty_guidance"]["mean@k"],
+    "contribution (paired)": lambda r: r["variants"]["paired"]["metrics"]["contribution"],
+    "msg help": lambda r: r["metrics"]["msg_help"],
+    "msg silent": lambda r: r["metrics"]["msg_silent"],
+    "msg wrong": lambda r: r["metrics"]["msg_wrong"],
+}
+
+
+def table(root: Path) -> str:
+    lines = ["| arm | stage | seeds | " + " | ".join(COLUMNS) + " |", "|" + " --- |" * (len(COLUMNS) + 3)]
+    for arm_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        evals = [json.loads((d / "eval.json").read_text()) for d in sorted(arm_dir.glob("seed-*")) if (d / "done").exists()]
+        for stage in ("initial", "final"):
+            cells = []
+            for fn in COLUMNS.values():
+                mean, low, high = mean_ci([fn(e[stage]) for e in evals])
+                cells.append(f"{mean:.3f} [{low:.3f}, {high:.3f}]")
+            lines.append(f"| {arm_dir.name} | {stage} | {len(evals)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m replications.ccpo.report", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--results", default="results")
+    p.add_argument("--scale", default="cpu")
+    args = p.parse_args(argv)
+    root = Path(args.results) / "ccpo" / "thinker_solver"
+    if not root.is_dir():
+        raise SystemExit(f"no CCPO results under {root}")
+    text = f"## CCPO ({args.scale} scale): the Thinker's contribution per arm, mean [95% bootstrap CI] over seeds\n\n{table(root)}\n"
+    out = Path(args.results) / "ccpo" / f"report-{args.scale}.md"
+    out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
