@@ -56,8 +56,9 @@ def git_state(root: Path | None = None) -> dict[str, Any]:
     root = root or Path(__file__).resolve().parent.parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                    capture_output=True, text=True, check=True).stdout.strip())
+        # results/ is what runs write: a rerun rewriting committed results does not make the code dirty
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
+                                    cwd=root, capture_output=True, text=True, check=True).stdout.strip())
     except (subprocess.CalledProcessError, FileNotFoundError):
         sha, dirty = "unknown", True
     return {"git_sha": sha, "git_dirty": dirty}
