@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,12 +128,13 @@ def run_cell(cell: Cell) -> dict[str, Any]:
 
 
 # ---- local launch ------------------------------------------------------------------------------
-def progress_line(cells: list[Cell]) -> str:
+def progress_line(cells: list[Cell], queued: Collection[str] = ()) -> str:
+    """One status per cell: queued (not started in this launch, e.g. a forced rerun), done, or steps."""
     parts = []
     for c in cells:
         p = c.run_dir / "metrics.jsonl"
         steps = len(p.read_text().splitlines()) if p.exists() else 0
-        parts.append("done" if c.done else f"{steps}/{c.steps}")
+        parts.append("queued" if c.name in queued else "done" if c.done else f"{steps}/{c.steps}")
     return " | ".join(f"{c.arm}/s{c.seed}: {s}" for c, s in zip(cells, parts, strict=True))
 
 
@@ -165,7 +167,7 @@ def launch_local(cells: list[Cell], parallel: int, work_dir: str) -> list[str]:
                     tail = "\n".join(str(e).strip().splitlines()[-15:])
                     failures.append(f"{cell.name} failed:\n{tail}")
         if time.monotonic() - last > 15:
-            print(f"[replicate] {progress_line(cells)}", flush=True)
+            print(f"[replicate] {progress_line(cells, {c.name for c in pending})}", flush=True)
             last = time.monotonic()
         time.sleep(0.5)
     return failures
