@@ -128,13 +128,14 @@ def run_cell(cell: Cell) -> dict[str, Any]:
 
 
 # ---- local launch ------------------------------------------------------------------------------
-def progress_line(cells: list[Cell], queued: Collection[str] = ()) -> str:
-    """One status per cell: queued (not started in this launch, e.g. a forced rerun), done, or steps."""
+def progress_line(cells: list[Cell], queued: Collection[str] = (), running: Collection[str] = ()) -> str:
+    """One status per cell: queued (waiting in this launch), steps (running: a forced rerun's old
+    `done` does not count), or done."""
     parts = []
     for c in cells:
         p = c.run_dir / "metrics.jsonl"
         steps = len(p.read_text().splitlines()) if p.exists() else 0
-        parts.append("queued" if c.name in queued else "done" if c.done else f"{steps}/{c.steps}")
+        parts.append("queued" if c.name in queued else "done" if c.done and c.name not in running else f"{steps}/{c.steps}")
     return " | ".join(f"{c.arm}/s{c.seed}: {s}" for c, s in zip(cells, parts, strict=True))
 
 
@@ -167,7 +168,8 @@ def launch_local(cells: list[Cell], parallel: int, work_dir: str) -> list[str]:
                     tail = "\n".join(str(e).strip().splitlines()[-15:])
                     failures.append(f"{cell.name} failed:\n{tail}")
         if time.monotonic() - last > 15:
-            print(f"[replicate] {progress_line(cells, {c.name for c in pending})}", flush=True)
+            line = progress_line(cells, {c.name for c in pending}, {c.name for c, _ in running})
+            print(f"[replicate] {line}", flush=True)
             last = time.monotonic()
         time.sleep(0.5)
     return failures

@@ -14,7 +14,8 @@ forward gives, to float32 rounding.
   with the adapters' own parameters, so gradients reach them as through peft; the stacked base
   weights are built once per model and reused while they do not change.
 
-Models outside this shape (other attention or RoPE types, sliding windows, biases on MLPs, LoRA
+It is a CPU path (on a GPU, HF's forward with its fused attention kernels runs instead). Models
+outside this shape (other attention or RoPE types, sliding windows, biases on MLPs, LoRA
 variants such as DoRA, LoRA dropout while training) use HF's forward (`supports` says which).
 """
 
@@ -131,6 +132,8 @@ class _FastModel:
     def supports(model: Any) -> bool:
         base = _base(model)
         cfg = base.config
+        if base.model.embed_tokens.weight.device.type != "cpu":  # a CPU path: on GPUs HF's fused kernels win
+            return False
         if type(base).__name__ not in SUPPORTED or getattr(cfg, "hidden_act", "silu") != "silu":
             return False
         rope = getattr(base.model, "rotary_emb", None)

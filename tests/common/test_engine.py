@@ -1,6 +1,5 @@
 """The HF engine: batched sampling, stop strings, and logprobs that training recomputes exactly."""
 
-import copy
 
 import pytest
 import torch
@@ -8,20 +7,7 @@ import torch
 from common.batch import build_rows, score_rows
 from common.engines.base import Request, SamplingParams
 from common.engines.hf import HFEngine
-from common.policy import Policy
 from common.rollout import Rollout
-
-
-@pytest.fixture()
-def policy(tiny_parts):
-    env, cfg, tok, base = tiny_parts
-    cfg = copy.deepcopy(cfg)
-    cfg.roles = {}
-    p = Policy(copy.deepcopy(base), tok, cfg, env.roles)
-    with torch.no_grad():  # move the adapter away from zero so that it matters
-        for prm in p.trainable_parameters():
-            prm.add_(0.05 * torch.randn_like(prm))
-    return p
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])

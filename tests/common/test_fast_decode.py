@@ -1,6 +1,5 @@
 """The lean decode path gives HF's logits (with a LoRA adapter merged, and for the reference)."""
 
-import copy
 
 import pytest
 import torch
@@ -9,17 +8,6 @@ from transformers import DynamicCache
 from common.engines.base import Request, SamplingParams
 from common.engines.fast import FastDecoder
 from common.engines.hf import HFEngine
-from common.policy import Policy
-
-
-@pytest.fixture()
-def policy(tiny_parts):
-    env, cfg, tok, base = tiny_parts
-    p = Policy(copy.deepcopy(base), tok, copy.deepcopy(cfg), env.roles)
-    with torch.no_grad():
-        for prm in p.trainable_parameters():
-            prm.add_(0.05 * torch.randn_like(prm))
-    return p
 
 
 @pytest.mark.parametrize("adapter", ["policy", None])

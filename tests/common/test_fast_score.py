@@ -11,18 +11,6 @@ from common.episode import Episode, Turn
 from common.policy import Policy
 
 
-@pytest.fixture()
-def policy(tiny_parts):
-    env, cfg, tok, base = tiny_parts
-    cfg = copy.deepcopy(cfg)
-    cfg.roles = {}
-    p = Policy(copy.deepcopy(base), tok, cfg, env.roles)
-    with torch.no_grad():
-        for prm in p.trainable_parameters():
-            prm.add_(0.05 * torch.randn_like(prm, generator=torch.Generator().manual_seed(prm.numel())))
-    return p
-
-
 def _rows(tok):
     """Rows of different lengths (left padding differs), one with two turns in one context."""
     eps = []
