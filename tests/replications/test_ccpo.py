@@ -146,8 +146,10 @@ def test_paper_scales_refuse_without_models_and_data(tmp_path):
 
 
 def test_cpu_scale_arms_compose():
-    from replications.replicate import plan
+    from replications.replicate import cell_config, plan
 
     cells = plan("ccpo", "cpu")
-    assert {c.arm for c in cells} == {"grpo", "ccpo-v1", "ccpo-v2"} and len(cells) == 9
+    assert {c.arm for c in cells} == {"grpo", "grpo-center", "ccpo-v1", "ccpo-v2"} and len(cells) == 12
     assert {c.env for c in cells} == {"thinker_solver"}
+    center = cell_config(next(c for c in cells if c.arm == "grpo-center"))
+    assert center.method["credit"] == "shared" and center.method["estimator"] == "drgrpo"
