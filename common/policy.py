@@ -62,7 +62,7 @@ def build_tiny_model(cfg: ModelConfig, vocab_size: int, pad_id: int, eos_id: int
         vocab_size=vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
         num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
         head_dim=cfg.head_dim, max_position_embeddings=cfg.max_length, tie_word_embeddings=True,
-        pad_token_id=pad_id, eos_token_id=eos_id, bos_token_id=None, attn_implementation="sdpa",
+        pad_token_id=pad_id, eos_token_id=eos_id, bos_token_id=None, attn_implementation="sdpa",  # type: ignore[call-arg]
     )
     with torch.random.fork_rng():
         torch.manual_seed(cfg.init_seed)
@@ -159,7 +159,7 @@ def warm_started_base(model_cfg: ModelConfig, sft_cfg: SFTConfig, env: Environme
         info_path = folder / "warmstart.json"
         if info_path.exists():
             tokenizer = AutoTokenizer.from_pretrained(folder)
-            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+            model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
             model.eval()
             return tokenizer, model, json.loads(info_path.read_text())
         if model_cfg.kind == "tiny":

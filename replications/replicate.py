@@ -219,13 +219,14 @@ def aggregate(method: str, scale: str, cells: list[Cell]) -> str:
 
 
 def method_report(method: str, scale: str, cells: list[Cell]) -> None:
-    """A method's own report, when it has one: `replications/<method>/report.py` with
+    """A method's own report, when it has one: `replications/<method>/report.py` (or `claims.py`) with
     `main(["--results", out_dir, "--scale", scale])`, which prints it and writes it next to the summary."""
     import importlib
     import importlib.util
 
-    if cells and importlib.util.find_spec(f"replications.{method}.report") is not None:
-        importlib.import_module(f"replications.{method}.report").main(["--results", cells[0].out_dir, "--scale", scale])
+    for name in ("report", "claims"):
+        if cells and importlib.util.find_spec(f"replications.{method}.{name}") is not None:
+            importlib.import_module(f"replications.{method}.{name}").main(["--results", cells[0].out_dir, "--scale", scale])
 
 
 # ---- command line -----------------------------------------------------------------------------
