@@ -166,7 +166,7 @@ class VLLMEngine(Engine):
             if policy.adapters:
                 kwargs.update(enable_lora=True, max_lora_rank=_lora_rank_bucket(m.lora_rank), max_loras=len(policy.adapters),
                               max_cpu_loras=2 * len(policy.adapters))
-            self.llm = LLM(**kwargs)
+            self.llm: Any = LLM(**kwargs)  # None after close()
             for adapter in policy.adapters:
                 self._push_adapter(adapter)
         # The CPU kernels give a request without LoRA, batched with LoRA requests, the last adapter.
@@ -253,7 +253,7 @@ class VLLMEngine(Engine):
         loras = [self.lora_request(r.adapter) for r in requests]
         if self.split_base and not allow_mixed and any(x is None for x in loras) and any(x is not None for x in loras):
             raise RuntimeError("vLLM CPU: requests without adapter must not share a call with LoRA requests")
-        base = dict(temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_new_tokens, logprobs=0,
+        base: dict[str, Any] = dict(temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_new_tokens, logprobs=0,
                     stop=list(params.stop), include_stop_str_in_output=True, detokenize=bool(params.stop))
         sps = [VSamplingParams(seed=_request_seed(seed, p), **base) for p in positions]
         prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
