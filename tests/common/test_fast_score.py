@@ -99,3 +99,35 @@ def test_lora_dropout_in_training_falls_back_to_hf(tiny_parts):
     p.model.eval()
     with p.use("policy") as model:
         assert FastScorer.supports(model)
+
+
+def test_fast_paths_match_hf_on_a_llama_model(tiny_parts):
+    """SmolLM2 (the pretrained model the suite loads) is a Llama: no q/k norms, its own rope base."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from common.engines.fast import FastDecoder
+
+    env, cfg, tok, _ = tiny_parts
+    torch.manual_seed(0)
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                         rope_theta=100000.0, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                                         tie_word_embeddings=True)).eval()
+    for prm in llama.parameters():
+        prm.requires_grad_(False)
+    p = Policy(llama, tok, copy.deepcopy(cfg), env.roles)
+    with torch.no_grad():
+        for prm in p.trainable_parameters():
+            prm.add_(0.05 * torch.randn_like(prm))
+    fast, g_fast = _score(p, "policy", fast=True)
+    slow, g_slow = _score(p, "policy", fast=False)
+    assert torch.allclose(fast.logp_B_T, slow.logp_B_T, atol=2e-5), (fast.logp_B_T - slow.logp_B_T).abs().max()
+    for a, b in zip(g_fast, g_slow, strict=True):
+        assert (a - b).abs().max() <= 1e-5 * b.abs().max() + 1e-7
+    ids = torch.tensor([tok.encode("Q: 3+4\nA:", add_special_tokens=False)])
+    mask, pos = torch.ones_like(ids), torch.arange(ids.size(1))[None]
+    with torch.inference_mode(), p.use("policy") as model:
+        assert FastDecoder.supports(model)
+        got = FastDecoder(model, "policy", 1, ids.size(1) + 1).prefill(ids, mask, pos)
+        want = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1]
+    assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
