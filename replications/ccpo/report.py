@@ -34,7 +34,7 @@ def table(root: Path) -> str:
             cells = []
             for fn in COLUMNS.values():
                 mean, low, high = mean_ci([fn(e[stage]) for e in evals])
-                cells.append(f"{mean:.3f} [{low:.3f}, {high:.3f}]")
+                cells.append(f"{mean:.3f} [{low:.3f}, {high:.3f}]" if low == low else f"{mean:.3f}")  # one seed: no interval
             lines.append(f"| {arm_dir.name} | {stage} | {len(evals)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
