@@ -19,7 +19,6 @@ AppWorld Test-Normal).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
@@ -29,6 +28,7 @@ import numpy as np
 
 from common.stats import mean_ci
 from replications.canopy.method import signal_check
+from replications.report_cli import report_main
 
 # The paper's ablations (mean@4, AppWorld Test-Normal) [P], by the arm names of replication.yaml.
 PAPER_MEAN4 = {"full": 79.5, "seq-mean": 74.1, "no-hardest": 73.5, "no-kl": 72.5, "n-small": 63.1, "two-updates": 62.1}
@@ -134,18 +134,7 @@ def report(results: Path, scale: str, method: str = "canopy") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m replications.canopy.report", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--results", default="results")
-    p.add_argument("--scale", default="cpu")
-    args = p.parse_args(argv)
-    text = report(Path(args.results), args.scale)
-    out = Path(args.results) / "canopy" / f"report-{args.scale}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(text)
-    return 0
-
+    return report_main(argv, "replications.canopy.report", __doc__, report)
 
 if __name__ == "__main__":
     raise SystemExit(main())

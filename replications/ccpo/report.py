@@ -8,11 +8,11 @@ results/ccpo/report-<scale>.md.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 from common.stats import mean_ci
+from replications.report_cli import report_main
 
 COLUMNS = {
     "accuracy": lambda r: r["mean@k"],
@@ -39,21 +39,15 @@ def table(root: Path) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m replications.ccpo.report", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--results", default="results")
-    p.add_argument("--scale", default="cpu")
-    args = p.parse_args(argv)
-    root = Path(args.results) / "ccpo" / "thinker_solver"
+def build(results: Path, scale: str) -> str:
+    root = results / "ccpo" / "thinker_solver"
     if not root.is_dir():
         raise SystemExit(f"no CCPO results under {root}")
-    text = f"## CCPO ({args.scale} scale): the Thinker's contribution per arm, mean [95% bootstrap CI] over seeds\n\n{table(root)}\n"
-    out = Path(args.results) / "ccpo" / f"report-{args.scale}.md"
-    out.write_text(text)
-    print(text)
-    return 0
+    return f"## CCPO ({scale} scale): the Thinker's contribution per arm, mean [95% bootstrap CI] over seeds\n\n{table(root)}\n"
 
+
+def main(argv: list[str] | None = None) -> int:
+    return report_main(argv, "replications.ccpo.report", __doc__, build)
 
 if __name__ == "__main__":
     raise SystemExit(main())

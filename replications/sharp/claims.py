@@ -19,7 +19,6 @@ estimate has the claimed sign but the interval reaches 0; does not hold otherwis
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from common.stats import NAN, difference_ci, mean_ci
+from replications.report_cli import report_main
 
 ARMS = ("grpo", "sharp-loo", "sharp-exact")
 N_BOOT, SEED = 2000, 0
@@ -143,19 +143,7 @@ def table(runs: dict[tuple[int, str], list[dict[str, Any]]], scale: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m replications.sharp.claims", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--results", default="results")
-    p.add_argument("--scale", default="cpu")
-    args = p.parse_args(argv)
-    runs = load(Path(args.results))
-    text = table(runs, args.scale)
-    out = Path(args.results) / "sharp" / f"claims-{args.scale}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(text)
-    return 0
-
+    return report_main(argv, "replications.sharp.claims", __doc__, lambda results, scale: table(load(results), scale))
 
 if __name__ == "__main__":
     raise SystemExit(main())
