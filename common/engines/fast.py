@@ -42,6 +42,10 @@ def _lora(module: Any, adapter: str | None) -> tuple[torch.Tensor, torch.Tensor,
     return module.lora_A[adapter].weight, module.lora_B[adapter].weight, float(module.scaling[adapter])
 
 
+def _lora_layers(model: Any) -> list[Any]:
+    return [m for m in _base(model).modules() if hasattr(m, "lora_A")]
+
+
 def _plain(module: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     inner = module.base_layer if hasattr(module, "base_layer") else module
     return inner.weight, inner.bias
@@ -59,8 +63,8 @@ class _Proj:
         weights = [_plain(m) for m in modules]
         loras = [_lora(m, adapter) for m in modules]
         if merge:
-            mats = [w if lo is None else w + (lo[1] @ lo[0] * lo[2]).to(w.dtype) for (w, _), lo in zip(weights, loras, strict=True)]
-            self.weight = mats[0] if len(mats) == 1 else torch.cat(mats)
+            self.weight = _stack([w if lo is None else w + (lo[1] @ lo[0] * lo[2]).to(w.dtype)
+                                  for (w, _), lo in zip(weights, loras, strict=True)])
         else:
             self.weight = base[0] if base is not None else _stack([w for w, _ in weights])
         self.bias = base[1] if base is not None else _stack_bias(weights)
@@ -140,7 +144,10 @@ class _FastModel:
         if rope is None or getattr(rope, "rope_type", None) != "default" or getattr(cfg, "mlp_bias", False):
             return False
         layer_types = getattr(cfg, "layer_types", None) or []
-        return all(t == "full_attention" for t in layer_types) and not getattr(cfg, "use_sliding_window", False)
+        if any(t != "full_attention" for t in layer_types) or getattr(cfg, "use_sliding_window", False):
+            return False
+        # plain LoRA only: an adapter already merged into the base, or DoRA, is not x W^T + s (x A^T) B^T
+        return not any(getattr(m, "merged", False) or any(getattr(m, "use_dora", {}).values()) for m in _lora_layers(model))
 
     def __init__(self, model: Any, adapter: str | None, max_len: int, merge: bool):
         base = _base(model)
@@ -290,21 +297,17 @@ class FastScorer(_FastModel):
     def supports(model: Any) -> bool:
         if not _FastModel.supports(model):
             return False
-        for m in _base(model).modules():
-            if hasattr(m, "lora_A"):
-                if getattr(m, "merged", False) or any(getattr(m, "use_dora", {}).values()):
-                    return False
-                if m.training and any(not isinstance(d, torch.nn.Identity) for d in m.lora_dropout.values()):
-                    return False
-                if len(getattr(m, "active_adapters", [])) > 1:
-                    return False
+        for m in _lora_layers(model):
+            if m.training and any(not isinstance(d, torch.nn.Identity) for d in m.lora_dropout.values()):
+                return False
+            if len(getattr(m, "active_adapters", [])) > 1:
+                return False
         return True
 
     @staticmethod
     def adapter_in_use(model: Any) -> str | None:
-        for m in _base(model).modules():
-            if hasattr(m, "lora_A"):
-                return None if m.disable_adapters else m.active_adapters[0]
+        for m in _lora_layers(model):
+            return None if m.disable_adapters else m.active_adapters[0]
         return None
 
     def __init__(self, model: Any, max_len: int):

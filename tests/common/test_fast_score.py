@@ -131,3 +131,14 @@ def test_fast_paths_match_hf_on_a_llama_model(tiny_parts):
         got = FastDecoder(model, "policy", 1, ids.size(1) + 1).prefill(ids, mask, pos)
         want = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1]
     assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+
+
+def test_merged_adapter_falls_back_to_hf_in_both_paths(policy):
+    from common.engines.fast import FastDecoder
+
+    with policy.use("policy") as model:
+        assert FastDecoder.supports(model) and FastScorer.supports(model)
+        model.merge_adapter()  # the delta now lives in the base weights: x W^T + s (x A^T) B^T would add it twice
+        assert not FastDecoder.supports(model) and not FastScorer.supports(model)
+        model.unmerge_adapter()
+        assert FastDecoder.supports(model) and FastScorer.supports(model)
