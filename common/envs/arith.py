@@ -17,7 +17,8 @@ a bad habit, and which one to use is a decision RL can learn from the outcome al
 arithmetic knowledge itself (at the cpu scale GRPO did not improve that within its budget).
 
 Reward 1 for an exactly right final answer, else 0. A malformed action (no `#<int>` in single
-mode, not an integer in stepwise mode) is an invalid action: an `invalid_action` event, reward 0.
+mode, not an integer in stepwise mode; integers are ASCII digits, at most 18 of them) is an invalid
+action: an `invalid_action` event, reward 0.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult, parse_int
 from common.episode import Event
 
 OPS = ("+", "-", "*")
-_ANSWER = re.compile(r"#\s*(-?\d+)\s*$")
-_INT = re.compile(r"^\s*(-?\d+)\s*$")
+_ANSWER = re.compile(r"#\s*(-?[0-9]+)\s*$")
+_INT = re.compile(r"^\s*(-?[0-9]+)\s*$")
 
 
 @dataclass
@@ -89,20 +90,23 @@ class ArithEpisode(EpisodeState):
     def step(self, action: str) -> StepResult:
         if self.mode == "single":
             m = _ANSWER.search(action.strip())
+            answer = parse_int(m.group(1)) if m is not None else None
             worked = "=" in action  # wrote intermediate steps rather than jumping to the answer
-            if m is None:
-                result = _invalid(0, "no final answer: end the reply with #<integer>")
+            if answer is None:
+                why = "no final answer: end the reply with #<integer>" if m is None else "the final answer has too many digits"
+                result = _invalid(0, why)
                 result.info["worked"] = worked
                 return result
-            ok = int(m.group(1)) == self.answer()
+            ok = answer == self.answer()
             return StepResult(None, reward=float(ok), success=ok, info={"worked": worked, "invalid": False})
         m = _INT.match(action)
+        answer = parse_int(m.group(1)) if m is not None else None
         turn = self.position
-        if m is None:
+        if answer is None:
             return _invalid(turn, "expected one integer")
         op, b = self.steps[self.position]
         right = apply(op, self.value, b)
-        if int(m.group(1)) != right:
+        if answer != right:
             return StepResult(None, reward=0.0, success=False, info={"failed_step": turn})
         self.value = right
         self.position += 1

@@ -8,7 +8,8 @@ observations), so nothing a model sampled is ever re-tokenized.
 
 Rules every environment keeps:
 - Any action text is legal input. A malformed action yields an `invalid_action` event and an
-  observation saying what was wrong; it never raises.
+  observation saying what was wrong; it never raises. Numbers in action text are read with
+  `parse_int` only (ASCII digits, bounded length), never with `int()`.
 - The episode ends in finitely many turns (each environment caps its own turns).
 - `expert_action()` is the scripted demonstrator (it may read hidden task state); it provides the
   SFT warm-start data and scripted actors.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,6 +28,23 @@ from typing import Any, ClassVar
 from datasets import Dataset, DatasetDict
 
 from common.episode import Event
+
+
+def parse_int(text: str, max_digits: int = 18) -> int | None:
+    """The integer `text` spells in ASCII digits (an optional sign, 1..`max_digits` digits), else None.
+
+    Model text is hostile input. Python's `int()` reads Unicode digits (`int("١٦") == 16`),
+    underscores and surrounding whitespace, and raises past 4300 digits; the environments' stated
+    format is plain ASCII digits, so anything else is not a number here (an invalid action).
+
+    >>> parse_int("-42"), parse_int("+7"), parse_int("007")
+    (-42, 7, 7)
+    >>> parse_int("١٦"), parse_int("1_000"), parse_int(" 1"), parse_int("9" * 19), parse_int("")
+    (None, None, None, None, None)
+    """
+    if len(text) > max_digits + 1 or re.fullmatch(rf"[-+]?[0-9]{{1,{max_digits}}}", text) is None:
+        return None
+    return int(text)
 
 
 @dataclass
@@ -81,6 +100,15 @@ class EnvConfig:
     demo_size: int = 0  # tasks in a separate split for the SFT warm start's demonstrations (0: use train)
     data_seed: int = 1234  # seed of the task generator (independent of the run seed)
 
+    def check(self) -> None:
+        """Raise ValueError (one line: the setting and how to fix it) on a setting that cannot work."""
+        for key in ("train_size", "heldout_size"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"env.{key} must be >= 1 (an empty split has nothing to train on or evaluate); "
+                                 f"got {getattr(self, key)}")
+        if self.demo_size < 0:
+            raise ValueError(f"env.demo_size must be >= 0 (0: demonstrate train tasks); got {self.demo_size}")
+
 
 class Environment(ABC):
     """A family of tasks and the rules to play them."""
@@ -91,6 +119,7 @@ class Environment(ABC):
     stop: ClassVar[tuple[str, ...]] = ("\n",)  # stop strings for generation
 
     def __init__(self, cfg: EnvConfig):
+        cfg.check()
         self.cfg = cfg
         self._tasks: DatasetDict | None = None
 

@@ -31,6 +31,9 @@ last reply, and look it up again when that reply does not show it (after a busy 
 | `book <day> <contact id>` | calendar: books a meeting | unknown day, unknown contact id |
 | `done` | ends the episode; the final state is checked | |
 
+A call that fits none of these (a number that is not 1 to 18 ASCII digits included) is a bad call:
+`error: bad call`, an `invalid_action` event, no effect.
+
 The to-do line moves to the next step when the agent makes the step's call (`add` of the step's
 item, `pay`, `send`, `book`), right or wrong: a wrong quantity or recipient is not flagged, it
 fails the task at the end, as in a real app. Tiers, by length of the solution: tier 1 buys two
@@ -62,7 +65,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult, parse_int
 from common.episode import Event
 
 ITEMS = ("tea", "rice", "soap", "milk", "eggs", "bread", "jam", "salt", "oil", "fish")
@@ -193,16 +196,17 @@ class ChainEpisode(EpisodeState):
         if m is None:
             return bad, False
         verb, args = m.group(1), m.group(2).split()
+        numbers = [parse_int(a) for a in args]  # None: not a number (or past 18 digits: a bad call)
         w = self.world
         ids = {cid: name for name, cid in w.contact_ids.items()}
         if verb == "done" and not args:
             return "ok", True
-        if verb == "add" and len(args) == 2 and args[1].isdigit():
+        if verb == "add" and len(args) == 2 and numbers[1] is not None:
             if args[0] not in ITEMS:
                 return f"error: no item {args[0]}", False
             if w.paid:
                 return "error: already paid", False
-            w.cart[args[0]] = w.cart.get(args[0], 0) + int(args[1])
+            w.cart[args[0]] = w.cart.get(args[0], 0) + numbers[1]
             return "ok", True
         if verb == "remove" and len(args) == 1:
             if w.paid:
@@ -221,19 +225,20 @@ class ChainEpisode(EpisodeState):
             if args[0] not in w.contact_ids:
                 return f"error: no contact {args[0]}", False
             return f"ok {args[0]} {w.contact_ids[args[0]]}", True
-        if verb == "send" and len(args) == 2 and all(a.isdigit() for a in args):
-            if int(args[0]) not in ids:
+        if verb == "send" and len(args) == 2 and numbers[0] is not None and numbers[1] is not None:
+            contact, order = numbers[0], numbers[1]
+            if contact not in ids:
                 return f"error: no contact {args[0]}", False
-            if not w.paid or int(args[1]) != w.order_id:
+            if not w.paid or order != w.order_id:
                 return f"error: no order {args[1]}", False
-            w.mails.append((int(args[0]), int(args[1])))
-            return f"ok {ids[int(args[0])]} {args[0]}", True
-        if verb == "book" and len(args) == 2 and args[1].isdigit():
+            w.mails.append((contact, order))
+            return f"ok {ids[contact]} {args[0]}", True
+        if verb == "book" and len(args) == 2 and numbers[1] is not None:
             if args[0] not in DAYS:
                 return f"error: no day {args[0]}", False
-            if int(args[1]) not in ids:
+            if numbers[1] not in ids:
                 return f"error: no contact {args[1]}", False
-            w.meetings.append((args[0], int(args[1])))
+            w.meetings.append((args[0], numbers[1]))
             return "ok", True
         return bad, False
 

@@ -35,7 +35,8 @@ Variants (`new_episode(..., variant=)`):
 Every episode's `info` records the class of the Thinker's message (`msg_help`, `msg_wrong`,
 `msg_silent`, `msg_other`), its length and cost. A message that is neither empty nor `<digits>` / `X=<digits>`
 is passed to the Solver as written and flagged with an `invalid_action` event; a Solver reply
-without `#<integer>` is an invalid action and ends the episode with success 0.
+without `#<integer>` is an invalid action and ends the episode with success 0. Numbers are ASCII
+digits, at most 18 of them (anything else is not a number).
 
 Scripted demonstrator (SFT warm start): the Thinker helps, stays silent or lies with the fixed
 probabilities `expert_help`, `expert_silent`, `expert_wrong` (drawn once per episode from the
@@ -52,12 +53,12 @@ import string
 from dataclasses import dataclass
 from typing import Any
 
-from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult, parse_int
 from common.episode import Event
 
 THINKER, SOLVER = "thinker", "solver"
-_MESSAGE = re.compile(r"^\s*(?:([A-Z])\s*=\s*)?(\d+)\s*$")
-_ANSWER = re.compile(r"#\s*(-?\d+)\s*$")
+_MESSAGE = re.compile(r"^\s*(?:([A-Z])\s*=\s*)?([0-9]+)\s*$")
+_ANSWER = re.compile(r"#\s*(-?[0-9]+)\s*$")
 MESSAGE_KINDS = ("help", "wrong", "silent", "other")
 
 
@@ -73,15 +74,27 @@ class ThinkerSolverConfig(EnvConfig):
     expert_wrong: float = 0.2  # or state a wrong value for it
 
 
+def read_message(message: str) -> tuple[str | None, int] | None:
+    """(letter or None, value) of a well-formed Thinker message, `<value>` or `X=<value>`; else None."""
+    m = _MESSAGE.match(message.strip())
+    value = parse_int(m.group(2)) if m is not None else None
+    return None if m is None or value is None else (m.group(1), value)
+
+
+def read_answer(action: str) -> int | None:
+    """The Solver's `#<value>` at the end of its reply, or None."""
+    m = _ANSWER.search(action.strip())
+    return parse_int(m.group(1)) if m is not None else None
+
+
 def classify(message: str, asked: str, value: int) -> str:
     """help | wrong | silent | other: what a Thinker message says about the asked fact."""
-    text = message.strip()
-    if not text:
+    if not message.strip():
         return "silent"
-    m = _MESSAGE.match(text)
-    if m is None or m.group(1) not in (None, asked):
+    said = read_message(message)
+    if said is None or said[0] not in (None, asked):
         return "other"
-    return "help" if int(m.group(2)) == value else "wrong"
+    return "help" if said[1] == value else "wrong"
 
 
 class ThinkerSolverEpisode(EpisodeState):
@@ -139,9 +152,9 @@ class ThinkerSolverEpisode(EpisodeState):
             return f" {self.value if self.expert_kind == 'help' else self.expert_wrong_value}"
         if self.asked in self.shown:
             return f" #{self.value}"
-        m = _MESSAGE.match(self.guidance().strip())
-        if m is not None and m.group(1) in (None, self.asked):
-            return f" #{int(m.group(2))}"
+        said = read_message(self.guidance())
+        if said is not None and said[0] in (None, self.asked):
+            return f" #{said[1]}"
         return f" #{self.expert_guess}"
 
     # ---- the rules --------------------------------------------------------------------------
@@ -155,11 +168,11 @@ class ThinkerSolverEpisode(EpisodeState):
             self.message = action
             kind = classify(action, self.asked, self.value)
             events = [Event("invalid_action", 0, {"why": "guidance must be empty, <value> or X=<value>"})] if kind == "other" \
-                and not _MESSAGE.match(action.strip()) else []
+                and read_message(action) is None else []
             return StepResult(self._observation(), reward=-self.cost(), events=events)
-        m = _ANSWER.search(action.strip())
-        correct = m is not None and int(m.group(1)) == self.value
-        events = [] if m is not None else [Event("invalid_action", 0, {"why": "no answer: end the reply with #<integer>"})]
+        answer = read_answer(action)
+        correct = answer is not None and answer == self.value
+        events = [] if answer is not None else [Event("invalid_action", 0, {"why": "no answer: end the reply with #<integer>"})]
         if self.variant == "paired" and self.solo_correct is None:
             self.solo_correct = correct
             return StepResult(self._observation(), events=events)

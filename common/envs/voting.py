@@ -4,7 +4,8 @@ CCPO's second setting (a 3-agent majority vote, LogiQA in the paper) at CPU scal
 handful of facts and a question about the first (as in `thinker_solver`); each voter is shown
 its own subset of the facts (the others appear as `X=?`), and the tier is how many voters are shown the asked fact (1, 2 or 3).
 A voter not shown it can only guess (1 in `num_values`). Voters answer ` #<value>` one after the
-other, each in its own context, without seeing the others' votes.
+other, each in its own context, without seeing the others' votes (a vote without `#<integer>`, in
+ASCII digits, at most 18 of them, is an invalid action and never right).
 
 The team is right when a strict majority of the voters that vote give the right value (with one
 voter left out, both remaining voters must agree on it). Reward 1 for a right team answer, else 0.
@@ -26,11 +27,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult, parse_int
 from common.episode import Event
 
 VOTERS = ("voter0", "voter1", "voter2")
-_ANSWER = re.compile(r"#\s*(-?\d+)\s*$")
+_ANSWER = re.compile(r"#\s*(-?[0-9]+)\s*$")
 
 
 @dataclass
@@ -75,8 +76,9 @@ class VotingEpisode(EpisodeState):
 
     def step(self, action: str) -> StepResult:
         m = _ANSWER.search(action.strip())
-        events = [] if m is not None else [Event("invalid_action", 0, {"why": "no answer: end the reply with #<integer>"})]
-        self.votes.append(int(m.group(1)) if m is not None else None)
+        vote = parse_int(m.group(1)) if m is not None else None
+        events = [] if vote is not None else [Event("invalid_action", 0, {"why": "no answer: end the reply with #<integer>"})]
+        self.votes.append(vote)
         self.position += 1
         if self.position < len(self.voters):
             i = self.voters[self.position]

@@ -179,3 +179,17 @@ def test_bad_config_fails():
             make(**{key: 1.0})
     with pytest.raises(ValueError, match="slack"):
         make(slack=-1)
+
+
+def test_numbers_are_bounded_ascii():
+    """A quantity or an id past 18 digits is a bad call (no effect), never a crash; leading zeros read as before."""
+    env = make(slack=20)
+    ep = env.new_episode(TASK, random.Random(0))
+    ep.start()
+    for call in ["add tea " + "9" * 19, "add tea " + "9" * 5000, "send " + "1" * 5000 + " 47", "book fri " + "1" * 5000,
+                 "add tea ٢", "add tea ²"]:
+        r = ep.step(call)
+        assert r.next.text.startswith("error: bad call") and [e.kind for e in r.events] == ["invalid_action"]
+    assert ep.world.cart == {}
+    ep.step("add tea 02")
+    assert ep.world.cart == {"tea": 2}

@@ -107,3 +107,17 @@ def test_demonstrator_mix_and_solver():
     assert abs(sum(solved[3]) / 2000 - (0.5 + 0.5 * 0.1)) < 0.04
     with pytest.raises(ValueError):
         make(expert_help=0.9, expert_silent=0.3, expert_wrong=0.2)
+
+
+def test_numbers_are_bounded_ascii():
+    """Non-ASCII digits and numbers past 18 digits are not numbers: no crash, an invalid action."""
+    env = make()
+    for message in [" ١", " F=١", " F=" + "1" * 5000, " " + "9" * 19]:
+        assert classify(message, "F", 1) == "other"
+        ep = env.new_episode(TASK_HARD, random.Random(0))
+        ep.start()
+        assert [e.kind for e in ep.step(message).events] == ["invalid_action"]
+        assert ep.expert_action().startswith(" #")  # the demonstrator Solver cannot read it: it guesses
+    for answer in [" #١", " #" + "1" * 5000]:
+        _, r = play(env, TASK_EASY, [" F=1", answer])
+        assert not r.success and [e.kind for e in r.events] == ["invalid_action"]

@@ -37,3 +37,15 @@ def test_votes_and_variants():
     for row in env.task_set()["train"]:
         task = json.loads(row["task"])
         assert sum(task["asked"] in s for s in task["shown"]) == row["tier"]
+
+
+def test_votes_are_bounded_ascii_numbers():
+    """A non-ASCII digit or a number past 18 digits is an invalid vote (never right), not a crash."""
+    env = VotingEnv(VotingConfig(train_size=30, heldout_size=9))
+    for bad in [" #١", " #" + "9" * 5000]:
+        ep = env.new_episode(TASK, random.Random(0))
+        ep.start()
+        assert [e.kind for e in ep.step(bad).events] == ["invalid_action"]
+        ep.step(" #1")
+        r = ep.step(" #7")
+        assert not r.success and r.info["voter0_correct"] is False  # one right vote of three
