@@ -102,11 +102,11 @@ def run_column(column: str, parts: tuple[Any, Any, Any, Any], args: argparse.Nam
         steps: list[dict[str, float]] = []
         for step in range(args.warmup + args.steps):
             tasks = [pool[(step * args.tasks + i) % len(pool)] for i in range(args.tasks)]
-            before = rollout.compute()["generated_tokens_total"]
+            before = rollout.counters()["generated_tokens_total"]
             t0 = time.perf_counter()
             rollout.play_groups(tasks, [args.group] * len(tasks), step=step)
             t_rollout = time.perf_counter() - t0
-            tokens = rollout.compute()["generated_tokens_total"] - before
+            tokens = rollout.counters()["generated_tokens_total"] - before
             fake_optimizer_step(policy, column, step)
             t0 = time.perf_counter()
             engine.sync()

@@ -77,7 +77,7 @@ def measure_multiturn(s: Setting, tasks: int, group: int, max_new_tokens: int, s
             episodes = [e for g in groups for e in g.episodes]
             eps += len(episodes)
             turns += sum(len(e.turns) for e in episodes)
-        compute = rollout.compute()
+        compute = rollout.counters()
         total = sum(times)
         out[name] = {"time_s": total, "episodes_per_s": eps / total, "tokens_per_s": compute["generated_tokens_total"] / total,
                      "generated_tokens": compute["generated_tokens_total"], "model_calls": compute["model_calls_total"],

@@ -9,11 +9,13 @@ reset (`new_context`) starts a new row.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from common.credit import Advantages
 from common.engines.fast import FastScorer
 from common.episode import Episode, Turn
 
@@ -34,27 +36,25 @@ class Row:
     def behaviour_logprobs(self) -> list[float]:
         return [lp for _, t in self.spans for lp in t.logprobs]
 
-    def advantages(self) -> list[float]:
-        out: list[float] = []
-        for _, t in self.spans:
-            if t.token_advantages is not None:
-                if len(t.token_advantages) != t.num_action_tokens:
-                    raise ValueError("Turn.token_advantages must have one value per action token")
-                out.extend(t.token_advantages)
-            else:
-                out.extend([0.0 if t.advantage is None else t.advantage] * t.num_action_tokens)
-        return out
+    def advantages(self, advantages: Advantages) -> list[float]:
+        """One advantage per action token of the row, in order."""
+        return [a for _, t in self.spans for a in advantages.tokens(t)]
 
     def positions(self) -> list[int]:
         """Indices in `ids` of the action tokens (predicted from the position before each)."""
         return [start + j for start, t in self.spans for j in range(t.num_action_tokens)]
 
 
-def build_rows(episodes: list[Episode], roles: set[str] | None) -> list[Row]:
-    """Rows of every trainable turn of the given episodes (roles=None: every role)."""
+def build_rows(episodes: list[Episode], roles: set[str] | None,
+               excluded: Callable[[Episode], bool] = lambda e: e.faulted) -> list[Row]:
+    """Rows of every trainable turn of the given episodes (roles=None: every role).
+
+    Scored-only plays (`counts_for_training=False`) and `excluded` episodes (the method's choice;
+    by default faulted ones) never become rows.
+    """
     rows: list[Row] = []
     for ep in episodes:
-        if not ep.counts_for_training or ep.faulted:
+        if not ep.counts_for_training or excluded(ep):
             continue
         open_rows: dict[str, Row] = {}
         for turn in ep.turns:

@@ -1,22 +1,40 @@
-"""Advantage estimators over a group of G episodes of one task.
+"""Credit: what a method says each agent of each episode earned, and how the core turns that into
+per-token advantages.
 
-Each estimator maps the group's scalar rewards to one advantage per episode (shapes in names:
-`rewards_G` -> `advantages_G`). `assign_outcome_credit` broadcasts an episode's advantage to every
-trainable action turn of that episode, which is how GRPO and its variants credit multi-turn and
-multi-role episodes. Methods that redistribute credit across agents and turns (SHARP, CCPO, IAPO)
-set `Turn.advantage` themselves and may register their own estimator here.
+A method's `credit(groups, step)` returns a `Credit` (a value; nothing is written into episodes):
+for every episode of every group, a table agent key -> scalar, plus optional per-token advantages
+and metrics. `to_advantages` is the one function that turns it into what the loss reads:
+
+- `kind="reward"`: each key's rewards are normalized with the method's estimator within the group,
+  over the episodes that have that key (e.g. a worker absent from one rollout is left out of that
+  worker's statistics), after the KL-in-reward penalty when `trainer.kl.placement=reward`;
+- `kind="advantage"`: the values are advantages already and are used as they are.
+
+Each turn reads the value of its agent key (`Method.agent_of(episode, index)`, by default the
+turn's role); the key `BROADCAST` ("*") applies to every turn of the episode whose own key has no
+entry (GRPO: one outcome per episode, broadcast to every action). Per-token advantages
+(`Credit.tokens`) override the turn's scalar (IAPO routes a trajectory's advantage over its
+actions this way).
+
+Estimators map a group's scalar rewards to one advantage each (shapes in names: `rewards_G` ->
+`advantages_G`) and are registered in `CREDIT`.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
-from common.episode import Group
+from common.episode import Episode, Group, Turn
 
 Estimator = Callable[[np.ndarray], np.ndarray]
+AgentOf = Callable[[Episode, int], str]
 EPS = 1e-6
+BROADCAST = "*"
 
 
 def grpo(rewards_G: np.ndarray) -> np.ndarray:
@@ -66,10 +84,90 @@ def normalize_by_key(values_N: np.ndarray, keys: Iterable[object], estimator: Es
     return out_N
 
 
-def assign_outcome_credit(groups: list[Group], estimator: Estimator) -> None:
-    """Group-normalize the episode rewards and broadcast them to every trainable turn."""
-    for group in groups:
-        advantages_G = estimator(np.array(group.rewards, dtype=np.float64))
-        for episode, adv in zip(group.episodes, advantages_G, strict=True):
-            for turn in episode.turns:
-                turn.advantage = float(adv)
+# ---- what a method returns ------------------------------------------------------------------------
+AgentValues = dict[str, float]  # agent key -> reward or advantage of one episode
+
+
+@dataclass
+class Credit:
+    """A method's credit for one step's groups.
+
+    `values[g][i]`: agent key -> scalar for episode i of group g (aligned with `Group.episodes`;
+    extra plays get no credit). `tokens[(g, i, t)]`: optional per-token advantages of turn t of that
+    episode (one per action token, used as they are). `metrics`: numbers to log for this step.
+    """
+
+    kind: Literal["reward", "advantage"]
+    values: list[list[AgentValues]]
+    tokens: dict[tuple[int, int, int], list[float]] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @staticmethod
+    def outcome(groups: list[Group], metrics: dict[str, float] | None = None) -> Credit:
+        """GRPO's credit: each episode's outcome reward, broadcast to all of its turns."""
+        return Credit("reward", [[{BROADCAST: e.reward} for e in g.episodes] for g in groups], metrics=dict(metrics or {}))
+
+
+# ---- what the loss reads --------------------------------------------------------------------------
+@dataclass
+class Advantages:
+    """Advantages of the trained turns: a scalar per turn, or one value per action token."""
+
+    by_turn: dict[int, float | list[float]] = field(default_factory=dict)  # id(turn) -> advantage(s)
+
+    def tokens(self, turn: Turn) -> list[float]:
+        """One advantage per action token of `turn` (0 for a turn that got no credit)."""
+        adv = self.by_turn.get(id(turn), 0.0)
+        if isinstance(adv, list):
+            if len(adv) != turn.num_action_tokens:
+                raise ValueError(f"per-token advantages of a {turn.role} turn: {len(adv)} values for "
+                                 f"{turn.num_action_tokens} action tokens")
+            return adv
+        return [adv] * turn.num_action_tokens
+
+    def scalar(self, turn: Turn) -> float:
+        """The turn's advantage (the mean over its tokens when it has per-token values)."""
+        adv = self.by_turn.get(id(turn), 0.0)
+        if isinstance(adv, list):
+            return float(np.mean(adv)) if adv else 0.0
+        return float(adv)
+
+
+def to_advantages(groups: list[Group], credit: Credit, agent_of: AgentOf, estimator: Estimator,
+                  excluded: Callable[[Episode], bool] = lambda e: False,
+                  penalty: Callable[[Episode, str], float] | None = None) -> Advantages:
+    """Turn a method's `Credit` into per-turn advantages (the only place this happens).
+
+    `excluded` episodes (faulted, truncated: the method decides) take no part in group statistics
+    and get no advantage. `penalty(episode, key)` is subtracted from a key's reward before
+    normalization (the KL-in-reward penalty of that key's tokens; rewards only).
+    """
+    if len(credit.values) != len(groups):
+        raise ValueError(f"Credit.values has {len(credit.values)} groups for {len(groups)} groups played")
+    out = Advantages()
+    for g, group in enumerate(groups):
+        if len(credit.values[g]) != len(group.episodes):
+            raise ValueError(f"Credit.values[{g}] has {len(credit.values[g])} episodes for {len(group.episodes)} played")
+        kept = [i for i, e in enumerate(group.episodes) if not excluded(e)]
+        table: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        for i in kept:
+            for key, value in credit.values[g][i].items():
+                if penalty is not None and credit.kind == "reward":
+                    value = value - penalty(group.episodes[i], key)
+                table[key].append((i, float(value)))
+        resolved: list[dict[str, float]] = [{} for _ in group.episodes]
+        for key, entries in table.items():
+            values_G = np.array([v for _, v in entries], dtype=np.float64)
+            advs_G = estimator(values_G) if credit.kind == "reward" else values_G
+            for (i, _), a in zip(entries, advs_G, strict=True):
+                resolved[i][key] = float(a)
+        for i in kept:
+            episode = group.episodes[i]
+            for t, turn in enumerate(episode.turns):
+                per_token = credit.tokens.get((g, i, t))
+                if per_token is not None:
+                    out.by_turn[id(turn)] = list(per_token)
+                    continue
+                key = agent_of(episode, t)
+                out.by_turn[id(turn)] = resolved[i].get(key, resolved[i].get(BROADCAST, 0.0))
+    return out

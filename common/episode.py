@@ -5,7 +5,9 @@ ids as sampled, and the behaviour log-probabilities of those tokens. Nothing her
 re-tokenized: training recomputes log-probabilities on exactly these ids.
 
 An `Episode` is one play of one task: its turns in order, the terminal reward, and the typed
-events the environment emitted (tool calls, tool results, errors, provenance). A `Group` is the
+events the environment emitted (tool calls, tool results, errors, provenance). Credit is not
+stored here: a method returns it as a value (`common.credit.Credit`) and the core turns it into
+per-token advantages (`common.credit.Advantages`) after the play. A `Group` is the
 G episodes of one task that share group statistics (GRPO and the methods built on it).
 """
 
@@ -43,8 +45,6 @@ class Turn:
     text: str  # decoded action text, as the environment received it
     prompt_text: str = ""
     reward: float | None = None  # optional per-turn reward from the environment
-    advantage: float | None = None  # set by credit assignment
-    token_advantages: list[float] | None = None  # optional per-token override (e.g. penalties)
     trainable: bool = True  # False for scripted actors and frozen adapters
     truncated: bool = False  # hit max_new_tokens without a stop
 
@@ -64,7 +64,8 @@ class Episode:
     reward: float = 0.0  # terminal (outcome) reward
     success: bool = False
     info: dict[str, Any] = field(default_factory=dict)  # environment-specific metrics
-    faulted: bool = False  # an infrastructure fault, not the policy's doing
+    faulted: bool = False  # an infrastructure fault (or the environment raised), not the policy's doing
+    truncated: bool = False  # the context ran out before the episode ended (reward 0, no terminal step)
     counts_for_training: bool = True  # False: scored for credit but never trained on
     tag: str = "main"  # e.g. "main", "solo", "masked": which play produced it
 

@@ -5,19 +5,21 @@ pass@k: the share of tasks with at least one success among k samples (the unbias
 Chen et al. 2021 with n = k). Per role: the share of that role's turns that were invalid actions,
 and its tokens per turn. Environment-specific numbers (`Episode.info`, numeric or boolean) are
 averaged under `metrics` over the episodes that report them (an environment that wants a rate over
-all episodes reports the value in every episode).
+all episodes reports the value in every episode); `truncated_rate` and `fault_rate` are over all.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from common.engines.base import SamplingParams
 from common.episode import Episode
-from common.rollout import PlaySpec, Rollout
+
+if TYPE_CHECKING:
+    from common.method import Method
+    from common.rollout import Rollout
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -58,21 +60,28 @@ def summarize(episodes_by_task: dict[str, list[Episode]], k: int, step: int) -> 
         "step": step,
         "k": k,
         **scores(list(episodes_by_task)),
+        # over every episode: the context ran out / the environment failed (a failure for mean@k)
+        "truncated_rate": float(np.mean([e.truncated for e in all_eps])) if all_eps else 0.0,
+        "fault_rate": float(np.mean([e.faulted for e in all_eps])) if all_eps else 0.0,
         "per_tier": {str(tier): scores(ids) for tier, ids in sorted(tiers.items())},
         "per_role": per_role,
         "metrics": {key: float(np.mean(v)) for key, v in sorted(metrics.items())},
     }
 
 
-def evaluate(rollout: Rollout, tasks: list[dict[str, Any]], k: int, params: SamplingParams, step: int,
+def evaluate(method: Method, rollout: Rollout, tasks: list[dict[str, Any]], step: int,
              variant: str = "main") -> dict[str, Any]:
-    """Play k episodes of every task (the same environment seeds at every evaluation).
+    """Held-out evaluation through the method's own play (`mode="eval"`): k = `eval.k` episodes of
+    every task, the same environment seeds at every evaluation. What the method plays besides its
+    main episodes (e.g. CCPO's solo plays) is summarized under `extra/<tag>`.
 
     `variant` plays an environment variant instead (e.g. a counterfactual: a role's message emptied).
     """
-    specs = [PlaySpec(task, variant=variant, tag="eval", trainable=False) for task in tasks for _ in range(k)]
-    episodes = rollout.play(specs, step=-1, salt=f"eval/{variant}", params=params)
-    by_task: dict[str, list[Episode]] = defaultdict(list)
-    for e in episodes:
-        by_task[e.task_id].append(e)
-    return summarize(by_task, k, step)
+    groups = method.play(rollout, tasks, step, mode="eval", variant=variant)
+    k = max((len(g.episodes) for g in groups), default=0)
+    result = summarize({g.task_id: g.episodes for g in groups}, k, step)
+    tags = sorted({tag for g in groups for tag in g.extra})
+    if tags:
+        result["extra"] = {tag: summarize({g.task_id: g.extra[tag] for g in groups if g.extra.get(tag)}, k, step)
+                           for tag in tags}
+    return result

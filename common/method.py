@@ -1,28 +1,44 @@
-"""The hooks a method overrides. The defaults are GRPO.
+"""The method contract: everything a method may provide, declared here with a typed default.
 
-A method is a class in `replications/<name>/method.py` that subclasses `Method` and overrides
-only the hooks it needs (see DESIGN.md):
+The defaults are GRPO. A method is a class in `replications/<name>/method.py` that subclasses
+`Method` and overrides only the hooks its paper changes; the core (`common/trainer.py`) calls them
+in this order every RL step:
 
-| hook                          | default                                    |
-| ----------------------------- | ------------------------------------------ |
-| `tasks(pool, step, rng)`      | `tasks_per_step` tasks uniformly at random |
-| `play(rollout, tasks, step)`  | `group_size` episodes per task             |
-| `credit(groups, step)`        | group-normalized outcome, broadcast        |
-| `extra_loss(batch, step)`     | none                                       |
-| `trainable_roles(step)`       | every role bound to a trainable adapter    |
+| hook                                        | default (GRPO)                                      |
+| ------------------------------------------- | --------------------------------------------------- |
+| `tasks(pool, step, rng)`                    | `trainer.tasks_per_step` tasks uniformly at random  |
+| `play(rollout, tasks, step, mode, variant)` | `group_size(task, mode)` episodes per task          |
+| `credit(groups, step) -> Credit`            | each episode's outcome, broadcast to all its turns  |
+| `agent_of(episode, index)`                  | the turn's role (the key credit is normalized by)   |
+| `excluded(episode)`                         | faulted episodes (and truncated ones if configured) |
+| `trainable_roles(step)`                     | every role bound to a trainable adapter             |
+| `extra_loss(batch, step)`                   | none                                                |
+| `credit_metrics(groups, advantages)`        | none                                                |
 
-Each method declares its own settings as a dataclass `Config` (fields documented where declared);
-`method.*` keys in the Hydra config must match it exactly, so a typo fails before anything runs.
+and, outside the step: `validate()` (before any run starts), `env_protocols()` (environment
+features the method needs, checked before the run), `group_size(task, mode)`, `state_dict()` /
+`load_state_dict()` (what a checkpoint keeps of the method), and the class attribute
+`paper_data_hint` (what the `paper` scale needs on local disk).
+
+`play` is the only way episodes are made, in training (`mode="train"`) and in held-out
+evaluation (`mode="eval"`): what a method plays is what gets evaluated (extra plays it makes go in
+`Group.extra` and are evaluated under their tag). A method with zero RL steps (training-free)
+runs through the same path: evaluation only, with the same records.
+
+Each method declares its settings as a dataclass `Config` (fields documented where declared);
+`method.*` keys in the Hydra config must match it exactly, and fields typed `Literal[...]` accept
+only those values, so a typo fails before anything runs.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from common.credit import assign_outcome_credit, get_estimator
-from common.episode import Group
+from common.credit import Advantages, Credit, get_estimator
+from common.episode import Episode, Group
 
 if TYPE_CHECKING:
     import torch
@@ -30,7 +46,10 @@ if TYPE_CHECKING:
 
     from common.config import RunConfig
     from common.envs.base import Environment
+    from common.loss import LossBatch
     from common.rollout import Rollout
+
+Mode = Literal["train", "eval"]
 
 
 @dataclass
@@ -39,12 +58,16 @@ class MethodConfig:
 
     name: str = "grpo"
     estimator: str = "grpo"  # advantage estimator from common.credit.CREDIT: grpo | drgrpo | rloo
+    train_truncated: bool = True  # episodes whose context ran out train as failures (reward 0); false: drop them
+    paper_data: str | None = None  # scale=paper: the paper's data on local disk (see the method's paper_data_hint)
 
 
 class Method:
     """GRPO: sample tasks, play G episodes each, broadcast the group-normalized outcome."""
 
     Config: ClassVar[type[MethodConfig]] = MethodConfig
+    # what scale=paper needs in method.paper_data (empty: nothing beyond the model)
+    paper_data_hint: ClassVar[str] = ""
 
     def __init__(self, cfg: MethodConfig, run: RunConfig, env: Environment):
         self.cfg = cfg
@@ -52,31 +75,72 @@ class Method:
         self.env = env
         self.estimator = get_estimator(cfg.estimator)
 
+    # ---- before the run ---------------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise ValueError for settings that make no sense together (called before any run)."""
+        """Raise ValueError for settings that make no sense together (called before any run).
 
+        Subclasses call `super().validate()`: it checks the paper scale's local data.
+        """
+        if self.run.scale == "paper" and self.paper_data_hint and not (
+                self.cfg.paper_data and Path(self.cfg.paper_data).exists()):
+            raise ValueError(f"scale=paper needs the paper's data locally; method.paper_data={self.cfg.paper_data!r} "
+                             f"does not exist: {self.paper_data_hint}")
+
+    def env_protocols(self) -> tuple[type, ...]:
+        """Runtime-checkable protocols the environment must implement with these settings
+        (`common.envs.protocols`); checked before the run starts."""
+        return ()
+
+    # ---- one step ---------------------------------------------------------------------------------
     def tasks(self, pool: Dataset, step: int, rng: random.Random) -> list[dict[str, Any]]:
         """This step's tasks (rows of the train split)."""
         n = self.run.trainer.tasks_per_step
         idx = [rng.randrange(len(pool)) for _ in range(n)]
         return [pool[i] for i in idx]
 
-    def group_size(self, task: dict[str, Any]) -> int:
-        return self.run.trainer.group_size
+    def group_size(self, task: dict[str, Any], mode: Mode = "train") -> int:
+        """Episodes per task: `trainer.group_size` in training, `eval.k` in evaluation."""
+        return self.run.trainer.group_size if mode == "train" else self.run.eval.k
 
-    def play(self, rollout: Rollout, tasks: list[dict[str, Any]], step: int) -> list[Group]:
-        """Play the episodes of this step; extra (counterfactual) plays go in `Group.extra`."""
-        return rollout.play_groups(tasks, [self.group_size(t) for t in tasks], step=step)
+    def play(self, rollout: Rollout, tasks: list[dict[str, Any]], step: int, mode: Mode = "train",
+             variant: str = "main") -> list[Group]:
+        """The episodes of this step (or of an evaluation); extra (counterfactual) plays go in
+        `Group.extra` under their tag. `variant` plays an environment variant instead."""
+        sizes = [self.group_size(t, mode) for t in tasks]
+        return rollout.play_groups(tasks, sizes, step, mode=mode, variant=variant)
 
-    def credit(self, groups: list[Group], step: int) -> dict[str, float]:
-        """Set `Turn.advantage` on every trainable turn; return metrics to log."""
-        assign_outcome_credit(groups, self.estimator)
-        return {}
+    def credit(self, groups: list[Group], step: int) -> Credit:
+        """What each agent of each episode earned (a value: nothing is written into the episodes)."""
+        return Credit.outcome(groups)
 
-    def extra_loss(self, batch: Any, step: int) -> torch.Tensor | None:
-        """An extra term added to the policy loss (None: nothing)."""
-        return None
+    def agent_of(self, episode: Episode, index: int) -> str:
+        """The key under which turn `index` of `episode` reads its credit (and is normalized)."""
+        return episode.turns[index].role
+
+    def excluded(self, episode: Episode) -> bool:
+        """Episodes left out of group statistics and training (not of evaluation)."""
+        return episode.faulted or (episode.truncated and not self.cfg.train_truncated)
 
     def trainable_roles(self, step: int) -> set[str] | None:
         """Roles whose adapters train this step (None: every trainable role)."""
         return None
+
+    def extra_loss(self, batch: LossBatch, step: int) -> torch.Tensor | None:
+        """An extra term added to the chunk's share of the minibatch loss (None: nothing).
+
+        Return it at the minibatch scale, e.g. `batch.mean(x_B_T)` for a per-token term: chunks of a
+        minibatch add up, so a term that is not divided by the minibatch's size grows with it.
+        """
+        return None
+
+    def credit_metrics(self, groups: list[Group], advantages: Advantages) -> dict[str, float]:
+        """Numbers to log that need the final advantages (e.g. how credit separated good from bad actions)."""
+        return {}
+
+    # ---- checkpoints ------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the method (running statistics, a pilot's result, counters)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()` on resume."""

@@ -33,6 +33,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from common.chat import ChatFormat, observation_text
 from common.config import ModelConfig, SFTConfig
 from common.envs.base import Environment, Observation
 
@@ -89,8 +90,10 @@ def config_hash(*parts: Any) -> str:
 
 
 # ---- SFT warm start ----------------------------------------------------------------------------
-def demonstrations(env: Environment, tokenizer: Any, n_tasks: int, seed: int) -> list[tuple[list[int], list[int]]]:
-    """(context ids, action ids) pairs from expert plays, tokenized exactly as rollouts build them."""
+def demonstrations(env: Environment, tokenizer: Any, n_tasks: int, seed: int,
+                   chat: ChatFormat | None = None) -> list[tuple[list[int], list[int]]]:
+    """(context ids, action ids) pairs from expert plays, tokenized exactly as rollouts build them
+    (through the chat template when `chat` is given, as the rollout does)."""
     split = "demo" if env.cfg.demo_size else "train"
     tasks = env.task_set()[split]
     rng = random.Random(seed)
@@ -101,8 +104,9 @@ def demonstrations(env: Environment, tokenizer: Any, n_tasks: int, seed: int) ->
         contexts: dict[str, list[int]] = {}
         obs: Observation | None = ep.start()
         while obs is not None:
+            first = obs.new_context or obs.role not in contexts
             ctx = [] if obs.new_context else contexts.get(obs.role, [])
-            ctx = ctx + tokenizer.encode(obs.text, add_special_tokens=False)
+            ctx = ctx + tokenizer.encode(observation_text(chat, obs.text, first), add_special_tokens=False)
             action = ep.expert_action()
             action_ids = tokenizer.encode(action + stop, add_special_tokens=False) if stop else (
                 tokenizer.encode(action, add_special_tokens=False) + [tokenizer.eos_token_id])
@@ -114,7 +118,11 @@ def demonstrations(env: Environment, tokenizer: Any, n_tasks: int, seed: int) ->
 
 def sft(model: Any, pairs: list[tuple[list[int], list[int]]], cfg: SFTConfig, seed: int, pad_id: int,
         progress: bool = False) -> list[float]:
-    """Full-parameter supervised training on action tokens only (AdamW, cosine decay)."""
+    """Full-parameter supervised training on action tokens only: AdamW under torch's OneCycleLR,
+    i.e. a cosine warm-up from lr/25 to `lr` over the first 10% of steps, then cosine annealing to
+    lr/2.5e5; with OneCycleLR's default `cycle_momentum=True`, Adam's beta1 moves the other way,
+    0.95 -> 0.85 during the warm-up and back to 0.95 by the end (kept: the warm starts behind the
+    committed results were trained this way)."""
     from tqdm import tqdm
 
     gen = torch.Generator().manual_seed(seed)
@@ -170,7 +178,8 @@ def warm_started_base(model_cfg: ModelConfig, sft_cfg: SFTConfig, env: Environme
             tokenizer, model = load_pretrained(model_cfg)
         info: dict[str, Any] = {"key": key, "sft": asdict(sft_cfg), "sft_seed": sft_seed}
         if sft_cfg.enabled:
-            pairs = demonstrations(env, tokenizer, sft_cfg.demos, sft_seed)
+            chat = ChatFormat.from_tokenizer(tokenizer) if model_cfg.chat_template else None
+            pairs = demonstrations(env, tokenizer, sft_cfg.demos, sft_seed, chat)
             with torch.random.fork_rng():
                 torch.manual_seed(sft_seed)
                 losses = sft(model, pairs, sft_cfg, sft_seed, tokenizer.pad_token_id, progress)

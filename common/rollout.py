@@ -19,8 +19,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from common.chat import ChatFormat, observation_text
 from common.engines.base import Engine, Request, SamplingParams
-from common.envs.base import Environment, EpisodeState, Observation
+from common.envs.base import Environment, EpisodeState, Observation, StepResult
 from common.episode import Episode, Event, Group, Turn
 
 MAX_ROUNDS = 512  # an environment that runs longer than this has a bug
@@ -52,7 +53,8 @@ class _Live:
 
 class Rollout:
     def __init__(self, env: Environment, engine: Engine, tokenizer: Any, role_adapter: dict[str, str],
-                 trainable_adapters: list[str], params: SamplingParams, max_length: int, seed: int):
+                 trainable_adapters: list[str], params: SamplingParams, max_length: int, seed: int,
+                 chat: ChatFormat | None = None):
         self.env = env
         self.engine = engine
         self.tokenizer = tokenizer
@@ -61,6 +63,7 @@ class Rollout:
         self.params = params
         self.max_length = max_length
         self.seed = seed
+        self.chat = chat  # the tokenizer's chat template around observations (instruct models)
         self.tokens_by_tag: dict[str, int] = defaultdict(int)
         self.calls_by_tag: dict[str, int] = defaultdict(int)
 
@@ -75,11 +78,22 @@ class Rollout:
         return [e.ids for e in backend.encode_batch(texts, add_special_tokens=False)]
 
     # ---- the public entry points --------------------------------------------------------------
-    def play_groups(self, tasks: list[dict[str, Any]], sizes: list[int], step: int, variant: str = "main",
-                    tag: str = "main", trainable: bool = True, salt: str = "train") -> list[Group]:
-        """`sizes[i]` episodes of `tasks[i]`, played together; one Group per task."""
-        specs = [PlaySpec(t, variant, tag, trainable) for t, n in zip(tasks, sizes, strict=True) for _ in range(n)]
-        episodes = self.play(specs, step, salt=f"{salt}/{tag}")
+    def play_groups(self, tasks: list[dict[str, Any]], sizes: list[int], step: int, mode: str = "train",
+                    variant: str = "main", tag: str = "main", trainable: bool | None = None) -> list[Group]:
+        """`sizes[i]` episodes of `tasks[i]`, played together; one Group per task.
+
+        `mode="train"` seeds from (run seed, step, tag); `mode="eval"` plays the same environment
+        seeds at every evaluation (step -1) and never trains. `tag` names the play for compute
+        accounting (`main`, or a counterfactual such as `solo`); only `main` plays train by default.
+        """
+        if mode == "eval":
+            salt = f"eval/{variant}" if tag == "main" else f"eval/{variant}/{tag}"
+            step, trainable, acct = -1, False, "eval" if tag == "main" else f"eval/{tag}"
+        else:
+            salt, acct = f"train/{tag}", tag
+            trainable = tag == "main" if trainable is None else trainable
+        specs = [PlaySpec(t, variant, acct, trainable) for t, n in zip(tasks, sizes, strict=True) for _ in range(n)]
+        episodes = self.play(specs, step, salt=salt)
         groups, k = [], 0
         for task, n in zip(tasks, sizes, strict=True):
             groups.append(Group(task["id"], task["tier"], episodes[k : k + n]))
@@ -101,7 +115,9 @@ class Rollout:
             if not live:
                 return episodes
             requests, owners = [], []
-            for slot, obs_ids in zip(live, self.encode_many([slot.obs.text for slot in live]), strict=True):
+            texts = [observation_text(self.chat, slot.obs.text, slot.obs.new_context or slot.obs.role not in slot.contexts)
+                     for slot in live]
+            for slot, obs_ids in zip(live, self.encode_many(texts), strict=True):
                 role = slot.obs.role
                 ctx = ([] if slot.obs.new_context else slot.contexts.get(role, [])) + obs_ids
                 adapter = self.role_adapter[role]
@@ -109,7 +125,9 @@ class Rollout:
                     self._apply(slot, Turn(role, None, [], [], [], slot.state.expert_action(), prompt_text=slot.obs.text,
                                            trainable=False), ctx)
                 elif len(ctx) + params.max_new_tokens > self.max_length:
-                    slot.episode.info["context_overflow"] = True
+                    # the context ran out: the episode ends unfinished (reward 0), flagged so that the
+                    # method decides whether it trains (`Method.excluded`) and evaluation counts it
+                    slot.episode.truncated = True
                     slot.episode.events.append(Event("info", len(slot.episode.turns), {"context_overflow": len(ctx)}))
                     slot.obs = None  # type: ignore[assignment]
                 else:
@@ -133,7 +151,12 @@ class Rollout:
         index = len(episode.turns)
         episode.turns.append(turn)
         slot.contexts[turn.role] = ctx + turn.action_ids
-        result = slot.state.step(turn.text)
+        try:
+            result = slot.state.step(turn.text)
+        except Exception as e:  # an environment bug must not kill training: a faulted, invalid action
+            detail = f"{type(e).__name__}: {str(e)[:200]}"
+            result = StepResult(None, 0.0, [Event("invalid_action", index, {"error": detail}),
+                                            Event("fault", index, {"error": detail})], info={"env_error": 1})
         for event in result.events:
             event.turn = index  # events returned by step() belong to the action just taken
             episode.events.append(event)
@@ -149,7 +172,7 @@ class Rollout:
                 turn.reward = float(result.reward)
             slot.obs = result.next
 
-    def compute(self) -> dict[str, int]:
+    def counters(self) -> dict[str, int]:
         """Cumulative generated tokens and model calls, in total and per tag."""
         out = {"generated_tokens_total": sum(self.tokens_by_tag.values()), "model_calls_total": sum(self.calls_by_tag.values())}
         for tag in sorted(self.tokens_by_tag):

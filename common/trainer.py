@@ -1,4 +1,9 @@
-"""The training loop: a LightningModule whose every step is rollout -> credit -> update.
+"""The training loop: a LightningModule whose every step is play -> credit -> update.
+
+The method plays the step's episodes and returns its credit as a value (`common.method`); the core
+builds the training rows, the reference log-probabilities (when a KL term needs them), turns the
+credit into advantages (`common.credit.to_advantages`, the KL-in-reward penalty included) and runs
+the update, whose objective is assembled in `common.loss.policy_loss`.
 
 Strictly on-policy by default (one pass, one minibatch: the ratio is exactly 1). PPO epochs and
 minibatches are settings; with more than one update, the old log-probabilities are the behaviour
@@ -14,7 +19,8 @@ import contextlib
 import gc
 import random
 import time
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import lightning as L
@@ -23,12 +29,14 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from common.batch import Row, build_rows, padded, score_rows
+from common.chat import ChatFormat
 from common.config import RunConfig
+from common.credit import BROADCAST, Advantages, AgentOf, to_advantages
 from common.engines.base import Engine, SamplingParams
 from common.envs.base import Environment
 from common.episode import Episode, Group
 from common.evaluate import evaluate
-from common.loss import aggregate, clipped_surrogate, kl_estimate
+from common.loss import LossBatch, kl_estimate, policy_loss
 from common.method import Method
 from common.policy import Policy
 from common.records import RunDir
@@ -59,10 +67,12 @@ class RLModule(L.LightningModule):
         self.net = policy.model  # registers the parameters with Lightning
         t = cfg.trainer
         self.params = SamplingParams(t.temperature, 1.0, t.max_new_tokens, tuple(env.stop))
+        eval_params = SamplingParams(cfg.eval.temperature, cfg.eval.top_p, t.max_new_tokens, tuple(env.stop))
         max_length = cfg.model.max_length if cfg.model.kind == "tiny" else getattr(policy.model.config, "max_position_embeddings", 4096)
+        chat = ChatFormat.from_tokenizer(policy.tokenizer) if cfg.model.chat_template else None
         self.rollout = Rollout(env, engine, policy.tokenizer, policy.role_adapter, policy.trainable_adapters, self.params,
-                               max_length, cfg.seed)
-        self.eval_rollout = Rollout(env, engine, policy.tokenizer, policy.role_adapter, [], self.params, max_length, cfg.seed)
+                               max_length, cfg.seed, chat)
+        self.eval_rollout = Rollout(env, engine, policy.tokenizer, policy.role_adapter, [], eval_params, max_length, cfg.seed, chat)
         self.train_pool = env.task_set()["train"]
         heldout = env.task_set()["heldout"]
         n_eval = cfg.eval.max_tasks or len(heldout)
@@ -85,7 +95,7 @@ class RLModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["rl"] = {"next_step": self.next_step, "evals": self.evals,
                             "tokens_by_tag": dict(self.rollout.tokens_by_tag), "calls_by_tag": dict(self.rollout.calls_by_tag),
-                            "method_state": self.method_state()}
+                            "method_state": self.method.state_dict()}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         rl = checkpoint["rl"]
@@ -93,11 +103,8 @@ class RLModule(L.LightningModule):
         self.evals = rl["evals"]
         self.rollout.tokens_by_tag.update(rl["tokens_by_tag"])
         self.rollout.calls_by_tag.update(rl["calls_by_tag"])
-        if rl.get("method_state") is not None and hasattr(self.method, "load_state_dict"):
+        if rl.get("method_state"):
             self.method.load_state_dict(rl["method_state"])
-
-    def method_state(self) -> Any:
-        return self.method.state_dict() if hasattr(self.method, "state_dict") else None
 
     def on_train_start(self) -> None:
         # Everything built so far (libraries, model, tokenizer, task sets) lives for the whole run:
@@ -115,21 +122,20 @@ class RLModule(L.LightningModule):
             self.save_checkpoint()
 
     def save_checkpoint(self) -> None:
-        path = self.run_dir.checkpoint_dir / "last.ckpt"
-        tmp = path.with_suffix(".tmp")
+        # written beside the last one, then kept: last.ckpt -> prev.ckpt (the fallback), this one -> last.ckpt
+        tmp = self.run_dir.checkpoint_dir / "next.ckpt.tmp"
         self.trainer.save_checkpoint(tmp)
-        tmp.replace(path)
+        self.run_dir.keep_checkpoint(tmp)
 
     # ---- evaluation -------------------------------------------------------------------------
     def run_eval(self, step: int) -> dict[str, Any]:
-        e = self.cfg.eval
-        params = SamplingParams(e.temperature, e.top_p, self.cfg.trainer.max_new_tokens, tuple(self.env.stop))
+        """Held-out evaluation through the method's play, plus each `eval.variants` variant."""
         with self._autocast():
-            result = evaluate(self.eval_rollout, self.eval_tasks, e.k, params, step)
-            if e.variants:
-                result["variants"] = {v: evaluate(self.eval_rollout, self.eval_tasks, e.k, params, step, variant=v)
-                                      for v in e.variants}
-        result.update(self.rollout.compute())
+            result = evaluate(self.method, self.eval_rollout, self.eval_tasks, step)
+            if self.cfg.eval.variants:
+                result["variants"] = {v: evaluate(self.method, self.eval_rollout, self.eval_tasks, step, variant=v)
+                                      for v in self.cfg.eval.variants}
+        result.update(self.rollout.counters())
         return result
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
@@ -138,29 +144,31 @@ class RLModule(L.LightningModule):
 
     # ---- one RL step ------------------------------------------------------------------------
     def training_step(self, step: int, batch_idx: int) -> None:
+        """play -> credit (a value) -> rows -> reference -> advantages -> update."""
         step = int(step)
         t0 = time.perf_counter()
-        before = self.rollout.compute()
+        before = self.rollout.counters()
         rng = random.Random(derive_seed(self.cfg.seed, step, "tasks"))
         tasks = self.method.tasks(self.train_pool, step, rng)
         with self._autocast():
-            groups = self.method.play(self.rollout, tasks, step)
+            groups = self.method.play(self.rollout, tasks, step, mode="train")
         t_rollout = time.perf_counter() - t0
         metrics = outcome_metrics(groups)
-        roles = self.method.trainable_roles(step)
+        credit = self.method.credit(groups, step)
+        metrics.update(credit.metrics)
         episodes = [e for g in groups for e in g.all_episodes()]
-        rows = build_rows(episodes, roles)
+        rows = build_rows(episodes, self.method.trainable_roles(step), self.method.excluded)
         kl = self.cfg.trainer.kl
         if kl.placement != "none" and rows:
             self.reference_logprobs(rows)
-            if kl.placement == "reward":
-                penalize_rewards(rows, kl.coef, kl.estimator)
-        metrics.update(self.method.credit(groups, step))
+        penalty = kl_reward_penalty(rows, kl.coef, kl.estimator, self.method.agent_of) if kl.placement == "reward" else None
+        advantages = to_advantages(groups, credit, self.method.agent_of, self.method.estimator, self.method.excluded, penalty)
+        metrics.update(self.method.credit_metrics(groups, advantages))
         t1 = time.perf_counter()
-        metrics.update(self.update(rows, step) if rows else {"loss": 0.0})
+        metrics.update(self.update(rows, advantages, step) if rows else {"loss": 0.0})
         self.engine.sync()
         self.next_step = step + 1
-        after = self.rollout.compute()
+        after = self.rollout.counters()
         metrics.update(after)
         metrics["generated_tokens"] = after["generated_tokens_total"] - before["generated_tokens_total"]
         metrics["model_calls"] = after["model_calls_total"] - before["model_calls_total"]
@@ -186,10 +194,12 @@ class RLModule(L.LightningModule):
                 for b, row in enumerate(chunk):
                     row.ref_logprobs = scored.logp_B_T[b, : row.num_action_tokens].clone()
 
-    def update(self, rows: list[Row], step: int) -> dict[str, float]:
-        t, kl = self.cfg.trainer, self.cfg.trainer.kl
+    def update(self, rows: list[Row], advantages: Advantages, step: int) -> dict[str, float]:
+        """PPO epochs x minibatches over `rows`; each chunk's objective is `common.loss.policy_loss`."""
+        t = self.cfg.trainer
         opt: Any = self.optimizers()
         single_update = t.ppo_epochs == 1 and t.minibatches == 1
+        with_ref = t.kl.placement != "none"
         pad = self.policy.tokenizer.pad_token_id
         rng = np.random.default_rng(derive_seed(self.cfg.seed, step, "minibatches"))
         stats: dict[str, list[float]] = {k: [] for k in ("loss", "clip_fraction", "entropy", "kl", "grad_norm", "logprob_diff_max")}
@@ -208,33 +218,24 @@ class RLModule(L.LightningModule):
                             with self._autocast():
                                 scored = score_rows(model, chunk, pad, with_entropy=True, entropy_grad=t.entropy_coef > 0,
                                                     temperature=t.temperature, fast=t.fast_forward)
-                            logp, mask = scored.logp_B_T, scored.mask_B_T
-                            width = logp.size(1)
+                            width = scored.logp_B_T.size(1)
                             behaviour = padded([r.behaviour_logprobs() for r in chunk], width)
-                            adv = padded([r.advantages() for r in chunk], width)
-                            old = logp.detach() if single_update else behaviour
-                            per_token, clipped = clipped_surrogate(logp, old, adv, t.clip_low, t.clip_high)
-                            if kl.placement == "loss":
-                                ref = padded([r.ref_logprobs.tolist() for r in chunk], width)  # type: ignore[union-attr]
-                                kl_tok = kl_estimate(logp, ref, kl.estimator)
-                                per_token = per_token + kl.coef * kl_tok
-                                stats["kl"].append(float((kl_tok.detach() * mask).sum() / mask.sum()))
-                            elif kl.placement == "reward":
-                                ref = padded([r.ref_logprobs.tolist() for r in chunk], width)  # type: ignore[union-attr]
-                                stats["kl"].append(float((kl_estimate(logp.detach(), ref, kl.estimator) * mask).sum() / mask.sum()))
                             assert scored.entropy_B_T is not None
-                            if t.entropy_coef > 0:
-                                per_token = per_token - t.entropy_coef * scored.entropy_B_T
-                            loss = aggregate(per_token, mask, t.loss_agg, n_tokens, n_rows)
-                            extra = self.method.extra_loss(chunk, step)
-                            if extra is not None:
-                                loss = loss + extra
-                            self.manual_backward(loss)
-                            total += float(loss.detach())
-                            n = float(mask.sum())
-                            stats["clip_fraction"].append(float((clipped.float() * mask).sum()) / n)
-                            stats["entropy"].append(float(scored.entropy_B_T.detach().sum()) / n)  # type: ignore[union-attr]
-                            stats["logprob_diff_max"].append(float(((logp.detach() - behaviour).abs() * mask).max()))
+                            batch = LossBatch(
+                                rows=chunk, adapter=adapter, logp_B_T=scored.logp_B_T,
+                                old_logp_B_T=scored.logp_B_T.detach() if single_update else behaviour,
+                                behaviour_logp_B_T=behaviour, adv_B_T=padded([r.advantages(advantages) for r in chunk], width),
+                                mask_B_T=scored.mask_B_T, entropy_B_T=scored.entropy_B_T,
+                                ref_logp_B_T=padded([r.ref_logprobs.tolist() for r in chunk], width) if with_ref else None,  # type: ignore[union-attr]
+                                num_tokens=n_tokens, num_rows=n_rows)
+                            terms = policy_loss(batch, t, self.method.extra_loss(batch, step))
+                            self.manual_backward(terms.loss)
+                            total += float(terms.loss.detach())
+                            stats["clip_fraction"].append(terms.clip_fraction)
+                            stats["entropy"].append(terms.entropy)
+                            stats["logprob_diff_max"].append(terms.logprob_diff_max)
+                            if terms.kl is not None:
+                                stats["kl"].append(terms.kl)
                 params = self.policy.trainable_parameters()
                 grad_norm = torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], t.max_grad_norm)
                 opt.step()
@@ -252,17 +253,24 @@ def chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
         yield items[i : i + size]
 
 
-def penalize_rewards(rows: list[Row], coef: float, estimator: str) -> None:
-    """KL in the reward: r <- r - beta * sum_t KL_t over the episode's trained tokens."""
-    per_episode: dict[int, tuple[Episode, float]] = {}
+def kl_reward_penalty(rows: list[Row], coef: float, estimator: str, agent_of: AgentOf) -> Callable[[Episode, str], float]:
+    """KL in the reward: r_key <- r_key - beta * sum_t KL_t over that key's trained tokens of the
+    episode (the broadcast key `*`: over all of the episode's trained tokens)."""
+    sums: dict[tuple[int, str], float] = defaultdict(float)
     for row in rows:
-        behaviour = torch.tensor(row.behaviour_logprobs())
-        kl_sum = float(kl_estimate(behaviour, row.ref_logprobs, estimator).sum())  # type: ignore[arg-type]
-        ep, acc = per_episode.get(id(row.episode), (row.episode, 0.0))
-        per_episode[id(row.episode)] = (ep, acc + kl_sum)
-    for ep, kl_sum in per_episode.values():
-        ep.info.setdefault("outcome_reward", ep.reward)
-        ep.reward = ep.reward - coef * kl_sum
+        kl_T = kl_estimate(torch.tensor(row.behaviour_logprobs()), row.ref_logprobs, estimator)  # type: ignore[arg-type]
+        offset = 0
+        for _, turn in row.spans:
+            turn_kl = float(kl_T[offset : offset + turn.num_action_tokens].sum())
+            offset += turn.num_action_tokens
+            index = next(i for i, t in enumerate(row.episode.turns) if t is turn)
+            sums[(id(row.episode), agent_of(row.episode, index))] += turn_kl
+            sums[(id(row.episode), BROADCAST)] += turn_kl
+
+    def penalty(episode: Episode, key: str) -> float:
+        return coef * sums.get((id(episode), key), 0.0)
+
+    return penalty
 
 
 def outcome_metrics(groups: list[Group]) -> dict[str, float]:
@@ -271,6 +279,7 @@ def outcome_metrics(groups: list[Group]) -> dict[str, float]:
     turns = [t for e in eps for t in e.turns if t.adapter is not None]
     non_faulted = [g for g in groups if len({e.reward for e in g.episodes if not e.faulted}) > 0]
     return {
+        "truncated_rate": float(np.mean([e.truncated for e in eps])) if eps else 0.0,
         "reward_mean": float(np.mean([e.reward for e in eps])) if eps else 0.0,
         "success_rate": float(np.mean([e.success for e in eps])) if eps else 0.0,
         "signal_fraction": float(np.mean([len({e.reward for e in g.episodes if not e.faulted}) > 1 for g in non_faulted]))

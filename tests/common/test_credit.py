@@ -3,7 +3,17 @@
 import numpy as np
 import pytest
 
-from common.credit import CREDIT, assign_outcome_credit, drgrpo, get_estimator, grpo, normalize_by_key, rloo
+from common.credit import (
+    BROADCAST,
+    CREDIT,
+    Credit,
+    drgrpo,
+    get_estimator,
+    grpo,
+    normalize_by_key,
+    rloo,
+    to_advantages,
+)
 from common.episode import Episode, Group, Turn
 
 
@@ -46,13 +56,71 @@ def test_normalize_by_key_keeps_groups_apart():
     np.testing.assert_allclose(out, [0.5, -0.5, -5.0, 5.0])
 
 
-def test_outcome_credit_is_broadcast_to_every_turn():
-    def ep(reward, n_turns):
-        e = Episode("t", 1, turns=[Turn("r", "policy", [1], [2], [-0.1], "x") for _ in range(n_turns)])
-        e.reward = reward
-        return e
+def _ep(reward, roles, faulted=False):
+    e = Episode("t", 1, turns=[Turn(r, "policy", [1], [2, 3], [-0.1, -0.2], "x") for r in roles], faulted=faulted)
+    e.reward = reward
+    return e
 
-    group = Group("t", 1, [ep(1.0, 2), ep(0.0, 3)])
-    assign_outcome_credit([group], drgrpo)
-    assert [t.advantage for t in group.episodes[0].turns] == [0.5, 0.5]
-    assert [t.advantage for t in group.episodes[1].turns] == [-0.5, -0.5, -0.5]
+
+def by_role(episode, index):
+    return episode.turns[index].role
+
+
+def test_outcome_credit_is_broadcast_to_every_turn():
+    group = Group("t", 1, [_ep(1.0, "rr"), _ep(0.0, "rrr")])
+    adv = to_advantages([group], Credit.outcome([group]), by_role, drgrpo)
+    assert [adv.scalar(t) for t in group.episodes[0].turns] == [0.5, 0.5]
+    assert [adv.scalar(t) for t in group.episodes[1].turns] == [-0.5, -0.5, -0.5]
+    assert adv.tokens(group.episodes[1].turns[0]) == [-0.5, -0.5]  # one per action token
+
+
+def test_rewards_are_normalized_per_agent_key_within_the_group():
+    # two agents a, b; b is absent from the third episode and is left out of b's statistics
+    group = Group("t", 1, [_ep(0, "ab"), _ep(0, "ab"), _ep(0, "a")])
+    credit = Credit("reward", [[{"a": 1.0, "b": 10.0}, {"a": 0.0, "b": 20.0}, {"a": 2.0}]])
+    adv = to_advantages([group], credit, by_role, drgrpo)
+    e0, e1, e2 = group.episodes
+    assert [adv.scalar(e0.turns[0]), adv.scalar(e1.turns[0]), adv.scalar(e2.turns[0])] == [0.0, -1.0, 1.0]  # a: mean 1
+    assert [adv.scalar(e0.turns[1]), adv.scalar(e1.turns[1])] == [-5.0, 5.0]  # b: mean 15 over two episodes
+
+
+def test_advantage_credit_is_used_as_given_and_broadcast_fills_missing_keys():
+    group = Group("t", 1, [_ep(0, "ab"), _ep(0, "ab")])
+    credit = Credit("advantage", [[{"a": 3.0, BROADCAST: -1.0}, {BROADCAST: 2.0}]])
+    adv = to_advantages([group], credit, by_role, grpo)
+    assert [adv.scalar(t) for t in group.episodes[0].turns] == [3.0, -1.0]  # a's own value; b falls back to '*'
+    assert [adv.scalar(t) for t in group.episodes[1].turns] == [2.0, 2.0]
+
+
+def test_per_token_advantages_override_and_must_match_the_tokens():
+    group = Group("t", 1, [_ep(1.0, "a"), _ep(0.0, "a")])
+    credit = Credit.outcome([group])
+    credit.tokens[(0, 0, 0)] = [0.25, -0.75]
+    adv = to_advantages([group], credit, by_role, drgrpo)
+    assert adv.tokens(group.episodes[0].turns[0]) == [0.25, -0.75] and adv.scalar(group.episodes[0].turns[0]) == -0.25
+    assert adv.tokens(group.episodes[1].turns[0]) == [-0.5, -0.5]
+    credit.tokens[(0, 0, 0)] = [1.0]
+    with pytest.raises(ValueError, match="1 values for 2 action tokens"):
+        to_advantages([group], credit, by_role, drgrpo).tokens(group.episodes[0].turns[0])
+
+
+def test_excluded_episodes_leave_the_statistics_and_get_nothing():
+    group = Group("t", 1, [_ep(1.0, "a"), _ep(0.0, "a"), _ep(0.0, "a", faulted=True)])
+    adv = to_advantages([group], Credit.outcome([group]), by_role, drgrpo, excluded=lambda e: e.faulted)
+    assert [adv.scalar(e.turns[0]) for e in group.episodes] == [0.5, -0.5, 0.0]
+    assert id(group.episodes[2].turns[0]) not in adv.by_turn
+
+
+def test_reward_penalty_is_applied_per_key_before_normalization():
+    group = Group("t", 1, [_ep(1.0, "a"), _ep(1.0, "a")])
+    penalty = {id(group.episodes[0]): 0.0, id(group.episodes[1]): 1.0}
+    adv = to_advantages([group], Credit.outcome([group]), by_role, drgrpo, penalty=lambda e, key: penalty[id(e)])
+    assert [adv.scalar(e.turns[0]) for e in group.episodes] == [0.5, -0.5]  # rewards 1 and 0 after the penalty
+
+
+def test_credit_shape_must_match_the_groups():
+    group = Group("t", 1, [_ep(1.0, "a"), _ep(0.0, "a")])
+    with pytest.raises(ValueError, match="1 episodes for 2 played"):
+        to_advantages([group], Credit("reward", [[{"a": 1.0}]]), by_role, grpo)
+    with pytest.raises(ValueError, match="0 groups for 1"):
+        to_advantages([group], Credit("reward", []), by_role, grpo)

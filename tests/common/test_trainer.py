@@ -7,6 +7,7 @@ import torch
 
 from common.batch import build_rows, score_rows
 from common.config import RunConfig
+from common.credit import Advantages
 from common.engines.base import SamplingParams
 from common.engines.hf import HFEngine
 from common.method import Method, MethodConfig
@@ -43,18 +44,17 @@ def test_update_follows_the_advantages(module):
     tasks = [env.task_set()["train"][i] for i in range(8)]
     groups = rollout.play_groups(tasks, [4] * 8, step=0)
     episodes = [e for g in groups for e in g.episodes]
-    for i, e in enumerate(episodes):  # hand-made advantages: +1 / -1 alternating
-        for t in e.turns:
-            t.advantage = 1.0 if i % 2 == 0 else -1.0
+    advantages = Advantages({id(t): 1.0 if i % 2 == 0 else -1.0 for i, e in enumerate(episodes) for t in e.turns})  # +1 / -1
     rows = build_rows(episodes, None)
     before = logps(module, rows)
     adapter_before = module.policy.adapter_state()
-    stats = module.update(rows, step=0)
+    stats = module.update(rows, advantages, step=0)
     after = logps(module, rows)
-    up = torch.cat([a - b for a, b, r in zip(after, before, rows, strict=True) if r.spans[0][1].advantage > 0]).mean()
-    down = torch.cat([a - b for a, b, r in zip(after, before, rows, strict=True) if r.spans[0][1].advantage < 0]).mean()
+    sign = [advantages.scalar(r.spans[0][1]) for r in rows]
+    up = torch.cat([a - b for a, b, s in zip(after, before, sign, strict=True) if s > 0]).mean()
+    down = torch.cat([a - b for a, b, s in zip(after, before, sign, strict=True) if s < 0]).mean()
     assert up > 0 > down
-    assert stats["clip_fraction"] == 0.0 and stats["grad_norm"] > 0
+    assert stats["grad_norm"] > 0 and stats["logprob_diff_max"] < 1e-4  # on-policy: scored = sampled log-probs
     changed = [n for n, v in module.policy.adapter_state().items() if not torch.equal(v, adapter_before[n])]
     assert changed and all("lora_" in n for n in changed)
 
@@ -70,3 +70,37 @@ def test_only_listed_roles_train(module):
     for e in eps:
         e.counts_for_training = False  # scored-only plays never become training rows
     assert build_rows(eps, None) == []
+
+
+def test_second_update_is_off_policy_and_clips(module):
+    """With two minibatches the second optimizer step scores rows the first one already moved:
+    its ratio leaves 1 and, at a large enough step size, the clip engages."""
+    env = module.env
+    module.cfg.trainer.minibatches, module.cfg.trainer.ppo_epochs = 2, 2
+    for group in module.optimizers().param_groups:
+        group["lr"] = 0.05
+    rollout = Rollout(env, module.engine, module.policy.tokenizer, module.policy.role_adapter,
+                      module.policy.trainable_adapters, SamplingParams(1.0, 1.0, 16, ("\n",)), 512, seed=0)
+    groups = rollout.play_groups([env.task_set()["train"][i] for i in range(8)], [4] * 8, step=0)
+    episodes = [e for g in groups for e in g.episodes]
+    advantages = Advantages({id(t): 1.0 if i % 2 == 0 else -1.0 for i, e in enumerate(episodes) for t in e.turns})
+    stats = module.update(build_rows(episodes, None), advantages, step=0)
+    assert stats["clip_fraction"] > 0 and stats["logprob_diff_max"] > 0.01
+
+
+def test_kl_in_reward_penalizes_each_agents_own_tokens(module):
+    from common.trainer import kl_reward_penalty
+
+    env = module.env
+    rollout = Rollout(env, module.engine, module.policy.tokenizer, module.policy.role_adapter,
+                      module.policy.trainable_adapters, SamplingParams(1.0, 1.0, 16, ("\n",)), 512, seed=0)
+    episodes = [e for g in rollout.play_groups([env.task_set()["train"][0]], [2], step=0) for e in g.episodes]
+    rows = build_rows(episodes, None)
+    for row in rows:  # a hand-made reference: every token 0.5 nats less likely than sampled
+        row.ref_logprobs = torch.tensor(row.behaviour_logprobs()) - 0.5
+    penalty = kl_reward_penalty(rows, coef=0.1, estimator="k1", agent_of=lambda e, i: e.turns[i].role)
+    for e in episodes:
+        n_tokens = sum(t.num_action_tokens for t in e.turns if t.adapter is not None)
+        assert penalty(e, "*") == pytest.approx(0.1 * 0.5 * n_tokens)
+        assert penalty(e, "solver") == pytest.approx(0.1 * 0.5 * n_tokens)  # arith: one role
+        assert penalty(e, "nobody") == 0.0

@@ -15,6 +15,7 @@ from common.run import resolve
 from replications import METHODS
 from replications.canopy.method import group_size, signal_check, signal_metrics, signal_probability
 from replications.run import compose
+from tests.helpers import credit_advantages
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,26 +76,31 @@ def test_quarantined_episodes_never_enter_group_statistics():
     ok = [episode(1.0), episode(0.0), episode(0.0), episode(1.0), episode(0.0)]
     faulted = [episode(0.0, faulted=True), episode(0.0, faulted=True)]  # a fault reads as a failure
     group = Group("t", 3, ok[:2] + faulted[:1] + ok[2:] + faulted[1:])
-    metrics = canopy().credit([group], step=0)
+    m = canopy()
+    adv, metrics = credit_advantages(m, [group])
     expected = grpo(np.array([e.reward for e in ok]))
-    assert [e.turns[0].advantage for e in ok] == pytest.approx(list(expected))
-    assert all(e.turns[0].advantage == 0.0 for e in faulted)
+    assert [adv.scalar(e.turns[0]) for e in ok] == pytest.approx(list(expected))
+    assert all(adv.scalar(e.turns[0]) == 0.0 for e in faulted)
     assert metrics["quarantined"] == 2.0
     assert (metrics["episodes/tier3"], metrics["successes/tier3"]) == (5.0, 2.0)  # the 5 kept episodes, not 7
-    assert all(r.episode in ok for r in build_rows(group.episodes, None))  # and they are never trained on
-    # without quarantine the faults are failures in the statistics (plain GRPO)
-    canopy("method.quarantine=false").credit([group], step=0)
-    assert ok[0].turns[0].advantage == pytest.approx(float(grpo(np.array([1, 0, 0, 0, 1, 0, 0.0]))[0]))
+    assert {id(r.episode) for r in build_rows(group.episodes, None, m.excluded)} == {id(e) for e in ok}  # never trained on
+    # without quarantine the faults are failures in the statistics (plain GRPO) *and* they train
+    m = canopy("method.quarantine=false")
+    adv, metrics = credit_advantages(m, [group])
+    assert metrics["quarantined"] == 0.0
+    assert adv.scalar(ok[0].turns[0]) == pytest.approx(float(grpo(np.array([1, 0, 0, 0, 1, 0, 0.0]))[0]))
+    assert adv.scalar(faulted[0].turns[0]) < 0
+    assert {id(r.episode) for r in build_rows(group.episodes, None, m.excluded)} == {id(e) for e in group.episodes}
 
 
 def test_a_group_that_is_all_faults_or_all_equal_has_no_signal():
     all_faulted = Group("a", 2, [episode(0.0, faulted=True) for _ in range(4)])
     all_fail = Group("b", 2, [episode(0.0) for _ in range(4)])
     mixed = Group("c", 2, [episode(1.0), episode(0.0), episode(0.0, faulted=True)])
-    metrics = canopy().credit([all_faulted, all_fail, mixed], step=0)
+    adv, metrics = credit_advantages(canopy(), [all_faulted, all_fail, mixed])
     assert metrics["signal_measured"] == pytest.approx(0.5)  # all_fail: none; mixed: yes; all_faulted: no group left
     assert (metrics["groups/tier2"], metrics["signal_groups/tier2"]) == (2.0, 1.0)
-    assert all(t.advantage == 0.0 for e in all_fail.episodes + all_faulted.episodes for t in e.turns)
+    assert all(adv.scalar(t) == 0.0 for e in all_fail.episodes + all_faulted.episodes for t in e.turns)
 
 
 def test_signal_counts_and_the_check_against_the_formula():
@@ -128,7 +134,7 @@ def test_dropping_the_hardest_tier():
 
 def test_fixed_group_size_and_resume_state():
     fixed = canopy("method.coverage=null", "trainer.group_size=4")
-    assert fixed.n == 4 and fixed.group_size({}) == 4
+    assert fixed.n == 4 and fixed.group_size({}) == 4 and fixed.group_size({}, "eval") == fixed.run.eval.k
     sized = canopy()
     assert sized.n is None  # the pilot sizes it before the first step
     sized.load_state_dict({"n": 7, "pilot": {"pilot_success": 0.1}})
@@ -146,18 +152,41 @@ def test_bad_settings_fail_before_anything_runs(overrides, message):
         canopy(*overrides)
 
 
-def test_every_arm_and_scale_resolves():
+def _flat(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) and k not in ("roles",) else {f"{prefix}{k}": v})
+    return out
+
+
+# each ablation arm differs from `full` in exactly what its name says (and in not re-evaluating the warm start)
+ARM_CHANGES = {
+    "n-small": {"method.coverage": None, "trainer.group_size": 4},
+    "two-updates": {"trainer.minibatches": 2},
+    "no-kl": {"trainer.kl.coef": 0.0, "trainer.kl.placement": "none"},
+    "seq-mean": {"trainer.loss_agg": "seq-mean"},
+    "no-hardest": {"method.drop_hardest_tier": True},
+}
+
+
+def test_each_arm_differs_from_full_in_exactly_its_ablation():
+    import dataclasses
+
     from replications.replicate import load_replication
 
     rep = load_replication("canopy")
-    assert set(rep.arms) == {"full", "n-small", "two-updates", "no-kl", "seq-mean", "no-hardest"}
-    for arm, overrides in rep.arms.items():
-        cfg = compose("canopy", ["scale=cpu", f"arm={arm}", *overrides])
+    assert set(rep.arms) == {"full", *ARM_CHANGES}
+    cfgs = {arm: compose("canopy", ["scale=cpu", f"arm={arm}", *overrides]) for arm, overrides in rep.arms.items()}
+    for cfg in cfgs.values():
         resolve(cfg, METHODS)
-        t = cfg.trainer
-        paper_loss = (t.loss_agg, t.entropy_coef, t.ppo_epochs * t.minibatches, t.kl.placement, t.kl.estimator)
-        if arm == "full":
-            assert paper_loss == ("token-mean", 0.0, 1, "loss", "k3") and cfg.method["coverage"] is not None
+    t = cfgs["full"].trainer
+    assert (t.loss_agg, t.entropy_coef, t.ppo_epochs * t.minibatches, t.kl.placement, t.kl.estimator) == ("token-mean", 0.0, 1, "loss", "k3")
+    assert cfgs["full"].method.get("coverage", 0.8) is not None
+    full = _flat(dataclasses.asdict(cfgs["full"]))
+    for arm, expected in ARM_CHANGES.items():
+        flat = _flat(dataclasses.asdict(cfgs[arm]))
+        diff = {k: flat.get(k) for k in full.keys() | flat.keys() if flat.get(k) != full.get(k)}
+        assert diff == {**expected, "arm": arm, "eval.at_start": False}, arm
 
 
 def test_paper_scales_refuse_to_start_without_model_and_data(tmp_path):

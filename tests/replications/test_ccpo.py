@@ -5,8 +5,10 @@ import math
 import pytest
 
 from common.batch import build_rows
+from common.config import build_dataclass
 from common.episode import Episode, Group, Turn
 from replications.ccpo.method import CCPO, CCPOConfig, V1Credit, v2_rewards
+from tests.helpers import credit_advantages
 
 
 # ---- v2 -----------------------------------------------------------------------------------------
@@ -69,6 +71,17 @@ def test_v1_gate_direction():
     assert r2[1] > r2[0]
 
 
+def test_v1_logs_the_gate_it_applied_not_the_next_one():
+    m = method(credit="v1", min_samples=1, alternate_every=0)
+    batch = lambda j, s: [Group("t", 1, [_episode(float(r), bool(r)) for r in j],  # noqa: E731
+                                extra={"solo": [_episode(float(r), bool(r), trainable=False) for r in s]})]
+    _, first = credit_advantages(m, batch([1, 1, 1, 0], [0, 0, 1, 0]))
+    assert "v1_gate" not in first  # the first batch is not normalized: no gate applied
+    gate_before = m.v1.gate()
+    _, second = credit_advantages(m, batch([0, 0, 0, 0], [1, 1, 1, 1]))  # a batch that moves the statistics
+    assert second["v1_gate"] == pytest.approx(gate_before) and m.v1.gate() != pytest.approx(gate_before)
+
+
 def test_v1_state_round_trip():
     a = V1Credit(min_samples=1)
     a.rewards([1, 0, 1], [0, 0, 1])
@@ -90,7 +103,7 @@ class _Run:
 
 
 def method(**kw):
-    m = CCPO(CCPOConfig(**kw), _Run(), _Env())
+    m = CCPO(build_dataclass(CCPOConfig, kw, "method"), _Run(), _Env())
     m.validate()
     return m
 
@@ -120,10 +133,11 @@ def test_credit_v2_and_solo_plays_never_trained():
     joint = [_episode(1.0, True), _episode(0.0, False)]
     solo = [_episode(0.0, False, trainable=False), _episode(0.0, False, trainable=False)]
     g = Group("t", 3, joint, extra={"solo": solo})
-    metrics = m.credit([g], step=0)
+    adv, metrics = credit_advantages(m, [g])
     # rewards ±1: joint [1, -1], b = -1: the success is a help event -> Thinker [1.2, -1], centered
-    assert [e.turns[0].advantage for e in joint] == pytest.approx([1.1, -1.1])
-    assert [e.turns[1].advantage for e in joint] == pytest.approx([1.0, -1.0])
+    assert [adv.scalar(e.turns[0]) for e in joint] == pytest.approx([1.1, -1.1])
+    assert [adv.scalar(e.turns[1]) for e in joint] == pytest.approx([1.0, -1.0])
+    assert all(adv.scalar(t) == 0.0 for e in solo for t in e.turns)  # solo plays get no credit
     assert metrics["help_rate"] == 0.5 and metrics["hurt_rate"] == 0.0
     rows = build_rows(g.all_episodes(), m.trainable_roles(0))
     assert {r.role for r in rows} == {"thinker"} and all(r.episode in joint for r in rows)

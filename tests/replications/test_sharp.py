@@ -6,7 +6,9 @@ import math
 import numpy as np
 import pytest
 
+from common.config import build_dataclass
 from common.credit import grpo
+from common.envs.protocols import CounterfactualReplay
 from common.episode import Episode, Group, Turn
 from replications.sharp.method import (
     SHARP,
@@ -17,6 +19,7 @@ from replications.sharp.method import (
     shapley_values,
     shapley_values_mc,
 )
+from tests.helpers import credit_advantages
 
 
 def glove(s):  # player 1 holds a left glove, players 2 and 3 a right glove each: a pair is worth 1
@@ -143,58 +146,86 @@ class _Run:
     scale = "cpu"
 
 
-def sharp(credit):
-    m = SHARP(SHARPConfig(credit=credit), _Run(), _Env())
+def sharp(credit, **kw):
+    m = SHARP(build_dataclass(SHARPConfig, {"credit": credit, **kw}, "method"), _Run(), _Env())
     m.validate()
     return m
 
 
 def test_credit_exact_by_hand():
     groups = group()
-    metrics = sharp("exact").credit(groups, step=0)
+    adv, metrics = credit_advantages(sharp("exact"), groups)
     # v: ep0 v({0})=v({1})=0.25, v(M)=1 -> phi=(0.5, 0.5); ep1, ep2: v({0})=0.25, v({1})=0, v(M)=0.25 -> (0.25, 0)
     r_w0 = [1 + 0.9 * 0.5 + 0.1, 0 + 0.9 * 0.25 + 0.1, 0 + 0.9 * 0.25 + 0.1]
     r_w1 = [1 + 0.9 * 0.5 + 0.1, 0 + 0.0 + 0.1, 0.0]  # the distractor's result looks valid; the error's does not
     a_w0, a_w1, a_pl = grpo(np.array(r_w0)), grpo(np.array(r_w1)), grpo(np.array([1.0, 0.0, 0.0]))
     for i, ep in enumerate(groups[0].episodes):
-        assert [t.advantage for t in ep.turns] == pytest.approx([a_pl[i], a_w0[i], a_w1[i], a_pl[i]])
+        assert [adv.scalar(t) for t in ep.turns] == pytest.approx([a_pl[i], a_w0[i], a_w1[i], a_pl[i]])
     assert metrics["rescores"] == 3 * 4 and metrics["rescores_total"] == 12
     assert metrics["distractor_rate"] == pytest.approx(1 / 6)
     # the right tool call gets more credit than the distractor within the failed episodes
-    assert groups[0].episodes[1].turns[2].advantage > groups[0].episodes[2].turns[2].advantage
+    assert adv.scalar(groups[0].episodes[1].turns[2]) > adv.scalar(groups[0].episodes[2].turns[2])
+    # credit is a value: nothing was written into the episodes
+    assert not any(hasattr(t, "advantage") for ep in groups[0].episodes for t in ep.turns)
 
 
 def test_credit_loo_differs_from_exact_on_joint_success():
     groups = group()
-    sharp("loo").credit(groups, step=0)
+    adv, _ = credit_advantages(sharp("loo"), groups)
     r_w0 = [1 + 0.9 * 0.75 + 0.1, 0 + 0.9 * 0.25 + 0.1, 0 + 0.9 * 0.25 + 0.1]
-    assert [ep.turns[1].advantage for ep in groups[0].episodes] == pytest.approx(list(grpo(np.array(r_w0))))
+    assert [adv.scalar(ep.turns[1]) for ep in groups[0].episodes] == pytest.approx(list(grpo(np.array(r_w0))))
 
 
 def test_credit_broadcast_is_grpo():
     groups = group()
-    metrics = sharp("broadcast").credit(groups, step=0)
-    adv = grpo(np.array([1.0, 0.0, 0.0]))
+    adv, metrics = credit_advantages(sharp("broadcast"), groups)
+    expected = grpo(np.array([1.0, 0.0, 0.0]))
     for i, ep in enumerate(groups[0].episodes):
-        assert all(t.advantage == pytest.approx(adv[i]) for t in ep.turns)
+        assert all(adv.scalar(t) == pytest.approx(expected[i]) for t in ep.turns)
     assert metrics["rescores"] == 0
 
 
-def test_credit_mc_logs_its_error():
-    metrics = sharp("mc").credit(group(), step=0)
-    assert "mc_stderr_mean" in metrics and metrics["rescores"] <= 12
+def test_credit_mc_agrees_with_exact_shapley_within_its_error():
+    """Monte-Carlo phi of every worker of every episode is within 4 standard errors of exact Shapley
+    (with two workers there are only two orderings, so a fair sample of them recovers it closely)."""
+    exact, mc = sharp("exact"), sharp("mc", permutations=64)
+    for ei, ep in enumerate(group()[0].episodes):
+        record = ep.info["record"]
+        phi_exact, _, _ = exact.contributions(record, 2, salt=ei)
+        phi_mc, n, stderr = mc.contributions(record, 2, salt=ei)
+        assert n <= 4
+        for m in (0, 1):
+            assert abs(phi_mc[m] - phi_exact[m]) <= 4 * stderr + 1e-9, (ei, m, phi_mc, phi_exact, stderr)
+    _, metrics = credit_advantages(mc, group())
+    assert metrics["mc_stderr_mean"] >= 0 and metrics["rescores"] <= 12
 
 
 def test_bad_settings_are_errors():
-    with pytest.raises(ValueError, match="method.credit"):
+    with pytest.raises(ValueError, match="method.credit must be one of broadcast"):
         sharp("shapley")
+    with pytest.raises(ValueError, match="permutations must be >= 2"):
+        sharp("mc", permutations=1)
+    with pytest.raises(ValueError, match=">= 2"):
+        shapley_values_mc([0, 1], lambda s: 0.0, permutations=1, seed=0)
 
     class NoReplay:
         name = "arith"
 
-    with pytest.raises(ValueError, match="replay"):
-        SHARP(SHARPConfig(credit="exact"), _Run(), NoReplay()).validate()
-    SHARP(SHARPConfig(credit="broadcast"), _Run(), NoReplay()).validate()
+    assert isinstance(_Env(), CounterfactualReplay) and not isinstance(NoReplay(), CounterfactualReplay)
+    assert sharp("exact").env_protocols() == (CounterfactualReplay,) and sharp("broadcast").env_protocols() == ()
+
+
+def test_a_replay_credit_on_an_environment_without_replay_fails_before_the_run():
+    from common.run import resolve
+    from replications import METHODS
+    from replications.run import compose
+
+    cfg = compose("grpo", ["scale=smoke"])  # arith: no counterfactual replay
+    cfg.method = {"name": "sharp", "credit": "loo"}
+    with pytest.raises(ValueError, match="CounterfactualReplay"):
+        resolve(cfg, METHODS)
+    cfg.method = {"name": "sharp", "credit": "broadcast"}
+    resolve(cfg, METHODS)
 
 
 # ---- configs --------------------------------------------------------------------------------------

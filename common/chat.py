@@ -1,0 +1,49 @@
+"""Instruct models read observations through their tokenizer's chat template (`model.chat_template`).
+
+A role's context is token ids that only grow (common/rollout.py), so the template is applied as
+text pieces around each observation rather than re-rendering a whole conversation: the first
+observation of a context becomes a user message opening the assistant's turn (the template's own
+system prompt included); every later observation first closes the assistant's turn, then opens a
+user message and the next assistant turn. The pieces are read off the template itself by rendering
+one- and two-exchange conversations around marker strings, so any template that renders
+conversations consistently (ChatML, Llama, SmolLM2, Qwen) works without a hand-written format.
+The rollout and the SFT warm start's demonstrations both use `observation_text`, so both see the
+same tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+_USER1, _ASSISTANT, _USER2 = "\x00USER1\x00", "\x00ASSISTANT\x00", "\x00USER2\x00"
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    first_prefix: str  # before the first observation of a context (system prompt, user header)
+    first_suffix: str  # after it (end of user message, assistant header)
+    next_prefix: str  # before a later observation (end of the assistant's turn, user header)
+    next_suffix: str  # after it
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any) -> ChatFormat:
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError("model.chat_template=true but the tokenizer has no chat template; "
+                             "set model.chat_template=false for a base (non-instruct) model")
+        one = tokenizer.apply_chat_template([{"role": "user", "content": _USER1}], tokenize=False, add_generation_prompt=True)
+        two = tokenizer.apply_chat_template(
+            [{"role": "user", "content": _USER1}, {"role": "assistant", "content": _ASSISTANT},
+             {"role": "user", "content": _USER2}], tokenize=False, add_generation_prompt=True)
+        first_prefix, first_suffix = one.split(_USER1)
+        after_assistant = two.split(_ASSISTANT, 1)[1]
+        next_prefix, next_suffix = after_assistant.split(_USER2)
+        return cls(first_prefix, first_suffix, next_prefix, next_suffix)
+
+    def wrap(self, text: str, first: bool) -> str:
+        return (self.first_prefix + text + self.first_suffix) if first else (self.next_prefix + text + self.next_suffix)
+
+
+def observation_text(chat: ChatFormat | None, text: str, first: bool) -> str:
+    """The text appended to a role's context for an observation (`first`: the context starts here)."""
+    return text if chat is None else chat.wrap(text, first)

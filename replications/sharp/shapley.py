@@ -1,0 +1,105 @@
+"""SHARP's formulas, as plain functions (no torch): exact and Monte-Carlo Shapley values,
+leave-one-out credit, each agent's reward and its per-agent normalization (arXiv 2602.08335).
+Each is tested against hand-computed cases (tests/replications/test_sharp.py)."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Hashable, Sequence
+from itertools import combinations
+
+import numpy as np
+
+from common.credit import Estimator, normalize_by_key
+
+Player = Hashable
+Value = Callable[[frozenset], float]
+
+
+def shapley_values(players: Sequence[Player], value: Value) -> dict[Player, float]:
+    """Exact Shapley values (Shapley 1953):
+
+        phi_m = sum_{S subset of M minus m} |S|! (|M| - |S| - 1)! / |M|! * (v(S + m) - v(S)).
+
+    `value` maps a frozenset of players to a float (v of the empty set included). Evaluates v on
+    all 2^|M| coalitions, each once.
+    """
+    players = list(players)
+    n = len(players)
+    cache: dict[frozenset, float] = {}
+
+    def v(s: frozenset) -> float:
+        if s not in cache:
+            cache[s] = float(value(s))
+        return cache[s]
+
+    phi: dict[Player, float] = {}
+    for m in players:
+        others = [p for p in players if p != m]
+        total = 0.0
+        for size in range(n):
+            weight = math.factorial(size) * math.factorial(n - size - 1) / math.factorial(n)
+            for subset in combinations(others, size):
+                s = frozenset(subset)
+                total += weight * (v(s | {m}) - v(s))
+        phi[m] = total
+    return phi
+
+
+def shapley_values_mc(players: Sequence[Player], value: Value, permutations: int,
+                      seed: int) -> tuple[dict[Player, float], dict[Player, float]]:
+    """Monte-Carlo Shapley values over random orderings (Castro et al. 2009).
+
+    For each of `permutations` uniformly random orderings, player m's marginal contribution is
+    v(players before m, plus m) - v(players before m); phi_m is their mean. Returns (phi, stderr),
+    stderr_m = sample std of m's marginal contributions / sqrt(permutations): the estimate's
+    standard error (0 when every ordering gives m the same contribution).
+    """
+    if permutations < 2:
+        raise ValueError(f"permutations must be >= 2 (the standard error needs two orderings); got {permutations}")
+    players = list(players)
+    rng = random.Random(seed)
+    cache: dict[frozenset, float] = {}
+
+    def v(s: frozenset) -> float:
+        if s not in cache:
+            cache[s] = float(value(s))
+        return cache[s]
+
+    contributions: dict[Player, list[float]] = {m: [] for m in players}
+    for _ in range(permutations):
+        order = players[:]
+        rng.shuffle(order)
+        before: frozenset = frozenset()
+        for m in order:
+            after = before | {m}
+            contributions[m].append(v(after) - v(before))
+            before = after
+    phi = {m: float(np.mean(c)) if c else 0.0 for m, c in contributions.items()}
+    stderr = {m: float(np.std(c, ddof=1) / math.sqrt(len(c))) for m, c in contributions.items()}
+    return phi, stderr
+
+
+def leave_one_out(players: Sequence[Player], value: Value) -> dict[Player, float]:
+    """Leave-one-out credit: Delta_m = v(M) - v(M minus m) (|M| + 1 evaluations)."""
+    grand = frozenset(players)
+    full = float(value(grand))
+    return {m: full - float(value(grand - {m})) for m in players}
+
+
+def agent_rewards(outcome: float, contribution: dict[Player, float], tool: dict[Player, float],
+                  lambda_s: float, lambda_p: float) -> dict[Player, float]:
+    """R_m = R^b + lambda_s * phi_m + lambda_p * R^tool_m for every player m (the card's sum)."""
+    return {m: outcome + lambda_s * contribution[m] + lambda_p * tool.get(m, 0.0) for m in contribution}
+
+
+def per_agent_advantages(rewards_G: list[dict[str, float]], estimator: Estimator) -> list[dict[str, float]]:
+    """Normalize each agent's reward within one query's G rollouts (an agent absent from a rollout,
+    e.g. no workers after a malformed plan, is left out of that agent's statistics)."""
+    flat = [(i, agent, r) for i, rewards in enumerate(rewards_G) for agent, r in rewards.items()]
+    advs = normalize_by_key(np.array([r for _, _, r in flat]), [agent for _, agent, _ in flat], estimator)
+    out: list[dict[str, float]] = [{} for _ in rewards_G]
+    for (i, agent, _), a in zip(flat, advs, strict=True):
+        out[i][agent] = float(a)
+    return out
