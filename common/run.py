@@ -95,14 +95,14 @@ def quiet() -> None:
 def fit(cfg: RunConfig, methods: dict[str, type[Method]]) -> RunDir:
     """Train one run to completion (resuming an unfinished one); returns its record directory.
 
-    A lock next to the run's checkpoints keeps two processes from running the same cell.
+    A finished run asked again with the same config is skipped; with another config it is refused
+    with the difference, unless cfg.force (see RunDir.prepare). A lock keyed by the run folder
+    keeps two processes from running, or forcing, the same run.
     """
     quiet()
     r = resolve(cfg, methods)
-    if r.run_dir.done and not cfg.force:
-        return r.run_dir
-    r.run_dir.checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(r.run_dir.checkpoint_dir) + ".lock")
+    r.run_dir.lock_path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(r.run_dir.lock_path))
     try:
         lock.acquire(timeout=0)
     except Timeout:
@@ -115,13 +115,17 @@ def fit(cfg: RunConfig, methods: dict[str, type[Method]]) -> RunDir:
 
 
 def _fit_locked(r: Resolved, cfg: RunConfig) -> RunDir:
+    state = r.run_dir.prepare(cfg.force, asdict(cfg))
+    if state == "finished":
+        print(f"already finished, skipped: {r.run_dir.path}", flush=True)
+        return r.run_dir
+
     import lightning as L
 
     from common.engines import make_engine
     from common.policy import Policy, warm_started_base
     from common.trainer import RLModule
 
-    state = r.run_dir.prepare(cfg.force, asdict(cfg))
     r.run_dir.write_config(cfg)
     r.run_dir.write_manifest({"method": cfg.method["name"], "env": r.env.cfg.tag or r.env.name, "arm": cfg.arm,
                               "seed": cfg.seed, "scale": cfg.scale, "state_at_start": state,
@@ -140,7 +144,7 @@ def _fit_locked(r: Resolved, cfg: RunConfig) -> RunDir:
         enable_model_summary=False, num_sanity_val_steps=0, plugins=_plugins(cfg), log_every_n_steps=1,
         deterministic=False,
     )
-    ckpt = r.run_dir.last_checkpoint
+    ckpt = r.run_dir.resume_checkpoint  # verified by prepare: it loads
     if cfg.trainer.steps > 0:
         trainer.fit(module, ckpt_path=str(ckpt) if ckpt else None)
     if "initial" not in module.evals and cfg.eval.at_start:

@@ -15,18 +15,20 @@ its share of the cores.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 import time
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from common.config import RunConfig
+from common.records import finished_with
 from replications.run import compose, conf_dir
 
 
@@ -50,7 +52,9 @@ class Cell:
 
     @property
     def done(self) -> bool:
-        return (self.run_dir / "done").exists()
+        """Finished with this cell's own config: a finished run of other settings (another
+        trainer.lr, say) is not this cell's result, and `run_cell` refuses it with the difference."""
+        return (self.run_dir / "done").exists() and finished_with(self.run_dir, _plain_config(self.method, self.overrides))
 
     @property
     def name(self) -> str:
@@ -97,6 +101,12 @@ def cell_config(cell: Cell) -> RunConfig:
     return compose(cell.method, cell.overrides)
 
 
+@functools.lru_cache(maxsize=256)
+def _plain_config(method: str, overrides: tuple[str, ...]) -> dict[str, Any]:
+    """A cell's resolved config as plain data, composed once (`Cell.done` is asked often)."""
+    return asdict(compose(method, overrides))
+
+
 def validate_cells(cells: list[Cell]) -> list[RunConfig]:
     """Compose and check every cell (environment and method settings included); raise on the first error."""
     from common.run import resolve
@@ -117,7 +127,8 @@ def validate_cells(cells: list[Cell]) -> list[RunConfig]:
 
 
 def run_cell(cell: Cell) -> dict[str, Any]:
-    """Run one cell in this process: resume if unfinished, skip if done."""
+    """Run one cell in this process: resume if unfinished, skip if done; a finished run of other
+    settings is refused with the difference (unless force=true), by `fit`."""
     from common.run import fit
     from replications import METHODS
 
