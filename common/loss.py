@@ -182,7 +182,7 @@ def policy_loss(batch: LossBatch, t: TrainerConfig, extra: torch.Tensor | None =
     return LossTerms(
         loss=loss,
         clip_fraction=float((clipped_B_T.float() * mask).sum()) / n,
-        entropy=float(batch.entropy_B_T.detach().sum()) / n,
+        entropy=float((batch.entropy_B_T.detach() * mask).sum()) / n,
         kl=kl_value,
         logprob_diff_max=float(((batch.logp_B_T.detach() - batch.behaviour_logp_B_T).abs() * mask).max()),
     )

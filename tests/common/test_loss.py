@@ -109,3 +109,67 @@ def test_entropy_from_logits():
     logits = torch.log(torch.tensor([[[0.5, 0.25, 0.25]]]))
     expected = -(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25))
     assert entropy_from_logits(logits).item() == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("kind, expected", [("k1", "zero"), ("k2", "forward"), ("k3", "reverse")])
+def test_kl_estimators_as_loss_terms_have_the_documented_expected_gradient(kind, expected):
+    """E_{x~pi}[grad_theta k(x)] with the sample held fixed (how a loss term is differentiated), exactly
+    over a 4-way categorical: k1 -> 0, k2 -> grad KL(pi || ref), k3 -> grad KL(ref || pi)."""
+    theta = torch.tensor([0.3, -1.0, 0.5, 0.1], requires_grad=True)
+    log_ref = torch.log_softmax(torch.tensor([-0.2, 0.4, 0.0, 1.0]), -1)
+    logp = torch.log_softmax(theta, -1)
+    pi = logp.exp().detach()
+    (pi * kl_estimate(logp, log_ref, kind)).sum().backward()  # pi held fixed: the sampling distribution
+    grad_estimator = theta.grad.clone()
+    theta.grad = None
+    logp = torch.log_softmax(theta, -1)
+    if expected == "forward":
+        (logp.exp() * (logp - log_ref)).sum().backward()
+    elif expected == "reverse":
+        (log_ref.exp() * (log_ref - logp)).sum().backward()
+    else:
+        (0 * theta).sum().backward()
+    assert torch.allclose(grad_estimator, theta.grad, atol=1e-6), (grad_estimator, theta.grad)
+
+
+def _batch(logp, old, adv, mask, entropy, ref=None):
+    from common.loss import LossBatch
+
+    return LossBatch(rows=[], adapter="policy", logp_B_T=logp, old_logp_B_T=old, behaviour_logp_B_T=old, adv_B_T=adv,
+                     mask_B_T=mask, entropy_B_T=entropy, ref_logp_B_T=ref, num_tokens=int(mask.sum()), num_rows=mask.size(0))
+
+
+def test_policy_loss_assembles_every_term_by_hand():
+    from common.config import TrainerConfig
+    from common.loss import policy_loss
+
+    t = TrainerConfig(clip_low=0.2, clip_high=0.2, entropy_coef=0.01)
+    t.kl.placement, t.kl.coef, t.kl.estimator = "loss", 0.1, "k1"  # k1: its value is easy by hand
+    logp = torch.tensor([[math.log(2.0), 0.0, 0.0]])  # token 0: ratio 2 (clipped for A > 0); token 2: padding
+    old = torch.zeros(1, 3)
+    adv = torch.tensor([[1.0, -1.0, 5.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    entropy = torch.tensor([[0.5, 1.5, 9.0]])
+    ref = torch.tensor([[0.0, -0.5, 0.0]])
+    terms = policy_loss(_batch(logp, old, adv, mask, entropy, ref), t, extra=torch.tensor(0.25))
+    surrogate = [-min(2.0 * 1.0, 1.2 * 1.0), -min(1.0 * -1.0, 1.0 * -1.0)]  # [-1.2, 1.0]
+    kl = [math.log(2.0) - 0.0, 0.0 + 0.5]  # k1 = logp - log_ref
+    per_token = [s + 0.1 * k - 0.01 * h for s, k, h in zip(surrogate, kl, [0.5, 1.5], strict=True)]
+    assert terms.loss.item() == pytest.approx(sum(per_token) / 2 + 0.25)
+    assert terms.clip_fraction == 0.5 and terms.kl == pytest.approx(sum(kl) / 2)
+    assert terms.entropy == pytest.approx(1.0) and terms.logprob_diff_max == pytest.approx(math.log(2.0))
+
+
+def test_kl_placement_and_aggregation_are_registries():
+    from common.config import TrainerConfig
+    from common.loss import AGGREGATIONS, KL_PLACEMENTS, policy_loss
+
+    assert set(KL_PLACEMENTS) == {"none", "loss", "reward"} and set(AGGREGATIONS) == {"token-mean", "seq-mean"}
+    logp, old = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.0, -2.0]])
+    adv, mask, ent = torch.tensor([[1.0, 3.0]]), torch.ones(1, 2), torch.zeros(1, 2)
+    t = TrainerConfig()
+    t.kl.placement, t.kl.coef = "reward", 0.5  # in the reward: the loss is the bare surrogate, the KL is logged
+    terms = policy_loss(_batch(logp, old, adv, mask, ent, ref=logp - 1.0), t)
+    assert terms.loss.item() == pytest.approx(-2.0) and terms.kl == pytest.approx(math.exp(-1.0) - 1 + 1.0)  # k3 at log r = -1
+    t.kl.placement = "none"
+    assert policy_loss(_batch(logp, old, adv, mask, ent), t).kl is None
