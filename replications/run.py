@@ -2,20 +2,27 @@
 
     python -m replications.run method=grpo scale=smoke seed=1
     python -m replications.run method=grpo trainer.kl.coef=0.01 trainer.kl.placement=loss
+    python -m replications.run method=sharp arm=sharp-loo-k2     # an arm of replications/sharp/conf/replication.yaml
     python -m replications.run method=grpo --cfg job        # print the resolved config
 
 `method=<name>` picks the method's config tree (replications/<name>/conf); every other argument is
-a Hydra override of that tree (which composes the shared groups of common/conf).
+a Hydra override of that tree (which composes the shared groups of common/conf). `arm=<name>` names
+the run's records; when the method's replication.yaml has an arm of that name, its settings apply
+too, before the other overrides (as `replications.replicate` runs it). A bad setting is refused with
+one line per error before anything is written.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
+import yaml
 from omegaconf import DictConfig
 
-from common.config import RunConfig, register_schema, to_run_config
+from common.config import RunConfig, check_machine, register_schema, to_run_config
 
 DEFAULT_METHOD = "grpo"
 
@@ -39,29 +46,91 @@ def split_method(args: list[str]) -> tuple[str, list[str]]:
     return method, rest
 
 
+def replication_arms(method: str) -> dict[str, list[str]]:
+    """The arms of the method's replication (replications/<method>/conf/replication.yaml): name -> overrides."""
+    path = conf_dir(method) / "replication.yaml"
+    if not path.exists():
+        return {}
+    arms = yaml.safe_load(path.read_text()).get("arms") or {}
+    return {name: list(overrides or []) for name, overrides in arms.items()}
+
+
+def arm_overrides(method: str, overrides: Sequence[str]) -> list[str]:
+    """The settings of the arm that `arm=<name>` in `overrides` names, to apply before `overrides`.
+
+    An arm of the method's replication.yaml is a set of settings, not only a label: a run labelled with
+    it must be computed with them. The ones `overrides` already holds verbatim are left out, so
+    `replicate.plan`'s cells (which pass them explicitly) compose exactly as before. No `arm=`, or
+    `arm=default` where the replication has no arm of that name, adds nothing; any other unknown arm
+    is an error that lists the arms.
+    """
+    arm = None
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        if sep and key.lstrip("+") == "arm":
+            arm = value  # the last one wins, as in Hydra
+    if arm is None:
+        return []
+    arms = replication_arms(method)
+    if arm in arms:
+        return [o for o in arms[arm] if o not in overrides]
+    if arm == RunConfig.arm:
+        return []
+    raise ValueError(f"{method} has no arm {arm!r}; its arms are {', '.join(arms)} "
+                     f"(replications/{method}/conf/replication.yaml), or leave arm= out")
+
+
+def with_arm(method: str, args: list[str]) -> list[str]:
+    """Command-line arguments with the arm's settings inserted before the first override.
+
+    Hydra's overrides must stay together on its command line (`a=1 --cfg job b=2` is refused).
+    """
+    extra = arm_overrides(method, args)
+    first = next((i for i, a in enumerate(args) if "=" in a and not a.startswith("-")), len(args))
+    return [*args[:first], *extra, *args[first:]]
+
+
 def compose(method: str, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    """The resolved, checked RunConfig of one run (no side effects)."""
+    """The resolved, checked RunConfig of one run (no side effects); `arm=<name>` applies that arm's settings."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
     register_schema()
+    overrides = [*arm_overrides(method, overrides), *overrides]
     with initialize_config_dir(config_dir=str(conf_dir(method)), version_base=None):
-        cfg = hydra_compose(config_name="config", overrides=list(overrides))
+        cfg = hydra_compose(config_name="config", overrides=overrides)
     return to_run_config(cfg)
+
+
+def _refuse(error: Exception) -> NoReturn:
+    """A configuration error: its message alone (one line per bad setting), no traceback; exit status 2."""
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(2)
 
 
 def main(argv: list[str] | None = None) -> None:
     import hydra
 
-    from common.run import fit
+    from common.run import fit, resolve
     from replications import METHODS
 
     method, rest = split_method(list(sys.argv[1:] if argv is None else argv))
+    try:
+        config_path = str(conf_dir(method))
+        rest = with_arm(method, rest)
+    except ValueError as e:
+        _refuse(e)
     register_schema()
 
-    @hydra.main(version_base=None, config_path=str(conf_dir(method)), config_name="config")
+    @hydra.main(version_base=None, config_path=config_path, config_name="config")
     def app(cfg: DictConfig) -> None:
-        run_dir = fit(to_run_config(cfg), METHODS)
+        try:  # every check before anything is written
+            run_cfg = to_run_config(cfg)
+            check_machine(run_cfg)
+            resolve(run_cfg, METHODS)
+        except ValueError as e:
+            _refuse(e)
+        run_dir = fit(run_cfg, METHODS)
         print(f"run directory: {run_dir.path}")
 
     sys.argv = [sys.argv[0], *rest]

@@ -21,7 +21,7 @@ import json
 import random
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -174,6 +174,26 @@ class Environment(ABC):
     def variants(self) -> tuple[str, ...]:
         """Episode variants this environment supports (counterfactual plays)."""
         return ("main",)
+
+    def check_context(self, count_tokens: Callable[[str], int], max_length: int, max_new_tokens: int) -> None:
+        """Raise ValueError (one line) when a first observation and one turn do not fit in `max_length` tokens.
+
+        Run once the tokenizer exists (a tiny model's is trained on `corpus()`); the config check can only
+        require `max_length > max_new_tokens`. Every variant's first observation of every train and held-out
+        task is counted; later turns that overflow end their episode (the rollout's `context_overflow`).
+        """
+        longest, text = 0, ""
+        for split in ("train", "heldout"):
+            for row in self.task_set()[split]:
+                for variant in self.variants():
+                    obs = self.new_episode(json.loads(row["task"]), random.Random(0), variant).start()
+                    n = count_tokens(obs.text)
+                    if n > longest:
+                        longest, text = n, obs.text
+        if longest + max_new_tokens > max_length:
+            raise ValueError(f"model.max_length={max_length} is too short for {self.name}: its longest prompt is {longest} "
+                             f"tokens ({text[:40]!r}...) + trainer.max_new_tokens={max_new_tokens}; "
+                             f"raise model.max_length to at least {longest + max_new_tokens}")
 
     def corpus(self, n: int = 400) -> Iterator[str]:
         """Texts for training a tokenizer: full expert episodes of train tasks."""
