@@ -54,6 +54,11 @@ class RecordWarning(UserWarning):
     """Something in a run's records was repaired on resume (a torn line, a corrupt checkpoint)."""
 
 
+class RunRefused(ValueError):
+    """A run that cannot start as asked (a finished or unfinished run of other settings, a checkpoint
+    of another run or none that loads); the message is one line: what is wrong and what to do."""
+
+
 def _umask() -> int:
     try:  # Linux: read it without changing it (os.umask would, for a moment, for every thread)
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -233,18 +238,19 @@ class RunDir:
             changes = _recorded_changes(self.path, config)
             if not force:
                 if changes:
-                    raise FileExistsError(
+                    raise RunRefused(
                         f"{self.path} is a finished run with other settings ({'; '.join(changes)}); pass force=true "
                         "(FORCE=1) to rerun it with these (the finished records stay until the rerun is done), "
                         "or restore its settings")
                 return "finished"
             self.building = self.staging
-            if self.writer and _recorded_changes(self.staging, config) != []:
-                self._discard(self.staging)  # nothing to resume there: begin the rerun
+            killed_rerun_of_these = _recorded_changes(self.staging, config) == []  # resumed, as any unfinished run
+            if self.writer and not killed_rerun_of_these:
+                self._discard(self.staging)
         else:
             changes = _recorded_changes(self.path, config)
             if not force and changes:
-                raise ValueError(f"{self.path} holds an unfinished run with other settings ({'; '.join(changes)}); "
+                raise RunRefused(f"{self.path} holds an unfinished run with other settings ({'; '.join(changes)}); "
                                  "pass force=true (FORCE=1) to restart it, or restore its settings to resume it")
             if self.writer:
                 self._discard(self.staging)  # a rerun of a finished run that is gone
@@ -273,7 +279,7 @@ class RunDir:
             return last
         prev_error = _unloadable(prev) if prev.exists() else "missing"
         if prev_error is not None:
-            raise RuntimeError(f"cannot resume {self.building}: {last} ({last_error}) and {prev} ({prev_error}) "
+            raise RunRefused(f"cannot resume {self.building}: {last} ({last_error}) and {prev} ({prev_error}) "
                                f"cannot be loaded; delete {folder} to restart the run from step 0")
         warnings.warn(f"{last} cannot be loaded ({last_error}); resuming from the checkpoint before it, {prev}",
                       RecordWarning, stacklevel=3)
@@ -289,12 +295,12 @@ class RunDir:
         try:
             found = json.loads(path.read_text())
         except (OSError, ValueError):
-            raise RuntimeError(f"{self.checkpoint_dir} holds checkpoints but no readable identity.json, so they cannot "
+            raise RunRefused(f"{self.checkpoint_dir} holds checkpoints but no readable identity.json, so they cannot "
                                f"be told to belong to {self.building}; delete that folder to restart the run") from None
         expected = self._identity()
         if found.get("run_dir") != expected["run_dir"] or (
                 expected["config_hash"] is not None and found.get("config_hash") != expected["config_hash"]):
-            raise RuntimeError(f"{self.checkpoint_dir} holds checkpoints of another run ({found.get('run_dir')}, config "
+            raise RunRefused(f"{self.checkpoint_dir} holds checkpoints of another run ({found.get('run_dir')}, config "
                                f"{str(found.get('config_hash'))[:12]}), not of {expected['run_dir']} (config "
                                f"{str(expected['config_hash'])[:12]}); delete that folder to restart this run")
 
@@ -391,9 +397,9 @@ class RunDir:
                     warnings.warn(f"{p}: dropped its torn last line {n} ({len(line)} characters, a write cut short); "
                                   "its step is recomputed", RecordWarning, stacklevel=2)
                     break
-                raise ValueError(f"{p} line {n} is not valid JSON ({e.msg}); repair or delete that line") from None
+                raise RunRefused(f"{p} line {n} is not valid JSON ({e.msg}); repair or delete that line") from None
             if not isinstance(row, dict) or not isinstance(row.get("step"), int):
-                raise ValueError(f"{p} line {n} is not a metrics row (a JSON object with an integer step)")
+                raise RunRefused(f"{p} line {n} is not a metrics row (a JSON object with an integer step)")
             rows.append(row)
         return rows
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from common.config import RunConfig
-from common.records import RecordWarning, RunDir, atomic_write_text, run_key
+from common.records import RecordWarning, RunDir, RunRefused, atomic_write_text, run_key
 
 
 def _config(**trainer) -> dict:
@@ -83,14 +83,14 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
     _start(a, _config(), steps=1)
     _start(b, _config(), steps=1)
     (a.checkpoint_dir / "identity.json").write_text((b.checkpoint_dir / "identity.json").read_text())
-    with pytest.raises(RuntimeError, match="holds checkpoints of another run") as error:
+    with pytest.raises(RunRefused, match="holds checkpoints of another run") as error:
         _run(tmp_path, "a").prepare(False, _config())
     assert str(b.path.resolve()) in str(error.value) and "\n" not in str(error.value)
 
 
 def test_a_finished_run_asked_again_with_another_config_is_refused_with_the_difference(tmp_path):
     _finish(_run(tmp_path), _config(lr=1e-3))
-    with pytest.raises(FileExistsError, match=r"trainer\.lr: 0\.001 -> 0\.01") as error:
+    with pytest.raises(RunRefused, match=r"trainer\.lr: 0\.001 -> 0\.01") as error:
         _run(tmp_path).prepare(False, _config(lr=0.01))
     assert "force=true" in str(error.value) and "\n" not in str(error.value)
 
@@ -109,7 +109,7 @@ def test_a_finished_run_asked_again_with_its_config_is_skipped(tmp_path, monkeyp
     assert {p.name: p.read_text() for p in run.path.iterdir()} == before
 
     cfg.trainer.lr = 0.01
-    with pytest.raises(FileExistsError, match=r"trainer\.lr: 0\.001 -> 0\.01"):
+    with pytest.raises(RunRefused, match=r"trainer\.lr: 0\.001 -> 0\.01"):
         run_module.fit(cfg, {})
 
 
@@ -233,7 +233,7 @@ def test_both_checkpoints_corrupt_is_a_one_line_error_naming_them(tmp_path):
     _checkpoint(run, 2)
     for name in ("last.ckpt", "prev.ckpt"):
         (run.checkpoint_dir / name).write_bytes(b"\0" * 64)
-    with pytest.raises(RuntimeError, match="cannot be loaded") as error:
+    with pytest.raises(RunRefused, match="cannot be loaded") as error:
         _run(tmp_path).prepare(False, _config())
     message = str(error.value)
     assert "last.ckpt" in message and "prev.ckpt" in message and "\n" not in message
