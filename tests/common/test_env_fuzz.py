@@ -93,8 +93,10 @@ def check_result(env: Environment, r: Any) -> None:
         assert r.next.role in env.roles and isinstance(r.next.text, str) and isinstance(r.next.new_context, bool)
 
 
-def play(env: Environment, task: dict[str, Any], variant: str, seed: int, choose: Callable[[int], str | None]) -> int:
-    """One episode; `choose(turn)` gives the action (None: the demonstrator's). Returns the hostile actions played."""
+def play(env: Environment, task: dict[str, Any], variant: str, seed: int, choose: Callable[[int], str | None],
+         roles: set[str]) -> int:
+    """One episode; `choose(turn)` gives the action (None: the demonstrator's). Returns the hostile actions played
+    (and adds the roles that played one to `roles`)."""
     ep = env.new_episode(task, random.Random(seed), variant)
     obs = ep.start()
     turns = hostile = 0
@@ -103,7 +105,9 @@ def play(env: Environment, task: dict[str, Any], variant: str, seed: int, choose
         expert = ep.expert_action()  # the demonstrator reads state hostile turns left behind: it must not raise
         assert isinstance(expert, str)
         action = choose(turns)
-        hostile += action is not None
+        if action is not None:
+            hostile += 1
+            roles.add(obs.role)
         r = ep.step(expert if action is None else action)
         check_result(env, r)
         obs = r.next
@@ -125,19 +129,21 @@ def test_every_environment_is_fuzzed():
 def test_step_never_raises_on_hostile_text(env, request):
     rng = random.Random(request.node.name)
     tasks = [json.loads(row["task"]) for row in env.task_set()["train"]]
-    hostile = 0
+    hostile, roles = 0, set()
     for variant in env.variants():  # every hostile string at every turn, the demonstrator elsewhere
         for task in tasks[:2]:
             for turn in range(TURN_CAPS[env.name](env, task)):
                 for text in [*HOSTILE, *fake_calls(rng)]:
-                    hostile += play(env, task, variant, rng.randrange(10**6), lambda t, turn=turn, text=text: text if t == turn else None)
+                    at_turn = lambda t, turn=turn, text=text: text if t == turn else None  # noqa: E731
+                    hostile += play(env, task, variant, rng.randrange(10**6), at_turn, roles)
 
     def choose(t: int) -> str | None:
         u = rng.random()
         return None if u < 0.3 else rng.choice(fake_calls(rng)) if u < 0.6 else random_text(rng) if u < 0.9 else rng.choice(HOSTILE)
 
     while hostile < 3000:  # random mixtures: each turn hostile, random or the demonstrator's
-        hostile += play(env, rng.choice(tasks), rng.choice(env.variants()), rng.randrange(10**6), choose)
+        hostile += play(env, rng.choice(tasks), rng.choice(env.variants()), rng.randrange(10**6), choose, roles)
+    assert roles == set(env.roles)
 
 
 def test_parse_int_reads_only_bounded_ascii_integers():
