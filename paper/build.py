@@ -2,10 +2,16 @@
 
     python -m paper.build [--results results] [--out paper] [--cards replications] [--strict]
 
-Reads only `results/<method>/<env>/<arm>/seed-<k>/` (finished runs: those with a `done` marker)
-and the YAML front matter of `replications/<method>/CARD.md`. Writes
-`<out>/tables/*.{md,tex}`, `<out>/figures/*.{png,pdf}` and `<out>/REPORT.md`; tables and figures
-left from an earlier build are removed first, so the outputs always match the results.
+Reads only `results/<method>/<env>/<arm>/seed-<k>/` (finished runs: those with a `done` marker),
+the YAML front matter of `replications/<method>/CARD.md` and the extra tables a method declares
+in `replications/<method>/tables.py` (paper/extras.py). Writes `<out>/tables/*.{md,tex}`,
+`<out>/figures/*.{png,pdf}` and `<out>/REPORT.md`; tables and figures left from an earlier build
+are removed first, so the outputs always match the results. Invalid runs (listed in the report,
+never counted), cards that do not parse and claims or tables that cannot be evaluated are
+warnings on stderr; `--strict` makes them exit 1.
+
+`method_tables(method, results)` is one method's section alone, as `make replicate-<method>`
+prints it after its runs.
 """
 
 from __future__ import annotations
@@ -16,13 +22,15 @@ import time
 from pathlib import Path
 
 from paper import figures
-from paper.cards import load_cards
+from paper.cards import Card, load_cards
 from paper.claims import INVALID, evaluate_card
-from paper.load import load_results
+from paper.extras import build_extra, extra_tables
+from paper.load import Results, load_results
 from paper.report import MethodSection, method_section, runs_table, summary
 from paper.tables import claims_table, eval_k, final_table, matrix_table, reported_table, tiers_table
 
 GENERATED_SUFFIXES = {".md", ".tex", ".png", ".pdf"}
+REPO = Path(__file__).resolve().parents[1]
 
 
 def method_order(name: str) -> tuple[bool, str]:
@@ -37,8 +45,68 @@ def clean(out_dir: Path) -> None:
                 p.unlink()
 
 
+def section(method: str, results: Results, card: Card | None, card_error: str | None) -> MethodSection:
+    """Every table of one method's section (its figures are drawn by `build`); nothing is written."""
+    s = MethodSection(method, card, card_error)
+    runs = results.of(method)
+    if card:
+        s.claim_results = evaluate_card(card, results)
+        s.tables["claims"] = claims_table(card, s.claim_results, eval_k(runs))
+        if card.reported:
+            s.tables["reported"] = reported_table(card)
+    if not runs:
+        return s
+    title = card.title if card else method
+    s.tables["runs"] = runs_table(method, results, card)
+    try:
+        s.tables["final"] = final_table(method, title, results, card)
+        tiers = tiers_table(method, title, results, card)
+        if tiers is not None:
+            s.tables["tiers"] = tiers
+    except (KeyError, ValueError, TypeError) as e:  # a result file that parses but lacks what a table needs
+        s.build_error = f"{type(e).__name__}: {e}"
+        s.tables.pop("final", None)
+    try:
+        declared = extra_tables(method)
+    except Exception as e:  # noqa: BLE001 - a broken tables.py is one method's error, not the whole report's
+        s.extra_errors[f"replications/{method}/tables.py"] = f"does not import: {type(e).__name__}: {e}"
+        declared = {}
+    for name, table_fn in declared.items():
+        try:
+            s.extras[name] = build_extra(method, name, table_fn, runs)
+        except Exception as e:  # noqa: BLE001 - runs that lack what the method's table reads
+            s.extra_errors[name] = f"{type(e).__name__}: {e}"
+    return s
+
+
+def draw_figures(s: MethodSection, results: Results, figures_dir: Path) -> None:
+    """Curves per env and the final scores of one method; a figure that cannot be drawn is a build error."""
+    runs = results.of(s.method)
+    if not runs or s.build_error:
+        return
+    try:
+        for env in sorted({r.env for r in runs}):
+            s.figures += figures.curves_figure(s.method, env, results, s.card, figures_dir)
+        s.figures += figures.final_figure(s.method, results, s.card, figures_dir)
+    except (KeyError, ValueError, TypeError) as e:
+        s.build_error = f"{type(e).__name__}: {e}"
+        s.tables.pop("final", None)
+        s.tables.pop("tiers", None)
+    s.figures = [p for p in s.figures if p.suffix == ".png"]
+
+
+def problems(results: Results, sections: list[MethodSection], card_errors: dict[str, str]) -> list[str]:
+    """Everything `--strict` fails on: invalid runs, cards, tables and claims that cannot be evaluated."""
+    errors = [f"{p.path}: invalid run, not counted: {p.reason}" for p in results.problems if p.kind == "invalid"]
+    errors += list(card_errors.values()) + [f"{s.method}: {s.build_error}" for s in sections if s.build_error]
+    errors += [f"{s.method}: extra table {name}: {e}" for s in sections for name, e in s.extra_errors.items()]
+    errors += [f"{cr.claim.id}: {cr.note}" for s in sections for cr in s.claim_results if cr.verdict == INVALID]
+    return errors
+
+
 def build(results_root: Path, out_dir: Path, card_dirs: list[Path]) -> tuple[Path, list[str]]:
-    """Build everything; returns the report's path and the card errors (empty when all cards parse)."""
+    """Build everything; returns the report's path and the problems (empty when every run, card,
+    table and claim is valid)."""
     results = load_results(results_root)
     cards, card_errors = load_cards(card_dirs)
     tables_dir, figures_dir = out_dir / "tables", out_dir / "figures"
@@ -47,32 +115,9 @@ def build(results_root: Path, out_dir: Path, card_dirs: list[Path]) -> tuple[Pat
     methods = sorted(set(results.methods()) | set(cards) | set(card_errors), key=method_order)
     sections = []
     for method in methods:
-        card = cards.get(method)
-        s = MethodSection(method, card, card_errors.get(method))
-        runs = results.of(method)
-        k = eval_k(runs)
-        title = card.title if card else method
-        if card:
-            s.claim_results = evaluate_card(card, results)
-            s.tables["claims"] = claims_table(card, s.claim_results, k)
-            if card.reported:
-                s.tables["reported"] = reported_table(card)
-        if runs:
-            s.tables["runs"] = runs_table(method, results, card)
-            try:
-                s.tables["final"] = final_table(method, title, results, card)
-                tiers = tiers_table(method, title, results, card)
-                if tiers is not None:
-                    s.tables["tiers"] = tiers
-                for env in sorted({r.env for r in runs}):
-                    s.figures += figures.curves_figure(method, env, results, card, figures_dir)
-                s.figures += figures.final_figure(method, results, card, figures_dir)
-            except (KeyError, ValueError, TypeError) as e:  # a result file that parses but lacks what a table needs
-                s.build_error = f"{type(e).__name__}: {e}"
-                s.tables.pop("final", None)
-                s.tables.pop("tiers", None)
-            s.figures = [p for p in s.figures if p.suffix == ".png"]
-        for table in s.tables.values():
+        s = section(method, results, cards.get(method), card_errors.get(method))
+        draw_figures(s, results, figures_dir)
+        for table in [*s.tables.values(), *s.extras.values()]:
             table.write(tables_dir)
         sections.append(s)
     with_runs = [m for m in methods if results.of(m)]
@@ -87,9 +132,21 @@ def build(results_root: Path, out_dir: Path, card_dirs: list[Path]) -> tuple[Pat
     out_dir.mkdir(parents=True, exist_ok=True)
     report = out_dir / "REPORT.md"
     report.write_text(text)
-    errors = list(card_errors.values()) + [f"{s.method}: {s.build_error}" for s in sections if s.build_error]
-    errors += [f"{cr.claim.id}: {cr.note}" for s in sections for cr in s.claim_results if cr.verdict == INVALID]
-    return report, errors
+    return report, problems(results, sections, card_errors)
+
+
+def method_tables(method: str, results_root: Path, scale: str | None = None,
+                  card_dirs: list[Path] | None = None) -> str:
+    """One method's section of REPORT.md, built as `make paper` builds it (its reported numbers,
+    runs, claims, held-out scores, the method's own tables and what reproduced) but without
+    figures, from the runs under `results_root` (only those at `scale`, when given); writes nothing.
+    `make replicate-<method>` prints it after its runs."""
+    results = load_results(results_root)
+    if scale is not None:
+        results = results.at_scale(scale)
+    cards, card_errors = load_cards(card_dirs if card_dirs is not None else [REPO / "replications"])
+    s = section(method, results, cards.get(method), card_errors.get(method))
+    return method_section(s, results, Path.cwd())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="paper", help="output folder for tables/, figures/, REPORT.md (default: paper)")
     parser.add_argument("--cards", action="append", default=None,
                         help="folder holding <method>/CARD.md; repeat for several (default: replications)")
-    parser.add_argument("--strict", action="store_true", help="exit 1 if a card or a claim cannot be evaluated")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 if a finished run is invalid, or a card, a table or a claim cannot be evaluated")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     report, errors = build(Path(args.results), Path(args.out), [Path(c) for c in args.cards or ["replications"]])

@@ -2,9 +2,12 @@
 
     <results>/<method>/<env>/<arm>/seed-<k>/{config.yaml, manifest.json, metrics.jsonl, eval.json, done}
 
-A run counts only if it has its `done` marker and every file parses with the keys the tables
-need. Anything else under `results/` is kept as a `Problem` (unfinished or invalid, with the
-reason) so the report can list it: nothing is silently dropped or averaged in.
+A run counts only if it has its `done` marker, every file parses with the shape and keys the
+tables need (config and manifest are objects, eval.json holds an object per stage, every metrics
+line is an object with an integer step), and metrics.jsonl has one row for every step
+0..trainer.steps-1 of its config.yaml. Anything else under `results/` is kept as a `Problem`
+(unfinished or invalid, with the reason) so the report can list it and `--strict` can fail on
+it: nothing is silently dropped or averaged in.
 """
 
 from __future__ import annotations
@@ -83,6 +86,11 @@ class Results:
     def problems_of(self, method: str) -> list[Problem]:
         return [p for p in self.problems if p.method == method]
 
+    def at_scale(self, scale: str) -> Results:
+        """The runs whose config.yaml says `scale`, and the problems that do (or cannot say)."""
+        return Results([r for r in self.runs if r.config.get("scale") == scale],
+                       [p for p in self.problems if _scale_of(p.path) in (scale, None)])
+
 
 class InvalidRun(ValueError):
     pass
@@ -97,6 +105,16 @@ def _read_json(path: Path) -> Any:
         raise InvalidRun(f"{path.name} is not valid JSON ({e.msg}, line {e.lineno})") from e
 
 
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _kind(x: Any) -> str:
+    """What a JSON value is, for messages: 'a string', 'a number', 'a list' ..."""
+    return {str: "a string", int: "a number", float: "a number", bool: "a boolean", list: "a list",
+            dict: "an object", type(None): "null"}.get(type(x), type(x).__name__)
+
+
 def _read_metrics(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         raise InvalidRun("missing metrics.jsonl")
@@ -108,9 +126,13 @@ def _read_metrics(path: Path) -> list[dict[str, Any]]:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise InvalidRun(f"metrics.jsonl line {n} is not valid JSON ({e.msg})") from e
+        if not isinstance(row, dict):
+            raise InvalidRun(f"metrics.jsonl line {n} is {_kind(row)}, not an object")
         missing = [k for k in METRIC_KEYS if k not in row]
         if missing:
             raise InvalidRun(f"metrics.jsonl line {n} lacks {missing}")
+        if not _is_int(row["step"]) or row["step"] < 0:
+            raise InvalidRun(f"metrics.jsonl line {n}: step is {row['step']!r}, not an integer >= 0")
         rows.append(row)
     steps = [r["step"] for r in rows]
     if len(set(steps)) != len(steps):
@@ -118,42 +140,90 @@ def _read_metrics(path: Path) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["step"])
 
 
+def _check_steps(rows: list[dict[str, Any]], config: dict[str, Any]) -> None:
+    """A finished run has one metrics row for each of its trainer.steps RL steps, no more, no fewer."""
+    trainer = config.get("trainer")
+    steps = trainer.get("steps") if isinstance(trainer, dict) else None
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+        raise InvalidRun(f"config.yaml has no integer trainer.steps (got {steps!r})")
+    have = {r["step"] for r in rows}
+    missing = [s for s in range(steps) if s not in have]
+    if missing:
+        shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+        raise InvalidRun(f"done, but metrics.jsonl has {len(have)} of trainer.steps={steps} rows "
+                         f"({len(missing)} missing: step {shown})")
+    extra = sorted(s for s in have if s >= steps)
+    if extra:
+        raise InvalidRun(f"metrics.jsonl has step {extra[0]}, beyond trainer.steps={steps} of config.yaml")
+
+
+def _check_result(result: Any, where: str) -> None:
+    """One EvalResult: an object with an integer step, k, and finite mean@k and pass@k."""
+    if not isinstance(result, dict):
+        raise InvalidRun(f"eval.json {where} is {_kind(result)}, not an object")
+    missing = [k for k in EVAL_KEYS if k not in result]
+    if missing:
+        raise InvalidRun(f"eval.json {where} lacks {missing}")
+    for key in ("step", "k"):
+        if not _is_int(result[key]):
+            raise InvalidRun(f"eval.json {where} {key} is {result[key]!r}, not an integer")
+    for key in ("mean@k", "pass@k"):
+        if not isinstance(result[key], int | float) or isinstance(result[key], bool) or not math.isfinite(result[key]):
+            raise InvalidRun(f"eval.json {where} {key} is not a finite number: {result[key]!r}")
+
+
 def _check_eval(evals: Any) -> None:
     if not isinstance(evals, dict):
-        raise InvalidRun("eval.json is not an object")
+        raise InvalidRun(f"eval.json is {_kind(evals)}, not an object")
     for stage in STAGES:
-        result = evals.get(stage)
-        if result is None and stage == "initial":  # eval.at_start=false: no warm-start evaluation
+        if stage not in evals and stage == "initial":  # eval.at_start=false: no warm-start evaluation
             continue
-        if not isinstance(result, dict):
+        if evals.get(stage) is None:
             raise InvalidRun(f"eval.json has no {stage!r} result")
-        missing = [k for k in EVAL_KEYS if k not in result]
-        if missing:
-            raise InvalidRun(f"eval.json {stage!r} lacks {missing}")
-        for key in ("mean@k", "pass@k"):
-            if not isinstance(result[key], int | float) or not math.isfinite(result[key]):
-                raise InvalidRun(f"eval.json {stage!r} {key} is not a finite number: {result[key]!r}")
-    if not isinstance(evals.get("history", []), list):
-        raise InvalidRun("eval.json history is not a list")
+        _check_result(evals[stage], repr(stage))
+    history = evals.get("history", [])
+    if not isinstance(history, list):
+        raise InvalidRun(f"eval.json history is {_kind(history)}, not a list")
+    for n, result in enumerate(history):
+        _check_result(result, f"history[{n}]")
+
+
+def _read_mapping(path: Path) -> dict[str, Any]:
+    """config.yaml or manifest.json: must hold an object (a mapping), not a string or a list."""
+    if path.suffix == ".json":
+        data = _read_json(path)
+    else:
+        if not path.exists():
+            raise InvalidRun(f"missing {path.name}")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise InvalidRun(f"{path.name} does not parse ({e.__class__.__name__})") from e
+    if not isinstance(data, dict):
+        raise InvalidRun(f"{path.name} holds {_kind(data)}, not an object")
+    return data
 
 
 def load_run(path: Path, method: str, env: str, arm: str, seed: int) -> Run:
     """Parse one finished run directory; raises InvalidRun with the reason."""
-    config_path = path / "config.yaml"
-    if not config_path.exists():
-        raise InvalidRun("missing config.yaml")
-    try:
-        config = yaml.safe_load(config_path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise InvalidRun(f"config.yaml does not parse ({e.__class__.__name__})") from e
-    manifest = _read_json(path / "manifest.json")
+    config = _read_mapping(path / "config.yaml")
+    manifest = _read_mapping(path / "manifest.json")
     evals = _read_json(path / "eval.json")
     _check_eval(evals)
     metrics = _read_metrics(path / "metrics.jsonl")
+    _check_steps(metrics, config)
     for key, expected in (("method", method), ("env", env), ("arm", arm), ("seed", seed)):
         if key in manifest and manifest[key] != expected:
             raise InvalidRun(f"manifest.json says {key}={manifest[key]!r} but the directory says {expected!r}")
     return Run(method, env, arm, seed, path, config, manifest, metrics, evals)
+
+
+def _scale_of(run_dir: Path) -> str | None:
+    try:
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return str(config["scale"]) if isinstance(config, dict) and "scale" in config else None
 
 
 def _count_lines(path: Path) -> int:

@@ -38,6 +38,8 @@ class MethodSection:
     card_error: str | None
     claim_results: list[ClaimResult] = field(default_factory=list)
     tables: dict[str, Table] = field(default_factory=dict)  # role -> table
+    extras: dict[str, Table] = field(default_factory=dict)  # the method's own tables (paper/extras.py), by name
+    extra_errors: dict[str, str] = field(default_factory=dict)  # name -> why it could not be built
     figures: list[Path] = field(default_factory=list)  # PNGs
     build_error: str | None = None  # tables/figures that could not be built from these results
 
@@ -173,6 +175,12 @@ def method_section(section: MethodSection, results: Results, out_dir: Path) -> s
         out += ["### Held-out scores", "", section.tables["final"].markdown()]
         if "tiers" in section.tables:
             out += [section.tables["tiers"].markdown()]
+    if section.extras or section.extra_errors:
+        out += ["### Method-specific tables", "", f"Declared by the method in `replications/{method}/tables.py`.", ""]
+        for table in section.extras.values():
+            out += [f"**{table.caption}.**", "", table.markdown()]
+        out += [f"Could not build `{name}`: {error}" + "\n" for name, error in section.extra_errors.items()]
+    if section.figures:
         out += ["### Figures", ""]
         out += [f"![{p.stem}]({os.path.relpath(p, out_dir)})\n" for p in section.figures]
     out += ["### What did and did not reproduce", ""]
@@ -200,7 +208,8 @@ def summary(sections: list[MethodSection], results: Results, root: Path, matrix:
                      str(len(results.problems_of(s.method))),
                      *[str(counts.get(v, 0)) for v in VERDICTS],
                      "; ".join(f for f, on in (("card error", s.card_error), ("build error", s.build_error),
-                                               (f"{n_flags} flag(s)", n_flags)) if on) or "—"])
+                                               ("extra table error", s.extra_errors), (f"{n_flags} flag(s)", n_flags))
+                               if on) or "—"])
     if rows:
         out += [Table("summary", "Summary", headers, rows).markdown()]
     else:

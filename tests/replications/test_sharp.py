@@ -257,7 +257,7 @@ def test_paper_scale_refuses_without_model_or_data(tmp_path):
 
 # ---- the claims table ---------------------------------------------------------------------------
 def test_gap_growth_and_verdicts():
-    from replications.sharp.claims import gap_growth, verdict
+    from replications.sharp.tables import gap_growth, verdict
 
     runs = {(2, "sharp-exact"): [{"final": x} for x in (0.6, 0.62, 0.61)], (2, "grpo"): [{"final": x} for x in (0.58, 0.6, 0.59)],
             (4, "sharp-exact"): [{"final": x} for x in (0.5, 0.52, 0.51)], (4, "grpo"): [{"final": x} for x in (0.2, 0.22, 0.21)]}

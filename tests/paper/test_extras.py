@@ -1,0 +1,85 @@
+"""paper/extras.py and `method_tables`: a method's declared tables are found by name, written and
+shown; a broken one is reported, not raised; `make replicate-<m>` prints what `make paper` builds."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import paper.build
+from paper.build import build, method_tables
+from paper.extras import extra_tables
+from paper.tables import Table
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+REPO = Path(__file__).resolve().parents[2]
+CARDS = [REPO / "replications", FIXTURES / "cards"]
+
+
+def test_extra_tables_are_found_by_the_registry_names():
+    assert set(extra_tables("ccpo")) == {"thinker"}
+    assert set(extra_tables("canopy")) == {"ablations", "training", "ordering"}
+    assert set(extra_tables("sharp")) == {"compute", "gap-growth"}
+    assert extra_tables("grpo") == {}  # in the registry, no tables.py
+    assert extra_tables("toy") == {}  # not a registered method
+
+
+def test_declared_tables_are_written_and_shown(tmp_path, monkeypatch):
+    def seeds_table(runs):
+        return Table("ignored", "Seeds per arm", ["arm", "seeds"], [[runs[0].arm, str(len(runs))]])
+
+    def broken(runs):
+        return runs[0].evals["final"]["metrics"]["no_such_metric"]
+
+    declared = {"seeds": seeds_table, "broken": broken}
+    monkeypatch.setattr(paper.build, "extra_tables", lambda method: declared if method == "grpo" else {})
+    report, errors = build(FIXTURES / "results", tmp_path, CARDS)
+    text = report.read_text()
+    assert (tmp_path / "tables/grpo-seeds.md").exists() and (tmp_path / "tables/grpo-seeds.tex").exists()
+    assert "### Method-specific tables" in text and "**Seeds per arm.**" in text and "| grpo | 4 |" in text
+    assert "Could not build `broken`: KeyError: 'no_such_metric'" in text
+    assert "grpo: extra table broken: KeyError: 'no_such_metric'" in errors  # --strict fails on it
+    summary = next(line for line in text.splitlines() if line.startswith("| grpo |"))
+    assert "extra table error" in summary
+
+
+def test_a_tables_module_that_does_not_import_is_the_methods_error(tmp_path, monkeypatch):
+    def fail(method):
+        raise ImportError("no module named numpyy")
+
+    monkeypatch.setattr(paper.build, "extra_tables", fail)
+    report, errors = build(FIXTURES / "results", tmp_path, CARDS)
+    assert any("extra table replications/grpo/tables.py: does not import: ImportError" in e for e in errors)
+    assert "## GRPO" in report.read_text()  # the rest of the report is still built
+
+
+def test_method_tables_prints_the_tables_make_paper_builds(tmp_path, monkeypatch):
+    build(FIXTURES / "results", tmp_path, CARDS)
+    monkeypatch.chdir(REPO)
+    for method in ("grpo", "toy"):
+        text = method_tables(method, FIXTURES / "results", card_dirs=CARDS)
+        written = sorted((tmp_path / "tables").glob(f"{method}-*.md"))
+        assert len(written) >= 4
+        for path in written:  # each table of the method, exactly as make paper wrote it
+            table = path.read_text().split("\n", 1)[1]  # after the <!-- caption --> line
+            assert table in text, path.name
+        assert "![" not in text  # no figures: nothing is drawn or written
+        section = (tmp_path / "REPORT.md").read_text().split(f"\n## {text.splitlines()[0][3:]}\n", 1)[1]
+        assert text.rsplit("### What did and did not reproduce", 1)[1] in section
+
+
+def test_method_tables_at_one_scale(tmp_path):
+    root = tmp_path / "results"
+    shutil.copytree(FIXTURES / "results/grpo", root / "grpo")  # every fixture run is at scale cpu
+    assert "| arith | GRPO | 4 | 0, 1, 2, 3 | cpu |" in method_tables("grpo", root, "cpu", card_dirs=CARDS)
+    smoke = method_tables("grpo", root, "smoke", card_dirs=CARDS)
+    assert "No finished runs yet." in smoke and "not enough runs" in smoke
+
+
+@pytest.mark.parametrize("method", ["ccpo", "canopy", "sharp"])
+def test_each_methods_tables_name_their_files_after_it(method):
+    for name in extra_tables(method):
+        assert re.fullmatch(r"[a-z0-9-]+", name), name
