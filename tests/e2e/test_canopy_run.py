@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import last_checkpoint
+
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 TIMING = ("time_rollout_s", "time_train_s", "time_step_s")
@@ -62,9 +64,9 @@ def test_killed_run_resumes_without_a_second_pilot(runs):
     out, work = runs
     proc = subprocess.Popen(args(out, work, "killed", "trainer.checkpoint_every=1"), cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    ckpt = Path(work) / "checkpoints" / "canopy" / "chain_tasks" / "killed" / "seed-0" / "last.ckpt"
+    run = Path(out) / "canopy" / "chain_tasks" / "killed" / "seed-0"
     deadline = time.time() + 600
-    while time.time() < deadline and not (ckpt.exists() and len(rows(out, "killed")) >= 2):
+    while time.time() < deadline and not (last_checkpoint(run) is not None and len(rows(out, "killed")) >= 2):
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()

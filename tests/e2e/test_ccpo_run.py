@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers import last_checkpoint
+
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,8 +44,7 @@ def test_alternation_trains_only_the_named_adapter(tmp_path, first_role):
     env = env_cls(env_cls.config_class(**cfg.env))
     tok, base, _ = warm_started_base(cfg.model, cfg.sft, env, cfg.seed, str(work))
     before = Policy(base, tok, cfg.model, env.roles).adapter_state()
-    ckpt = torch.load(work / "checkpoints" / "ccpo" / "thinker_solver" / first_role / "seed-0" / "last.ckpt",
-                      map_location="cpu", weights_only=False)["state_dict"]
+    ckpt = torch.load(last_checkpoint(run), map_location="cpu", weights_only=False)["state_dict"]
     after = {k.removeprefix("net."): v for k, v in ckpt.items()}
     assert set(after) == set(before)
     other = "solver" if first_role == "thinker" else "thinker"

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import last_checkpoint
+
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 TIMING = ("time_rollout_s", "time_train_s", "time_step_s")
@@ -82,9 +84,9 @@ def test_sigkill_then_resume_gives_the_same_metrics(reference):
                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 300
     while time.time() < deadline:
-        ckpt = Path(work) / "checkpoints" / "grpo" / "arith" / "killed" / "seed-0" / "last.ckpt"
+        ckpt = last_checkpoint(d)
         n = len((d / "metrics.jsonl").read_text().splitlines()) if (d / "metrics.jsonl").exists() else 0
-        if ckpt.exists() and n >= 5:
+        if ckpt is not None and n >= 5:
             break
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)

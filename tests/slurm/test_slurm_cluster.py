@@ -14,6 +14,7 @@ import pytest
 
 from slurm.jobs import Launch, launches
 from slurm.launch import collect, launch
+from tests.helpers import last_checkpoint
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]
@@ -64,7 +65,8 @@ def test_grpo_smoke_replication_through_slurm(slurm_cluster, tmp_path, warm_cach
         assert manifest["attempts"] == 1 and manifest["seed"] == seed
         assert _steps(run_dir) == list(range(len(_steps(run_dir)))) and len(_steps(run_dir)) == 4
         assert "final" in json.loads((run_dir / "eval.json").read_text())
-    assert "| arith | grpo | 2/2 |" in first.stdout
+    assert "| arith | GRPO | 2 | 0, 1 | smoke |" in first.stdout  # the runs table of make paper's grpo section
+    assert record.aggregate == "replications.replicate:collect_tables"
     shutil.copytree(work / "warmstart", warm_cache, dirs_exist_ok=True)
 
     # a rerun is idempotent: nothing is submitted, finished results are not touched, the table is printed
@@ -72,7 +74,7 @@ def test_grpo_smoke_replication_through_slurm(slurm_cluster, tmp_path, warm_cach
     again = _run(cmd)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "2 done, 0 already queued, 0 to submit" in again.stdout
-    assert "| arith | grpo | 2/2 |" in again.stdout
+    assert "| arith | GRPO | 2 | 0, 1 | smoke |" in again.stdout
     assert {p: p.stat().st_mtime_ns for p in out.rglob("done")} == done_marks
     assert launches(work) == [record_path]  # nothing submitted, nothing recorded
 
@@ -91,7 +93,6 @@ def test_requeued_cell_resumes_from_its_checkpoint(slurm_cluster, tmp_path, warm
     assert "not waiting" in submit.stdout
     (entry,) = Launch.load(launches(work)[-1]).entries
     job, run_dir = entry.job_id, Path(entry.run_dir)
-    ckpt = work / "checkpoints" / "grpo" / "arith" / "grpo" / "seed-0" / "last.ckpt"
 
     def attempts() -> int:
         try:
@@ -99,7 +100,7 @@ def test_requeued_cell_resumes_from_its_checkpoint(slurm_cluster, tmp_path, warm
         except (OSError, ValueError, KeyError):
             return 0
 
-    _wait_for(lambda: ckpt.exists() and len(_steps(run_dir)) >= 3, 300, "the first checkpoint")
+    _wait_for(lambda: last_checkpoint(run_dir) is not None and len(_steps(run_dir)) >= 3, 300, "the first checkpoint")
     subprocess.run(["scontrol", "requeue", job], check=True)
     # while it waits to run again (SLURM holds a requeued job >= 10 s here), follow it ...
     status = _run([sys.executable, "-m", "slurm", "status", "--work-dir", str(work)])
@@ -112,14 +113,15 @@ def test_requeued_cell_resumes_from_its_checkpoint(slurm_cluster, tmp_path, warm
     def trained_again() -> bool:  # attempt 2 wrote a checkpoint of its own
         if not seen and attempts() >= 2:
             seen.append(time.time())
-        return bool(seen) and ckpt.stat().st_mtime > seen[0]
+        ckpt = last_checkpoint(run_dir)
+        return bool(seen) and ckpt is not None and ckpt.stat().st_mtime > seen[0]
 
     _wait_for(trained_again, 300, "the second attempt's first checkpoint")
     subprocess.run(["scancel", "--signal=USR2", job], check=True)
 
     collected = _run([sys.executable, "-m", "slurm", "collect", "--work-dir", str(work)])
     assert collected.returncode == 0, collected.stdout + collected.stderr
-    assert "1/1 cells done" in collected.stdout and "| arith | grpo | 1/1 |" in collected.stdout
+    assert "1/1 cells done" in collected.stdout and "| arith | GRPO | 1 | 0 | smoke |" in collected.stdout
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["attempts"] == 3 and manifest["state_at_start"] == "resume"
     assert manifest["slurm"]["slurm_job_id"] == job
@@ -133,12 +135,12 @@ def test_failed_and_cancelled_cells_are_reported(slurm_cluster, fakes, tmp_path,
     cells = [fakes.FakeCell("fake", "env", arm, 0, "smoke", (), str(tmp_path / "out"), str(tmp_path / "work"))
              for arm in ("ok", "raises", "hangs")]
     refused = launch(cells, "local", wait=True, dry_run=False, validate=fakes.fake_validate,
-                     aggregate=fakes.fake_aggregate, target=fakes.fake_run, profile_overrides={"partition": "nope"})
+                     aggregate=fakes.fake_aggregate, run=fakes.fake_run, profile_overrides={"partition": "nope"})
     assert refused == 2 and "sbatch refused the job array" in capsys.readouterr().err
     assert not (tmp_path / "work" / "launches").exists() or not launches(tmp_path / "work")
 
     rc = launch(cells, "local", wait=False, dry_run=False, validate=fakes.fake_validate,
-                aggregate=fakes.fake_aggregate, target=fakes.fake_run)
+                aggregate=fakes.fake_aggregate, run=fakes.fake_run)
     assert rc == 0
     record = Launch.load(launches(tmp_path / "work")[-1])
     hangs = record.entries[2]
