@@ -46,9 +46,10 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q -m "not e2e and not slurm and not vllm"
 
+# `@`: a refused setting is the one `error: ...` line the command prints, not the command echoed above it
 replicate-%: setup
-	$(PY) -m replications.replicate --method $* --scale $(strip $(SCALE)) --cluster $(strip $(CLUSTER)) \
-	  $(if $(strip $(SEEDS)),--seeds $(strip $(SEEDS))) $(if $(strip $(FORCE)),--force) \
+	@$(PY) -m replications.replicate --method $* --scale $(strip $(SCALE)) --cluster $(strip $(CLUSTER)) \
+	  $(if $(strip $(SEEDS)),--seeds '$(strip $(SEEDS))') $(if $(strip $(FORCE)),--force) \
 	  $(if $(filter 0,$(strip $(WAIT))),--no-wait) $(if $(strip $(DRY_RUN)),--dry-run) \
 	  $(if $(strip $(PROFILE)),--profile $(strip $(PROFILE))) $(ARGS)
 

@@ -1,4 +1,4 @@
-"""A whole replication: arms x seeds of one method at one scale, launched, then aggregated.
+"""A whole replication: arms x seeds of one method at one scale, launched, then its tables printed.
 
     python -m replications.replicate --method grpo                     # cpu scale, local
     python -m replications.replicate --method grpo --scale smoke
@@ -9,21 +9,22 @@ The arms and seeds are data: `replications/<method>/conf/replication.yaml`. Ever
 composed and checked before anything starts (a bad config fails here, not in a job). Cells whose
 run directory is `done` are skipped, unfinished ones resume, finished ones are never overwritten
 without --force. Local cells run through submitit's local executor, a few at a time, each with
-its share of the cores.
+its share of the cores. At the end it prints the method's section of the report, the same tables
+`make paper` builds for it (`paper.build.method_tables`), then every failed cell. A bad setting or
+argument is one line `error: ...` and exit status 2, before anything runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import sys
 import time
 from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -186,68 +187,51 @@ def launch_local(cells: list[Cell], parallel: int, work_dir: str) -> list[str]:
     return failures
 
 
-# ---- aggregate -----------------------------------------------------------------------------
-def aggregate(method: str, scale: str, cells: list[Cell]) -> str:
-    """A table of held-out mean@k before (warm start) and after RL, per arm, over finished seeds."""
-    from common.stats import mean_ci
+# ---- tables -------------------------------------------------------------------------------
+def collect_tables(method: str, scale: str, cells: list[Cell]) -> str:
+    """What a replication prints at the end (here and in `python -m slurm collect`): the cells that
+    are not done, then the method's section of the report as `make paper` builds it, from the runs
+    at `scale` under the cells' out_dir."""
+    from paper.build import method_tables
 
-    rows, missing = [], [c.name for c in cells if not c.done]
-    by_arm: dict[tuple[str, str], list[Cell]] = {}
-    for c in cells:
-        by_arm.setdefault((c.env, c.arm), []).append(c)
-    summary: dict[str, Any] = {"method": method, "scale": scale, "missing": missing, "arms": {}}
-    for (env, arm), arm_cells in by_arm.items():
-        evals = [json.loads((c.run_dir / "eval.json").read_text()) for c in arm_cells if c.done]
-        if not evals:
-            rows.append(f"| {env} | {arm} | 0/{len(arm_cells)} | - | - | - | - |")
-            continue
-        init = [e["initial"]["mean@k"] for e in evals if "initial" in e]
-        final = [e["final"]["mean@k"] for e in evals]
-        passk = [e["final"]["pass@k"] for e in evals]
-        delta = [e["final"]["mean@k"] - e["initial"]["mean@k"] for e in evals if "initial" in e]
-        cell = {name: mean_ci(v) for name, v in (("initial", init), ("final", final), ("pass@k", passk), ("delta", delta)) if v}
-        summary["arms"][f"{env}/{arm}"] = {"n": len(evals), **{k: list(v) for k, v in cell.items()}}
-
-        def fmt(key: str, cell: dict[str, tuple[float, float, float]] = cell) -> str:
-            if key not in cell:
-                return "-"
-            m, lo, hi = cell[key]
-            return f"{m:.3f} [{lo:.3f}, {hi:.3f}]" if lo == lo else f"{m:.3f}"
-
-        rows.append(f"| {env} | {arm} | {len(evals)}/{len(arm_cells)} | {fmt('initial')} | {fmt('final')} | {fmt('delta')} | {fmt('pass@k')} |")
-    k = "k"
-    header = (f"## {method} ({scale} scale): held-out mean@{k}, mean [95% bootstrap CI] over seeds\n\n"
-              f"| env | arm | seeds done | warm start (SFT) | after RL | change | pass@{k} after RL |\n|---|---|---|---|---|---|---|")
-    table = "\n".join([header, *rows])
-    if missing:
-        table += f"\n\n{len(missing)} of {len(cells)} cells missing (not aggregated; no claim is verified on them): " + ", ".join(missing)
-    if cells:
-        out = Path(cells[0].out_dir) / method
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"summary-{scale}.md").write_text(table + "\n")
-        (out / f"summary-{scale}.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return table
-
-
-def method_report(method: str, scale: str, cells: list[Cell]) -> None:
-    """A method's own report, when it has one: `replications/<method>/report.py` (or `claims.py`) with
-    `main(["--results", out_dir, "--scale", scale])`, which prints it and writes it next to the summary."""
-    import importlib
-    import importlib.util
-
-    for name in ("report", "claims"):
-        if cells and importlib.util.find_spec(f"replications.{method}.{name}") is not None:
-            importlib.import_module(f"replications.{method}.{name}").main(["--results", cells[0].out_dir, "--scale", scale])
+    missing = [c.name for c in cells if not c.done]
+    head = (f"{len(missing)} of {len(cells)} cells not done (not counted; no claim is verified on them): "
+            + ", ".join(missing) + "\n\n") if missing else ""
+    results = Path(cells[0].out_dir) if cells else Path("results")
+    where = (f"[replicate] {method} at {scale} scale: its section of the report, as `make paper` builds it "
+             f"from {results}/\n\n")
+    return where + head + method_tables(method, results, scale)
 
 
 # ---- command line -----------------------------------------------------------------------------
+class UsageError(Exception):
+    """A command-line argument that cannot be used; main prints it as one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # argparse would print the usage block and exit
+        raise UsageError(f"{message} (see python -m replications.replicate --help)")
+
+
+def seed_list(text: str) -> list[int]:
+    """'0,1,2' -> [0, 1, 2]."""
+    try:
+        seeds = [int(s) for s in text.split(",")]
+    except ValueError:
+        seeds = []
+    if not seeds or any(s < 0 for s in seeds):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of seeds >= 0, e.g. SEEDS=0,1,2")
+    return seeds
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m replications.replicate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="python -m replications.replicate", description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--method", required=True)
     p.add_argument("--scale", default="cpu", choices=["smoke", "cpu", "paper"])
     p.add_argument("--cluster", default="local", choices=["local", "slurm"])
-    p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the replication's seeds for the scale)")
+    p.add_argument("--seeds", type=seed_list, default=None,
+                   help="comma-separated seeds (default: the replication's seeds for the scale)")
     p.add_argument("--arms", default=None, help="comma-separated arms (default: all)")
     p.add_argument("--force", action="store_true", help="rerun finished cells (overwrites their results)")
     p.add_argument("--no-wait", action="store_true", help="SLURM: submit and return the job ids")
@@ -258,35 +242,75 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def one_line(error: BaseException, method: str = "<name>") -> str:
+    """A Hydra, OmegaConf or argument error as one line: what was wrong and, where known, the choices."""
+    from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+    from omegaconf.errors import OmegaConfBaseException
+
+    def first(e: BaseException) -> str:
+        return next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+
+    if not isinstance(error, HydraException | OmegaConfBaseException):  # our own messages: every line counts
+        return " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
+    if isinstance(error, MissingConfigException) and error.missing_cfg_file:
+        choices = f"; choose one of {', '.join(error.options)}" if error.options else ""
+        return f"no config {error.missing_cfg_file!r}{choices}"
+    if isinstance(error, OverrideParseException):
+        lines = [line.strip() for line in str(error).splitlines() if line.strip() and not line.startswith("See http")]
+        return ": ".join(lines) + " (an override is key=value, e.g. trainer.lr=1e-3)"
+    cause = error.__cause__
+    text = first(error).rstrip(".")
+    if isinstance(cause, OmegaConfBaseException):
+        text += f": {first(cause)}"
+    elif isinstance(error, OmegaConfBaseException) and error.full_key:
+        text += f" (in {error.full_key})"
+    if isinstance(error, OmegaConfBaseException) or isinstance(cause, OmegaConfBaseException):
+        text += f"; python -m replications.run method={method} --cfg job prints every setting"
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(list(sys.argv[1:] if argv is None else argv))
-    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
-    arms = args.arms.split(",") if args.arms else None
-    extra = tuple(args.overrides) + (("force=true",) if args.force else ())
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    method = "<name>"
     try:
-        cells = plan(args.method, args.scale, seeds, extra, arms)
+        args = parse_args(list(sys.argv[1:] if argv is None else argv))
+        method = args.method
+        arms = args.arms.split(",") if args.arms else None
+        extra = tuple(args.overrides) + (("force=true",) if args.force else ())
+        cells = plan(args.method, args.scale, args.seeds, extra, arms)
         validate_cells(cells)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (UsageError, ValueError, HydraException, OmegaConfBaseException) as e:
+        print(f"error: {one_line(e, method)}", file=sys.stderr)
         return 2
     if args.cluster == "slurm":
-        from slurm.launch import launch_slurm
+        from slurm.launch import launch
 
-        return launch_slurm(cells, args.profile or "slurm", wait=not args.no_wait, dry_run=args.dry_run)
+        return launch(cells, args.profile or "slurm", wait=not args.no_wait, dry_run=args.dry_run,
+                      run=run_cell, validate=validate_cells, aggregate=collect_tables)
     if args.dry_run:
         for c in cells:
             print(f"{c.name}: {' '.join(c.overrides)}{'  (done: skipped)' if c.done and not args.force else ''}")
         return 0
     parallel = args.parallel or load_replication(args.method).parallel.get(args.scale, 1)
     t0 = time.time()
-    failures = launch_local(cells, parallel, cells[0].work_dir if cells else ".cache")
-    print(aggregate(args.method, args.scale, cells))
-    method_report(args.method, args.scale, cells)
-    print(f"\n[replicate] {len(cells)} cells, {time.time() - t0:.0f} s")
-    for f in failures:
-        print(f"\n[replicate] FAILED {f}", file=sys.stderr)
+    failures: list[str] = []
+    try:
+        failures = launch_local(cells, parallel, cells[0].work_dir if cells else ".cache")
+        print(collect_tables(args.method, args.scale, cells))
+    except Exception as e:  # noqa: BLE001 - whatever broke, the cells that failed are still listed below
+        failures.append(f"the replication stopped: {type(e).__name__}: {e}")
+    finally:
+        print(f"\n[replicate] {len(cells)} cells, {time.time() - t0:.0f} s")
+        for f in failures:
+            print(f"\n[replicate] FAILED {f}", file=sys.stderr)
     return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the importable module's main: the cells and run_cell that jobs unpickle then live in
+    # `replications.replicate`, which a job can import, not in this script's `__main__`.
+    from replications.replicate import main as replicate_main
+
+    sys.exit(replicate_main())

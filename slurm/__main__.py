@@ -1,10 +1,12 @@
 """Follow launches made with `--cluster slurm --no-wait` (or ones you stopped waiting for).
 
     python -m slurm status  [LAUNCH] [--all]        # make status: per cell SLURM state + run dir
-    python -m slurm collect [LAUNCH] [--no-wait]    # make collect: wait, report failures, aggregate
+    python -m slurm collect [LAUNCH] [--no-wait]    # make collect: wait, report failures, print the tables
 
 LAUNCH is a launch id (or a unique part of one) under `<work_dir>/launches/`; default: the latest.
-The work folder is `.cache` unless --work-dir or REPLICATE_WORK_DIR says otherwise.
+The work folder is `.cache` unless --work-dir or REPLICATE_WORK_DIR says otherwise. `collect`
+prints the tables with the function the launch recorded (`replications.replicate:collect_tables`
+for `make replicate-*`), or with `--entry module:function`.
 """
 
 from __future__ import annotations
@@ -53,7 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("launch", nargs="?", default=None, help="launch id or part of it (default: the latest)")
     parser.add_argument("--work-dir", default=os.environ.get("REPLICATE_WORK_DIR", ".cache"))
     parser.add_argument("--all", action="store_true", help="status: every launch, not only the latest")
-    parser.add_argument("--no-wait", action="store_true", help="collect: aggregate what finished, do not wait")
+    parser.add_argument("--no-wait", action="store_true", help="collect: print the tables of what finished, do not wait")
+    parser.add_argument("--entry", default=None,
+                        help="collect: the tables function, module:function(method, scale, cells) -> str "
+                             "(default: the one the launch recorded)")
     args = parser.parse_intermixed_args(sys.argv[1:] if argv is None else argv)
     work_dir = Path(args.work_dir)
 
@@ -63,12 +68,13 @@ def main(argv: list[str] | None = None) -> int:
             print_status(record)
         return 0
 
-    from replications.replicate import aggregate
     from slurm.launch import collect
 
     record = find_launch(work_dir, args.launch)
+    if args.entry:
+        record.aggregate = args.entry
     print(f"[slurm] collecting launch {record.id} ({record.method} scale={record.scale})", file=sys.stderr)
-    return collect(record, aggregate, wait=not args.no_wait)
+    return collect(record, wait=not args.no_wait)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,10 @@ import importlib
 import json
 import re
 import subprocess
+import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,7 @@ RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "RE
 class Entry:
     """One cell of a launch and the array task that runs it (None: done before the launch)."""
 
-    cell: dict[str, Any]  # dataclasses.asdict(cell): rebuilds the Cell for aggregate()
+    cell: dict[str, Any]  # dataclasses.asdict(cell): rebuilds the Cell for the tables at the end
     label: str  # method/env/arm/seed-k
     run_dir: str  # absolute
     job_id: str | None = None  # "<array job id>_<index>"
@@ -58,6 +60,7 @@ class Launch:
     work_dir: str  # absolute
     profile: dict[str, Any]
     cell_type: str  # "module:QualName" of the cells, to rebuild them
+    aggregate: str | None = None  # "module:function" printing the tables at the end (None: not importable)
     entries: list[Entry] = field(default_factory=list)
     array_job_id: str | None = None
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
@@ -89,10 +92,7 @@ class Launch:
 
     def cells(self) -> list[Any]:
         """The cells of this launch (all of them, also those done before it), as the planner's type."""
-        module, _, qualname = self.cell_type.partition(":")
-        cls: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            cls = getattr(cls, part)
+        cls = load_entry(self.cell_type)
         cells = []
         for entry in self.entries:
             values = dict(entry.cell)
@@ -103,6 +103,33 @@ class Launch:
                 values["overrides"] = tuple(values["overrides"])
             cells.append(cls(**values))
         return cells
+
+
+def main_module(module: str) -> str:
+    """`__main__` of a module run with `python -m pkg.mod` as its importable name (`pkg.mod`); any
+    other module name unchanged."""
+    if module != "__main__":
+        return module
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return spec.name if spec is not None else module
+
+
+def entry_point(obj: Callable[..., Any]) -> str | None:
+    """'module:QualName' of a function or class that another process can import; None for a lambda,
+    a local function or a script's `__main__`."""
+    module, qualname = main_module(obj.__module__), obj.__qualname__
+    return None if module == "__main__" or "<" in qualname else f"{module}:{qualname}"
+
+
+def load_entry(name: str) -> Any:
+    """The object named 'module:QualName' (imported generically: the launcher imports no method)."""
+    module, sep, qualname = name.partition(":")
+    if not sep or not module or not qualname:
+        raise ValueError(f"{name!r} is not of the form module:function")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def launches(work_dir: str | Path) -> list[Path]:

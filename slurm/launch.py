@@ -1,12 +1,18 @@
-"""Submit a replication's cells to SLURM as one job array (submitit), wait, aggregate.
+"""Submit a replication's cells to SLURM as one job array (submitit), wait, print the tables.
 
     make replicate-grpo CLUSTER=slurm [PROFILE=slurm-gpu] [WAIT=0] [DRY_RUN=1] [SEEDS=0,1] [FORCE=1]
 
-One cell (arm x seed) = one array task = `run_cell(cell)` inside `CellJob`, a submitit
+The launcher knows nothing of the methods: the caller (`replications.replicate`) hands it the
+cells and three functions, `run(cell)` (one training run, inside the job), `validate(cells)`
+(their configs, checked before anything is submitted) and `aggregate(method, scale, cells)` (the
+text printed at the end). The launch record keeps `aggregate` by its importable name, so
+`python -m slurm collect` imports it later without importing any method here.
+
+One cell (arm x seed) = one array task = `run(cell)` inside `CellJob`, a submitit
 `Checkpointable`. Requeue is owned by submitit alone: on the USR2 signal SLURM sends
 `signal_delay_s` before the time limit (or on `scancel --signal=USR2`), submitit calls
 `CellJob.checkpoint()`, which resubmits the same cell, and requeues the job; the new attempt's
-`run_cell` resumes from the last Lightning checkpoint (saved every trainer.checkpoint_every steps).
+`run` resumes from the last Lightning checkpoint (saved every trainer.checkpoint_every steps).
 Lightning runs with `SLURMEnvironment(auto_requeue=False)`, so it installs no requeue handler of
 its own. A requeue from outside (`scontrol requeue`, preemption with PreemptMode=REQUEUE, node
 failure) restarts the same submission, and resumes the same way.
@@ -30,7 +36,7 @@ import submitit
 import yaml
 
 from slurm import monitor
-from slurm.jobs import Entry, Launch, classify, launches, sacct
+from slurm.jobs import Entry, Launch, classify, entry_point, launches, load_entry, main_module, sacct
 from slurm.profiles import SlurmProfile, load_profile
 
 _FORCE = re.compile(r"^\+{0,2}force=(true|True|1|yes)$")
@@ -40,27 +46,23 @@ _FORCE = re.compile(r"^\+{0,2}force=(true|True|1|yes)$")
 class CellJob(submitit.helpers.Checkpointable):
     """One cell, run by submitit inside its SLURM job (every srun task calls it; Lightning ranks them)."""
 
-    def __init__(self, cell: Any, target: Callable[[Any], Any] | None = None):
+    def __init__(self, cell: Any, run: Callable[[Any], Any]):
         self.cell = cell
-        self.target = target  # None: replications.replicate.run_cell (tests pass fakes)
+        self.run = run  # one training run of a cell, e.g. replications.replicate.run_cell
 
     def __call__(self) -> Any:
-        if self.target is not None:
-            return self.target(self.cell)
-        from replications.replicate import run_cell
-
         overrides = list(self.cell.overrides)
         if not any(o.lstrip("+").startswith("progress=") for o in overrides):
             overrides.append("progress=false")  # a batch log is read with `tail`: no progress bars in it
         if _started_by_this_job(self.cell):
             # FORCE=1 restarts a run once; a requeued attempt of the same job resumes what it restarted
             overrides = [o for o in overrides if not _FORCE.match(o)]
-        return run_cell(dataclasses.replace(self.cell, overrides=tuple(overrides)))
+        return self.run(dataclasses.replace(self.cell, overrides=tuple(overrides)))
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         # Nothing to save here: the training state is Lightning's last checkpoint, written every
         # trainer.checkpoint_every steps. Resubmitting the same cell resumes from it.
-        return submitit.helpers.DelayedSubmission(CellJob(self.cell, self.target))
+        return submitit.helpers.DelayedSubmission(CellJob(self.cell, self.run))
 
 
 def _started_by_this_job(cell: Any) -> bool:
@@ -201,11 +203,21 @@ def importable(cell: Any) -> Any:
     """The same cell as an instance of its importable class. Run as `python -m replications.replicate`,
     the planner's Cell lives in `__main__`, which neither the jobs nor `make collect` can import."""
     cls = type(cell)
-    spec = getattr(sys.modules.get(cls.__module__), "__spec__", None)
-    if cls.__module__ != "__main__" or spec is None or not dataclasses.is_dataclass(cell):
+    module = main_module(cls.__module__)
+    if module == cls.__module__ or not dataclasses.is_dataclass(cell):
         return cell
-    real = getattr(importlib.import_module(spec.name), cls.__qualname__)
+    real = getattr(importlib.import_module(module), cls.__qualname__)
     return real(**{f.name: getattr(cell, f.name) for f in dataclasses.fields(cell)})
+
+
+def importable_function(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The same function from its importable module (see `importable`), so that the jobs unpickle
+    `replications.replicate.run_cell`, not a copy of `__main__`."""
+    module = main_module(fn.__module__)
+    if module == fn.__module__:
+        return fn
+    real: Callable[..., Any] = getattr(importlib.import_module(module), fn.__qualname__)
+    return real
 
 
 def find_in_flight(work_dir: Path, run_dirs: set[str]) -> dict[str, Entry]:
@@ -227,11 +239,18 @@ def find_in_flight(work_dir: Path, run_dirs: set[str]) -> dict[str, Entry]:
     return out
 
 
+Aggregate = Callable[[str, str, list[Any]], str]  # (method, scale, cells) -> the text printed at the end
+
+
 def launch(cells: Sequence[Any], profile_name: str | None, wait: bool, dry_run: bool, *,
-           validate: Callable[[list[Any]], list[Any]], aggregate: Callable[[str, str, list[Any]], str],
-           target: Callable[[Any], Any] | None = None, profile_overrides: dict[str, Any] | None = None) -> int:
-    """Submit `cells` as one job array; 0 = all done, 1 = some failed or missing, 2 = refused."""
+           run: Callable[[Any], Any], validate: Callable[[list[Any]], list[Any]], aggregate: Aggregate,
+           profile_overrides: dict[str, Any] | None = None) -> int:
+    """Submit `cells` as one job array, each running `run(cell)`; `validate(cells)` returns their
+    configs (raises ValueError to refuse); `aggregate(method, scale, cells)` is printed at the end
+    and recorded by name for `python -m slurm collect`. 0 = all done, 1 = some failed or missing,
+    2 = refused."""
     cells = [importable(c) for c in cells]
+    run = importable_function(run)
     if not cells:
         print("nothing to run: the plan has no cells")
         return 0
@@ -254,7 +273,7 @@ def launch(cells: Sequence[Any], profile_name: str | None, wait: bool, dry_run: 
 
     cell_type = f"{type(cells[0]).__module__}:{type(cells[0]).__qualname__}"
     record = Launch(id=Launch.new_id(method, scale), method=method, scale=scale, cwd=cwd, work_dir=str(work_dir),
-                    profile=dataclasses.asdict(profile), cell_type=cell_type)
+                    profile=dataclasses.asdict(profile), cell_type=cell_type, aggregate=entry_point(aggregate))
     executor = make_executor(record.folder, profile, shape, f"{method}-{scale}", cwd, offline=dry_run)
     print(f"[slurm] {method} scale={scale}: {len(cells)} cell(s): {len(done)} done, {len(in_flight)} already "
           f"queued, {len(todo)} to submit; {profile.describe()}")
@@ -275,7 +294,7 @@ def launch(cells: Sequence[Any], profile_name: str | None, wait: bool, dry_run: 
                   "make slurm-up, then PROFILE=local); nothing was submitted", file=sys.stderr)
             return 2
         try:
-            submitted = executor.submit_array([CellJob(c, target) for c in todo])
+            submitted = executor.submit_array([CellJob(c, run) for c in todo])
         except Exception as error:  # noqa: BLE001 - sbatch's own message is the useful part
             shutil.rmtree(record.folder.parent, ignore_errors=True)
             message = str(error).strip().splitlines()
@@ -302,13 +321,26 @@ def launch(cells: Sequence[Any], profile_name: str | None, wait: bool, dry_run: 
         print(f"[slurm] submitted {what}; logs in {record.folder.parent}")
         print(f"[slurm] launch recorded in {record.path}")
     if not wait:
-        print("[slurm] not waiting: `make status` shows progress; `make collect` waits, reports failures and aggregates")
+        print("[slurm] not waiting: `make status` shows progress; `make collect` waits, reports failures and prints "
+              "the tables")
         return 0
     return collect(record, aggregate, wait=True)
 
 
-def collect(record: Launch, aggregate: Callable[[str, str, list[Any]], str], wait: bool = True) -> int:
-    """Wait for a launch's cells (or not), name each failure with its state and log, aggregate."""
+def collect(record: Launch, aggregate: Aggregate | None = None, wait: bool = True) -> int:
+    """Wait for a launch's cells (or not), name each failure with its state and log, then print
+    `aggregate(method, scale, cells)` (default: the function the launch recorded by name)."""
+    if aggregate is None:
+        if not record.aggregate:
+            print(f"error: launch {record.id} records no tables function; pass one: "
+                  "python -m slurm collect --entry module:function", file=sys.stderr)
+            return 2
+        try:
+            aggregate = load_entry(record.aggregate)
+        except (ImportError, AttributeError, ValueError) as error:
+            print(f"error: cannot import {record.aggregate!r}, the tables function launch {record.id} recorded "
+                  f"({error}); pass one: python -m slurm collect --entry module:function", file=sys.stderr)
+            return 2
     entries = record.entries
     poll_s = float(record.profile.get("poll_s", 60))
     try:
@@ -325,12 +357,9 @@ def collect(record: Launch, aggregate: Callable[[str, str, list[Any]], str], wai
         text += f"\n{len(live)} cell(s) still queued or running: " + ", ".join(s.entry.label for s in live)
     print(text)
     print()
-    print(aggregate(record.method, record.scale, record.cells()))
+    try:
+        print(aggregate(record.method, record.scale, record.cells()))
+    except Exception as error:  # noqa: BLE001 - the failures above are the part that must not be lost
+        print(f"error: the tables could not be built: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
     return 0 if missing == 0 else 1
-
-
-def launch_slurm(cells: list[Any], profile: str | None, wait: bool, dry_run: bool) -> int:
-    """`python -m replications.replicate --cluster slurm`: the replication's cells as one job array."""
-    from replications.replicate import aggregate, validate_cells
-
-    return launch(cells, profile, wait, dry_run, validate=validate_cells, aggregate=aggregate)

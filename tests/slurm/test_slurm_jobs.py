@@ -73,9 +73,27 @@ def test_launch_record_round_trip_rebuilds_the_planners_cells(tmp_path):
     cell = Cell("grpo", "arith", "grpo", 0, "smoke", ("scale=smoke", "seed=0"), "runs/smoke", ".cache", 4)
     record = Launch(id=Launch.new_id("grpo", "smoke"), method="grpo", scale="smoke", cwd="/somewhere",
                     work_dir=str(tmp_path), profile={"name": "local"}, cell_type="replications.replicate:Cell",
+                    aggregate="replications.replicate:collect_tables",
                     entries=[Entry({**cell.__dict__}, cell.name, "/somewhere/runs/smoke/x", "7_0", "/f/%j")])
     loaded = Launch.load(record.save())
     assert (loaded.id, loaded.profile, loaded.entries[0].job_id) == (record.id, {"name": "local"}, "7_0")
+    assert loaded.aggregate == "replications.replicate:collect_tables"
     (rebuilt,) = loaded.cells()
     assert rebuilt.overrides == cell.overrides and rebuilt.out_dir == "/somewhere/runs/smoke"
     assert rebuilt.run_dir == Path("/somewhere/runs/smoke/grpo/arith/grpo/seed-0")
+
+
+def test_a_launch_recorded_without_a_tables_function_asks_for_one(tmp_path, capsys):
+    import json
+
+    from slurm.launch import collect
+
+    record = Launch(id="old", method="grpo", scale="smoke", cwd=str(tmp_path), work_dir=str(tmp_path),
+                    profile={"name": "local"}, cell_type="replications.replicate:Cell")
+    data = json.loads(record.save().read_text())
+    del data["aggregate"]  # written before launches recorded it
+    record.path.write_text(json.dumps(data))
+    loaded = Launch.load(record.path)
+    assert loaded.aggregate is None
+    assert collect(loaded, wait=False) == 2
+    assert "records no tables function; pass one: python -m slurm collect --entry module:function" in capsys.readouterr().err

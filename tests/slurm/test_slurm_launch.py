@@ -1,11 +1,17 @@
 """Launch checks that need no cluster: job shape vs trainer settings, and --dry-run scripts."""
 
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from slurm.jobs import entry_point, load_entry
 from slurm.launch import job_shape
 from slurm.profiles import load_profile
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 class _Cell:
@@ -90,16 +96,20 @@ def test_cell_job_requeues_the_same_cell_and_forces_only_once(tmp_path, monkeypa
     that FORCE=1-restarted a run resumes it instead of restarting it again."""
     import json
 
-    import replications.replicate as replicate
     from replications.replicate import Cell
     from slurm.launch import CellJob
 
     seen = []
-    monkeypatch.setattr(replicate, "run_cell", lambda cell: seen.append(cell.overrides) or {"status": "done"})
+
+    def run(cell):
+        seen.append(cell.overrides)
+        return {"status": "done"}
+
     cell = Cell("grpo", "arith", "grpo", 0, "smoke", ("scale=smoke", "force=true"), str(tmp_path), str(tmp_path))
-    job = CellJob(cell)
+    job = CellJob(cell, run)
     again = job.checkpoint()
     assert isinstance(again.function, CellJob) and again.function.cell == cell and not again.args
+    assert again.function.run is run
 
     monkeypatch.setenv("SLURM_JOB_ID", "41")
     job()  # first attempt: no manifest yet, FORCE applies
@@ -110,3 +120,56 @@ def test_cell_job_requeues_the_same_cell_and_forces_only_once(tmp_path, monkeypa
     job()  # another job (a new FORCE=1 launch) restarts it again
     assert seen == [("scale=smoke", "force=true", "progress=false"), ("scale=smoke", "progress=false"),
                     ("scale=smoke", "force=true", "progress=false")]
+
+
+def test_the_launcher_imports_no_method():
+    """slurm/ receives what it runs (callables, or names it imports generically): importing it loads
+    nothing of replications/ (no import cycle)."""
+    code = ("import sys, slurm, slurm.launch, slurm.jobs, slurm.monitor, slurm.__main__; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('replications', 'paper')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_entry_points_round_trip():
+    from replications.replicate import Cell, collect_tables
+
+    assert entry_point(collect_tables) == "replications.replicate:collect_tables"
+    assert load_entry("replications.replicate:collect_tables") is collect_tables
+    assert load_entry(entry_point(Cell)) is Cell
+    assert entry_point(lambda cell: cell) is None  # not importable from another process
+    with pytest.raises(ValueError, match="module:function"):
+        load_entry("replications.replicate.collect_tables")
+
+
+def test_collect_prints_the_recorded_tables_function(tmp_path, monkeypatch, capsys):
+    """`python -m slurm collect` imports the function the launch recorded by name; an unknown one is
+    one error line, and the failures are still reported when the tables themselves fail."""
+    import slurm.launch
+    from slurm.jobs import Entry, Launch
+    from slurm.launch import collect
+
+    run_dir = tmp_path / "out/fake/env/ok/seed-0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "done").write_text("")
+    record = Launch(id="x", method="fake", scale="smoke", cwd=str(tmp_path), work_dir=str(tmp_path),
+                    profile={"name": "local", "poll_s": 1}, cell_type="tests.slurm.slurm_fakes:FakeCell",
+                    aggregate="tests.slurm.slurm_fakes:fake_aggregate",
+                    entries=[Entry({"method": "fake", "env": "env", "arm": "ok", "seed": 0, "scale": "smoke",
+                                    "overrides": [], "out_dir": str(tmp_path / "out"), "work_dir": str(tmp_path)},
+                                   "fake/env/ok/seed-0", str(run_dir))])
+    monkeypatch.setattr(slurm.launch, "sacct", lambda ids: {})
+    assert collect(record, wait=False) == 0
+    assert "aggregate fake/smoke: 1/1 cells; 0 missing" in capsys.readouterr().out
+
+    record.aggregate = "tests.slurm.slurm_fakes:no_such_function"
+    assert collect(record, wait=False) == 2
+    err = capsys.readouterr().err
+    assert "cannot import 'tests.slurm.slurm_fakes:no_such_function'" in err and "--entry" in err
+
+    def broken(method, scale, cells):
+        raise PermissionError("results/ is not readable")
+
+    assert collect(record, broken, wait=False) == 1
+    captured = capsys.readouterr()
+    assert "1/1 cells done" in captured.out and "PermissionError: results/ is not readable" in captured.err
