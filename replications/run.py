@@ -111,6 +111,7 @@ def _refuse(error: Exception) -> NoReturn:
 def main(argv: list[str] | None = None) -> None:
     import hydra
 
+    from common.records import RunRefused
     from common.run import fit, resolve
     from replications import METHODS
 
@@ -130,7 +131,10 @@ def main(argv: list[str] | None = None) -> None:
             resolve(run_cfg, METHODS)
         except ValueError as e:
             _refuse(e)
-        run_dir = fit(run_cfg, METHODS)
+        try:
+            run_dir = fit(run_cfg, METHODS)
+        except RunRefused as e:  # e.g. a finished run asked again with other settings: one line, no traceback
+            _refuse(e)
         print(f"run directory: {run_dir.path}")
 
     sys.argv = [sys.argv[0], *rest]
