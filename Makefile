@@ -22,6 +22,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 help:
 	@echo "make setup                 create .venv and install the suite (VLLM=1 adds the vLLM CPU build)"
 	@echo "make replicate-<method>    run a replication (SCALE=smoke|cpu|paper CLUSTER=local|slurm SEEDS= FORCE= ARGS=)"
+	@echo "make new-method NAME=<name> scaffold replications/<name>/ (runs as GRPO until its hooks are edited)"
 	@echo "make paper                 rebuild paper/REPORT.md, tables and figures from results/"
 	@echo "make test                  the whole test suite (unit, end to end, real SLURM)"
 	@echo "make bench                 our GRPO step against TRL's on the same work"
@@ -52,6 +53,11 @@ replicate-%: setup
 	  $(if $(strip $(SEEDS)),--seeds '$(strip $(SEEDS))') $(if $(strip $(FORCE)),--force) \
 	  $(if $(filter 0,$(strip $(WAIT))),--no-wait) $(if $(strip $(DRY_RUN)),--dry-run) \
 	  $(if $(strip $(PROFILE)),--profile $(strip $(PROFILE))) $(ARGS)
+
+# a new method's folder, CARD.md and registry line (scripts/new_method.py); no NAME: the usage
+.PHONY: new-method
+new-method: setup
+	@$(PY) scripts/new_method.py $(if $(strip $(NAME)),'$(strip $(NAME))')
 
 paper: setup
 	$(PY) -m paper.build
