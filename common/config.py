@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,7 +163,19 @@ def build_dataclass(cls: type, values: dict[str, Any], what: str) -> Any:
     unknown = sorted(set(values) - known)
     if unknown:
         raise ValueError(f"unknown {what} setting(s) {unknown}; {what} {values.get('name', '')!r} accepts {sorted(known)}")
-    return cls(**values)
+    obj = cls(**values)
+    check_literals(obj, what)
+    return obj
+
+
+def check_literals(obj: Any, what: str) -> None:
+    """Fields annotated `Literal[...]` (a method's arms, e.g. `credit`) accept only those values."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        hint = hints.get(f.name)
+        if typing.get_origin(hint) is typing.Literal and getattr(obj, f.name) not in typing.get_args(hint):
+            choices = " | ".join(map(str, typing.get_args(hint)))
+            raise ValueError(f"{what}.{f.name} must be one of {choices}; got {getattr(obj, f.name)!r}")
 
 
 def _positive(x: float) -> bool:

@@ -9,9 +9,10 @@ from typing import Any
 import torch
 from filelock import FileLock, Timeout
 
-from common.config import RunConfig, build_dataclass, check_run_config
+from common.config import RunConfig, build_dataclass, check_machine, check_run_config
 from common.envs import ENVS
 from common.envs.base import Environment
+from common.envs.protocols import describe
 from common.method import Method
 from common.records import RunDir
 
@@ -38,6 +39,10 @@ def resolve(cfg: RunConfig, methods: dict[str, type[Method]]) -> Resolved:
     method_cls = methods[method_name]
     method = method_cls(build_dataclass(method_cls.Config, dict(cfg.method), "method"), cfg, env)
     method.validate()
+    for protocol in method.env_protocols():
+        if not isinstance(env, protocol):
+            raise ValueError(f"method {method_name} with these settings needs an environment with "
+                             f"{describe(protocol)}; {env.name} has none")
     for role in cfg.model.roles:
         if role not in env.roles:
             raise ValueError(f"unknown role {role!r} in model.roles; {env.name} has roles {list(env.roles)}")
@@ -100,6 +105,7 @@ def fit(cfg: RunConfig, methods: dict[str, type[Method]]) -> RunDir:
     keeps two processes from running, or forcing, the same run.
     """
     quiet()
+    check_machine(cfg)
     r = resolve(cfg, methods)
     r.run_dir.lock_path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(r.run_dir.lock_path))
@@ -134,6 +140,8 @@ def _fit_locked(r: Resolved, cfg: RunConfig) -> RunDir:
         torch.set_num_threads(cfg.trainer.threads)
     torch.manual_seed(cfg.seed)
     tokenizer, base, info = warm_started_base(cfg.model, cfg.sft, r.env, cfg.seed, cfg.work_dir, progress=cfg.progress)
+    max_length = cfg.model.max_length if cfg.model.kind == "tiny" else getattr(base.config, "max_position_embeddings", 4096)
+    r.env.check_context(lambda s: len(tokenizer.encode(s, add_special_tokens=False)), max_length, cfg.trainer.max_new_tokens)
     r.run_dir.update_manifest(warmstart=info)
     policy = Policy(base, tokenizer, cfg.model, r.env.roles)
     engine = make_engine(cfg, policy)
@@ -147,10 +155,14 @@ def _fit_locked(r: Resolved, cfg: RunConfig) -> RunDir:
     ckpt = r.run_dir.resume_checkpoint  # verified by prepare: it loads
     if cfg.trainer.steps > 0:
         trainer.fit(module, ckpt_path=str(ckpt) if ckpt else None)
+    else:
+        r.run_dir.truncate_metrics(0)  # the same records as a trained run: a metrics file, with no step in it
     if "initial" not in module.evals and cfg.eval.at_start:
         module.evals["initial"] = module.run_eval(0)
     if "final" not in module.evals:
-        module.evals["final"] = module.run_eval(cfg.trainer.steps)
+        # a training-free run (zero RL steps) evaluates its one policy once: initial and final are the same
+        same = cfg.trainer.steps == 0 and "initial" in module.evals
+        module.evals["final"] = module.evals["initial"] if same else module.run_eval(cfg.trainer.steps)
     r.run_dir.write_eval(module.evals)
     engine.close()
     r.run_dir.mark_done()
