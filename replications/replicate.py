@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 import yaml
 
 from common.config import RunConfig
-from common.records import finished_with
+from common.records import STAGING, finished_with
 from replications.run import compose, conf_dir
 
 
@@ -145,7 +145,8 @@ def progress_line(cells: list[Cell], queued: Collection[str] = (), running: Coll
     `done` does not count), or done."""
     parts = []
     for c in cells:
-        p = c.run_dir / "metrics.jsonl"
+        forcing = Path(c.out_dir) / STAGING / c.method / c.env / c.arm / f"seed-{c.seed}" / "metrics.jsonl"
+        p = forcing if c.name in running and forcing.exists() else c.run_dir / "metrics.jsonl"  # a FORCE rerun builds there
         steps = len(p.read_text().splitlines()) if p.exists() else 0
         parts.append("queued" if c.name in queued else "done" if c.done and c.name not in running else f"{steps}/{c.steps}")
     return " | ".join(f"{c.arm}/s{c.seed}: {s}" for c, s in zip(cells, parts, strict=True))

@@ -266,7 +266,8 @@ def launch(cells: Sequence[Any], profile_name: str | None, wait: bool, dry_run: 
     work_dir = Path(cells[0].work_dir).absolute()
     forced = _forced(cells)
     run_dirs = {label(c): str(Path(c.run_dir).absolute()) for c in cells}
-    done = {label(c) for c in cells if not forced and (Path(c.run_dir) / "done").exists()}
+    # a cell says whether it is finished with its own settings (`done`); one finished with others is run (and refused)
+    done = {label(c) for c in cells if not forced and c.done}
     # never two jobs on one run directory, FORCE=1 or not: scancel the earlier one to restart a cell
     in_flight = find_in_flight(work_dir, {run_dirs[label(c)] for c in cells if label(c) not in done})
     todo = [c for c in cells if label(c) not in done and run_dirs[label(c)] not in in_flight]

@@ -28,6 +28,10 @@ class FakeCell:
     def name(self) -> str:
         return f"{self.method}/{self.env}/{self.arm}/seed-{self.seed}"
 
+    @property
+    def done(self) -> bool:
+        return (self.run_dir / "done").exists()
+
 
 def fake_run(cell: FakeCell) -> dict:
     """arm `ok` finishes; `raises` raises inside the job; `hangs` runs until it is cancelled."""
