@@ -71,7 +71,7 @@ bench: setup .venv/.bench-done
 
 lint: setup
 	$(PY) -m ruff check common replications slurm paper tests
-	$(PY) -m mypy common --ignore-missing-imports
+	$(PY) -m mypy common replications slurm --ignore-missing-imports
 
 status: setup
 	$(PY) -m slurm status

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
+
 EventKind = Literal["tool_call", "tool_result", "error", "provenance", "invalid_action", "fault", "info"]
 
 
@@ -99,3 +101,14 @@ class Group:
 
     def all_episodes(self) -> list[Episode]:
         return self.episodes + [e for eps in self.extra.values() for e in eps]
+
+
+def info_means(episodes: list[Episode], prefix: str = "") -> dict[str, float]:
+    """Means of the environment's numeric `info` values over `episodes` (each over the episodes that
+    report it), keyed `<prefix><key>`."""
+    values: dict[str, list[float]] = {}
+    for e in episodes:
+        for key, value in e.info.items():
+            if isinstance(value, bool | int | float):
+                values.setdefault(key, []).append(float(value))
+    return {f"{prefix}{k}": float(np.mean(v)) for k, v in sorted(values.items())}

@@ -50,7 +50,7 @@ def slurm_ids() -> dict[str, str] | None:
 
 def cpu_info() -> dict[str, Any]:
     """The CPU's model name, its kernel-relevant flags and the cores this process may use."""
-    model, flags = "", set()
+    model, flags = "", set[str]()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")

@@ -32,8 +32,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+from common.config import RunConfig
 from common.credit import Credit
-from common.episode import Episode, Group
+from common.envs.base import Environment
+from common.episode import Group, info_means
 from common.method import Method, MethodConfig, Mode
 from common.rollout import Rollout
 from replications.ccpo.counterfactual import V1Credit, v2_rewards  # noqa: F401  (public API of this module too)
@@ -61,7 +63,7 @@ class CCPO(Method):
     paper_data_hint = "download MATH (hendrycks/competition_math) to a local folder and pass method.paper_data=..."
     cfg: CCPOConfig
 
-    def __init__(self, cfg: CCPOConfig, run: Any, env: Any):
+    def __init__(self, cfg: CCPOConfig, run: RunConfig, env: Environment):
         if cfg.estimator == "auto":
             cfg.estimator = "drgrpo" if cfg.credit == "v2" else "grpo"
         super().__init__(cfg, run, env)
@@ -103,7 +105,7 @@ class CCPO(Method):
         """Thinker: the counterfactual reward (v1: tanh of the normalized Δ; v2: R^J + λ·event);
         Solver: v1's gated mix of z_J and z_S, v2's R^J. Both normalized per role by the core."""
         c, roles = self.cfg, self.trainable_roles(step)
-        metrics = {**episode_info_means([e for g in groups for e in g.episodes]),
+        metrics = {**info_means([e for g in groups for e in g.episodes], prefix="info/"),
                    "trains_thinker": float(roles is None or c.thinker_role in roles)}
         if c.credit == "shared":
             return Credit.outcome(groups, metrics)
@@ -134,12 +136,3 @@ class CCPO(Method):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.v1.load_state_dict(state["v1"])
 
-
-def episode_info_means(episodes: list[Episode]) -> dict[str, float]:
-    """Means of the environment's numeric `info` values over the main plays, as `info/<key>`."""
-    sums: dict[str, list[float]] = {}
-    for e in episodes:
-        for key, value in e.info.items():
-            if isinstance(value, bool | int | float):
-                sums.setdefault(key, []).append(float(value))
-    return {f"info/{k}": float(np.mean(v)) for k, v in sorted(sums.items())}

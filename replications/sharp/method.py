@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
+from common.config import RunConfig
 from common.credit import Advantages, Credit
+from common.envs.base import Environment
 from common.envs.protocols import CounterfactualReplay
 from common.episode import Episode, Group
 from common.method import Method, MethodConfig
@@ -67,7 +69,7 @@ class SHARP(Method):
                        "method.paper_data=<folder> (and model.path=<local Qwen3-8B>)")
     cfg: SHARPConfig
 
-    def __init__(self, cfg: SHARPConfig, run: Any, env: Any):
+    def __init__(self, cfg: SHARPConfig, run: RunConfig, env: Environment):
         super().__init__(cfg, run, env)
         self.rescores_total = 0
 
@@ -90,10 +92,11 @@ class SHARP(Method):
         if record is None or not players:
             return {m: 0.0 for m in players}, 0, 0.0
         seen: set[frozenset] = set()
+        env = cast(CounterfactualReplay, self.env)  # env_protocols() made sure of it before the run
 
         def value(coalition: frozenset) -> float:
             seen.add(coalition)
-            return self.env.replay(record, frozenset(players) - coalition).value
+            return env.replay(record, frozenset(players) - coalition).value
 
         if self.cfg.credit == "loo":
             return leave_one_out(players, value), len(seen), 0.0

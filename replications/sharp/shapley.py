@@ -8,12 +8,13 @@ import math
 import random
 from collections.abc import Callable, Hashable, Sequence
 from itertools import combinations
+from typing import TypeVar
 
 import numpy as np
 
 from common.credit import Estimator, normalize_by_key
 
-Player = Hashable
+Player = TypeVar("Player", bound=Hashable)  # any hashable player; each function returns the type it was given
 Value = Callable[[frozenset], float]
 
 
