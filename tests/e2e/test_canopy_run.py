@@ -23,12 +23,13 @@ TIMING = ("time_rollout_s", "time_train_s", "time_step_s")
 
 
 def args(out, work, arm, *extra):
-    return [sys.executable, "-m", "replications.run", "method=canopy", "scale=smoke", f"out_dir={out}", f"work_dir={work}",
-            f"arm={arm}", "progress=false", "trainer.threads=1", "trainer.steps=4", *extra]
+    # each label is its own out_dir (arm= names only the replication's arms, whose settings it applies)
+    return [sys.executable, "-m", "replications.run", "method=canopy", "scale=smoke", f"out_dir={Path(out) / arm}",
+            f"work_dir={work}", "progress=false", "trainer.threads=1", "trainer.steps=4", *extra]
 
 
 def rows(out, arm):
-    path = Path(out) / "canopy" / "chain_tasks" / arm / "seed-0" / "metrics.jsonl"
+    path = Path(out) / arm / "canopy" / "chain_tasks" / "default" / "seed-0" / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
@@ -64,7 +65,7 @@ def test_killed_run_resumes_without_a_second_pilot(runs):
     out, work = runs
     proc = subprocess.Popen(args(out, work, "killed", "trainer.checkpoint_every=1"), cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    run = Path(out) / "canopy" / "chain_tasks" / "killed" / "seed-0"
+    run = Path(out) / "killed" / "canopy" / "chain_tasks" / "default" / "seed-0"
     deadline = time.time() + 600
     while time.time() < deadline and not (last_checkpoint(run) is not None and len(rows(out, "killed")) >= 2):
         time.sleep(0.05)

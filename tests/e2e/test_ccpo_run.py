@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def args(out, work, first_role):
-    return [f"out_dir={out}", f"work_dir={work}", f"arm={first_role}", "scale=smoke", "progress=false", "trainer.threads=1",
+    return [f"out_dir={Path(out) / first_role}", f"work_dir={work}", "scale=smoke", "progress=false", "trainer.threads=1",
             "trainer.steps=1", "trainer.checkpoint_every=1", "eval.max_tasks=4", "sft.steps=20", "method.credit=v1",
             "method.alternate_every=1", f"method.first_role={first_role}"]
 
@@ -30,7 +30,7 @@ def test_alternation_trains_only_the_named_adapter(tmp_path, first_role):
     overrides = args(out, work, first_role)
     subprocess.run([sys.executable, "-m", "replications.run", "method=ccpo", *overrides], cwd=ROOT, check=True,
                    capture_output=True, timeout=600)
-    run = out / "ccpo" / "thinker_solver" / first_role / "seed-0"
+    run = out / first_role / "ccpo" / "thinker_solver" / "default" / "seed-0"
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert metrics[0]["generated_tokens_total/solo"] > 0 and metrics[0]["model_calls_total/solo"] == 4 * 4
     assert metrics[0]["trains_thinker"] == float(first_role == "thinker")

@@ -18,12 +18,13 @@ TIMING = ("time_rollout_s", "time_train_s", "time_step_s")
 
 
 def run_args(out, work, arm, steps=10):
-    return [f"out_dir={out}", f"work_dir={work}", f"arm={arm}", "scale=smoke", "progress=false", "trainer.threads=1",
+    # each label is its own out_dir (arm= names only the replication's arms, whose settings it applies)
+    return [f"out_dir={Path(out) / arm}", f"work_dir={work}", "scale=smoke", "progress=false", "trainer.threads=1",
             f"trainer.steps={steps}", "trainer.checkpoint_every=2", "eval.max_tasks=8", "sft.steps=20"]
 
 
 def run_dir(out, arm):
-    return Path(out) / "grpo" / "arith" / arm / "seed-0"
+    return Path(out) / arm / "grpo" / "arith" / "default" / "seed-0"
 
 
 def metrics(path):
