@@ -9,7 +9,7 @@ reset (`new_context`) starts a new row.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +92,7 @@ def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, ent
     the engine sampled from (as verl does), so the recomputed log-probabilities equal the behaviour
     ones and the ratio starts at 1. `fast` runs the lean forward (`FastScorer`: stacked matmuls,
     LoRA unmerged with the adapters' own parameters) where the model supports it, else HF's.
+    The index tensors are filled on the CPU and moved to the model's device in one copy each.
     """
     width = max(len(r.ids) for r in rows)
     ids_B_L = torch.full((len(rows), width), pad_id, dtype=torch.long)
@@ -109,6 +110,9 @@ def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, ent
         gather_B_T[b, : len(pos)] = torch.tensor(pos) + (off - 1 - first)  # logits at t-1 predict token t
         targets_B_T[b, : len(pos)] = torch.tensor([r.ids[p] for p in pos], dtype=torch.long)
         mask_B_T[b, : len(pos)] = 1
+    device = next(model.parameters()).device
+    ids_B_L, attn_B_L, gather_B_T, targets_B_T, mask_B_T = (
+        x.to(device) for x in (ids_B_L, attn_B_L, gather_B_T, targets_B_T, mask_B_T))
     pos_B_L = (attn_B_L.cumsum(-1) - 1).clamp(min=0)
     if fast and FastScorer.supports(model):
         hidden = FastScorer(model, width).logits(ids_B_L, attn_B_L, pos_B_L, keep=width - first)
@@ -125,8 +129,19 @@ def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, ent
     return Scored(logp_B_T, mask_B_T, entropy)
 
 
-def padded(values: list[list[float]], t_max: int) -> torch.Tensor:
-    out = torch.zeros((len(values), t_max))
+def padded(values: Sequence[Sequence[float] | torch.Tensor], t_max: int,
+           device: torch.device | str | None = None) -> torch.Tensor:
+    """Per-row values right-padded with 0 into a B x t_max float32 tensor on `device` (None: the CPU).
+
+    Lists (behaviour log-probs, advantages) are filled on the CPU and moved in one copy; tensors
+    (reference log-probs, already on the model's device) are copied where they are.
+    """
+    if not any(isinstance(v, torch.Tensor) for v in values):
+        out = torch.zeros((len(values), t_max))
+        for b, v in enumerate(values):
+            out[b, : len(v)] = torch.tensor(v, dtype=torch.float32)
+        return out if device is None else out.to(device)
+    out = torch.zeros((len(values), t_max), device=device)
     for b, v in enumerate(values):
-        out[b, : len(v)] = torch.tensor(v, dtype=torch.float32)
+        out[b, : len(v)] = torch.as_tensor(v, dtype=torch.float32, device=out.device)
     return out

@@ -122,13 +122,17 @@ def sft(model: Any, pairs: list[tuple[list[int], list[int]]], cfg: SFTConfig, se
     i.e. a cosine warm-up from lr/25 to `lr` over the first 10% of steps, then cosine annealing to
     lr/2.5e5; with OneCycleLR's default `cycle_momentum=True`, Adam's beta1 moves the other way,
     0.95 -> 0.85 during the warm-up and back to 0.95 by the end (kept: the warm starts behind the
-    committed results were trained this way)."""
+    committed results were trained this way).
+
+    Batches go to the model's device. No autocast: the warm start is float32 whatever
+    `trainer.precision` is, since its cache key (`warm_started_base`) does not include precision."""
     from tqdm import tqdm
 
     gen = torch.Generator().manual_seed(seed)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=max(cfg.steps, 1), pct_start=0.1)
+    device = next(model.parameters()).device
     model.train()
     losses = []
     for _ in tqdm(range(cfg.steps), desc="sft warm start", disable=not progress, leave=False):
@@ -143,6 +147,7 @@ def sft(model: Any, pairs: list[tuple[list[int], list[int]]], cfg: SFTConfig, se
             ids[r, : len(ctx) + len(act)] = torch.tensor(ctx + act)
             labels[r, len(ctx) : len(ctx) + len(act)] = torch.tensor(act)
             mask[r, : len(ctx) + len(act)] = 1
+        ids, labels, mask = ids.to(device), labels.to(device), mask.to(device)
         logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100)
         opt.zero_grad(set_to_none=True)

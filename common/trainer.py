@@ -139,8 +139,9 @@ class RLModule(L.LightningModule):
         return result
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """precision=bf16: autocast on the device type the module is on now ('cuda' once Lightning moved it)."""
         bf16 = self.cfg.trainer.precision == "bf16"
-        return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
     # ---- one RL step ------------------------------------------------------------------------
     def training_step(self, step: int, batch_idx: int) -> None:
@@ -218,15 +219,15 @@ class RLModule(L.LightningModule):
                             with self._autocast():
                                 scored = score_rows(model, chunk, pad, with_entropy=True, entropy_grad=t.entropy_coef > 0,
                                                     temperature=t.temperature, fast=t.fast_forward)
-                            width = scored.logp_B_T.size(1)
-                            behaviour = padded([r.behaviour_logprobs() for r in chunk], width)
+                            width, device = scored.logp_B_T.size(1), scored.logp_B_T.device
+                            behaviour = padded([r.behaviour_logprobs() for r in chunk], width, device)
                             assert scored.entropy_B_T is not None
                             batch = LossBatch(
                                 rows=chunk, adapter=adapter, logp_B_T=scored.logp_B_T,
                                 old_logp_B_T=scored.logp_B_T.detach() if single_update else behaviour,
-                                behaviour_logp_B_T=behaviour, adv_B_T=padded([r.advantages(advantages) for r in chunk], width),
+                                behaviour_logp_B_T=behaviour, adv_B_T=padded([r.advantages(advantages) for r in chunk], width, device),
                                 mask_B_T=scored.mask_B_T, entropy_B_T=scored.entropy_B_T,
-                                ref_logp_B_T=padded([r.ref_logprobs.tolist() for r in chunk], width) if with_ref else None,  # type: ignore[union-attr]
+                                ref_logp_B_T=padded([r.ref_logprobs for r in chunk], width, device) if with_ref else None,  # type: ignore[misc]
                                 num_tokens=n_tokens, num_rows=n_rows)
                             terms = policy_loss(batch, t, self.method.extra_loss(batch, step))
                             self.manual_backward(terms.loss)
@@ -258,7 +259,8 @@ def kl_reward_penalty(rows: list[Row], coef: float, estimator: str, agent_of: Ag
     episode (the broadcast key `*`: over all of the episode's trained tokens)."""
     sums: dict[tuple[int, str], float] = defaultdict(float)
     for row in rows:
-        kl_T = kl_estimate(torch.tensor(row.behaviour_logprobs()), row.ref_logprobs, estimator)  # type: ignore[arg-type]
+        ref_T = row.ref_logprobs  # on the model's device
+        kl_T = kl_estimate(torch.tensor(row.behaviour_logprobs(), device=ref_T.device), ref_T, estimator)  # type: ignore[union-attr, arg-type]
         offset = 0
         for _, turn in row.spans:
             turn_kl = float(kl_T[offset : offset + turn.num_action_tokens].sum())

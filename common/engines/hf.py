@@ -4,6 +4,10 @@ Requests are grouped by adapter (one peft adapter is active per forward), sorted
 to keep left padding small, and decoded together; finished rows leave the batch (their KV cache
 rows are dropped), so a long straggler does not make the whole batch pay. Log-probabilities are
 those of softmax(logits / T), the distribution sampled from, in float32.
+
+Every tensor handed to the model is on the model's device (the trainer's module, which Lightning
+moves); the random uniforms come from a CPU generator and are then moved, so a seed draws the same
+numbers on every device.
 """
 
 from __future__ import annotations
@@ -50,8 +54,9 @@ class HFEngine(Engine):
                     out[i] = s
         return [s for s in out if s is not None]
 
-    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        return torch.autocast("cpu", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
+    def _autocast(self, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+        """bf16 autocast on the model's device type ('cuda', 'cpu'), or nothing at full precision."""
+        return torch.autocast(device.type, dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
 
     @torch.inference_mode()
     def _generate_batch(self, prompts: list[list[int]], adapter: str | None, params: SamplingParams,
@@ -63,7 +68,6 @@ class HFEngine(Engine):
         for r, p in enumerate(prompts):
             ids_B_L[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
             mask_B_L[r, width - len(p) :] = 1
-        pos_B_L = (mask_B_L.cumsum(-1) - 1).clamp(min=0)
         tokens: list[list[int]] = [[] for _ in range(n)]
         logps: list[list[float]] = [[] for _ in range(n)]
         tails = [""] * n
@@ -71,7 +75,9 @@ class HFEngine(Engine):
         alive = torch.arange(n)  # original row of each row still decoding
         stop_strings = params.stop
         tail_keep = max((len(s) for s in stop_strings), default=1)
-        with self.policy.use(adapter) as model, self._autocast():
+        with self.policy.use(adapter) as model, self._autocast(device := next(model.parameters()).device):
+            ids_B_L, mask_B_L = ids_B_L.to(device), mask_B_L.to(device)
+            pos_B_L = (mask_B_L.cumsum(-1) - 1).clamp(min=0)
             fast = self.fast and FastDecoder.supports(model)
             dec = FastDecoder(model, adapter, n, width + params.max_new_tokens) if fast else _HFDecoder(model)
             logits_B_V = dec.prefill(ids_B_L, mask_B_L, pos_B_L)
@@ -94,9 +100,9 @@ class HFEngine(Engine):
                 if not keep or t == params.max_new_tokens - 1:
                     break
                 if len(keep) < len(alive):
-                    keep_t = torch.tensor(keep)
+                    keep_t = torch.tensor(keep, device=device)
                     dec.select(keep_t)
-                    alive, tok_B, next_pos_B = alive[keep_t], tok_B[keep_t], next_pos_B[keep_t]
+                    alive, tok_B, next_pos_B = alive[keep], tok_B[keep_t], next_pos_B[keep_t]
                 logits_B_V = dec.step(tok_B, next_pos_B)
                 next_pos_B = next_pos_B + 1
         return [self._finish(tokens[r], logps[r], stopped[r], stop_strings) for r in range(n)]
@@ -121,7 +127,7 @@ class HFEngine(Engine):
             sorted_p = sorted_p.masked_fill(drop, 0.0)
             probs_B_V = torch.zeros_like(probs_B_V).scatter(-1, order, sorted_p)
         cdf_B_V = probs_B_V.double().cumsum(-1)
-        u_B_1 = torch.rand((cdf_B_V.size(0), 1), generator=gen, dtype=torch.float64) * cdf_B_V[:, -1:]
+        u_B_1 = torch.rand((cdf_B_V.size(0), 1), generator=gen, dtype=torch.float64).to(cdf_B_V.device) * cdf_B_V[:, -1:]
         tok_B = torch.searchsorted(cdf_B_V, u_B_1, right=True).clamp_(max=cdf_B_V.size(-1) - 1).squeeze(-1)
         return tok_B, logp_B_V.gather(-1, tok_B[:, None]).squeeze(-1)
 
@@ -147,7 +153,7 @@ class _HFDecoder:
                           use_cache=True, logits_to_keep=1).logits[:, -1].float()
 
     def step(self, tok_B: torch.Tensor, pos_B: torch.Tensor) -> torch.Tensor:
-        self.mask_B_L = torch.cat([self.mask_B_L, torch.ones((len(tok_B), 1), dtype=torch.long)], dim=1)
+        self.mask_B_L = torch.cat([self.mask_B_L, self.mask_B_L.new_ones((len(tok_B), 1))], dim=1)
         return self.model(input_ids=tok_B[:, None], attention_mask=self.mask_B_L, position_ids=pos_B[:, None],
                           past_key_values=self.cache, use_cache=True).logits[:, -1].float()
 
