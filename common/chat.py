@@ -25,6 +25,7 @@ class ChatFormat:
     first_suffix: str  # after it (end of user message, assistant header)
     next_prefix: str  # before a later observation (end of the assistant's turn, user header)
     next_suffix: str  # after it
+    end_of_turn: str = ""  # the tokenizer's EOS text: when a sampled action already ends with it, it is not repeated
 
     @classmethod
     def from_tokenizer(cls, tokenizer: Any) -> ChatFormat:
@@ -38,12 +39,18 @@ class ChatFormat:
         first_prefix, first_suffix = one.split(_USER1)
         after_assistant = two.split(_ASSISTANT, 1)[1]
         next_prefix, next_suffix = after_assistant.split(_USER2)
-        return cls(first_prefix, first_suffix, next_prefix, next_suffix)
+        return cls(first_prefix, first_suffix, next_prefix, next_suffix, getattr(tokenizer, "eos_token", None) or "")
 
-    def wrap(self, text: str, first: bool) -> str:
-        return (self.first_prefix + text + self.first_suffix) if first else (self.next_prefix + text + self.next_suffix)
+    def wrap(self, text: str, first: bool, after_end_of_turn: bool = False) -> str:
+        if first:
+            return self.first_prefix + text + self.first_suffix
+        prefix = self.next_prefix
+        if after_end_of_turn and self.end_of_turn and prefix.startswith(self.end_of_turn):
+            prefix = prefix[len(self.end_of_turn):]  # the action closed its own turn (it stopped at EOS)
+        return prefix + text + self.next_suffix
 
 
-def observation_text(chat: ChatFormat | None, text: str, first: bool) -> str:
-    """The text appended to a role's context for an observation (`first`: the context starts here)."""
-    return text if chat is None else chat.wrap(text, first)
+def observation_text(chat: ChatFormat | None, text: str, first: bool, after_end_of_turn: bool = False) -> str:
+    """The text appended to a role's context for an observation (`first`: the context starts here;
+    `after_end_of_turn`: the role's last action ended with the EOS token)."""
+    return text if chat is None else chat.wrap(text, first, after_end_of_turn)

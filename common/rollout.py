@@ -115,7 +115,9 @@ class Rollout:
             if not live:
                 return episodes
             requests, owners = [], []
-            texts = [observation_text(self.chat, slot.obs.text, slot.obs.new_context or slot.obs.role not in slot.contexts)
+            eos = getattr(self.tokenizer, "eos_token_id", None)
+            texts = [observation_text(self.chat, slot.obs.text, slot.obs.new_context or slot.obs.role not in slot.contexts,
+                                      bool(slot.contexts.get(slot.obs.role)) and slot.contexts[slot.obs.role][-1] == eos)
                      for slot in live]
             for slot, obs_ids in zip(live, self.encode_many(texts), strict=True):
                 role = slot.obs.role

@@ -172,3 +172,25 @@ def test_the_default_credit_is_a_value_broadcast_per_episode():
     assert isinstance(credit, Credit) and credit.kind == "reward"
     assert credit.values == [[{"*": 1.0}, {"*": 1.0}], [{"*": 0.0}, {"*": 0.0}]]
     assert method.state_dict() == {} and method.env_protocols() == () and method.trainable_roles(0) is None
+
+
+class _EosChatTokenizer(_ChatTokenizer):
+    eos_token, eos_token_id = "<|end|>", 0
+
+
+class _StopsAtEos(_Echo):
+    def generate(self, requests: list[Request], params: SamplingParams, seed: int) -> list[Sample]:
+        self.requests.extend(requests)
+        return [Sample([ord("o"), ord("k"), 0], [-0.1] * 3, "ok", True) for _ in requests]
+
+
+def test_an_action_that_ended_its_turn_with_eos_is_not_closed_twice():
+    tok = _EosChatTokenizer()
+    chat = ChatFormat.from_tokenizer(tok)
+    assert chat.end_of_turn == "<|end|>"
+    engine = _StopsAtEos()
+    r = Rollout(_Env(EnvConfig()), engine, tok, {"agent": "policy"}, ["policy"], SamplingParams(1.0, 1.0, 4, ("\n",)), 512,
+                seed=0, chat=chat)
+    r.play_groups([task(0, turns=2)], [1], step=0)
+    second = "".join("<EOS>" if i == 0 else chr(i) for i in engine.requests[1].prompt_ids)
+    assert second == "<|user|>hi<|end|><|assistant|>ok<EOS><|user|> more<|end|><|assistant|>"
