@@ -136,7 +136,8 @@ def demonstrations(env: Environment, tokenizer: Any, n_tasks: int, seed: int,
         while obs is not None:
             first = obs.new_context or obs.role not in contexts
             ctx = [] if obs.new_context else contexts.get(obs.role, [])
-            ctx = ctx + tokenizer.encode(observation_text(chat, obs.text, first), add_special_tokens=False)
+            after_eos = bool(ctx) and ctx[-1] == tokenizer.eos_token_id
+            ctx = ctx + tokenizer.encode(observation_text(chat, obs.text, first, after_eos), add_special_tokens=False)
             action = ep.expert_action()
             action_ids = tokenizer.encode(action + stop, add_special_tokens=False) if stop else (
                 tokenizer.encode(action, add_special_tokens=False) + [tokenizer.eos_token_id])
