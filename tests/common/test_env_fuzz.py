@@ -37,7 +37,12 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
     "toolplan": [{"k": 2}, {"k": 5}],
     "thinker_solver": [{}],
     "voting": [{}],
+    "reasoning_gym": [{}],
+    "humaneval": [{}],
 }
+# hostile actions per setting beyond the every-string-at-every-turn pass (humaneval runs each action
+# in the real sandbox, ~50 ms: its hostile programs are tested one by one in test_sandbox/test_humaneval)
+MIXTURE_BUDGET: dict[str, int] = {"humaneval": 0}
 
 # The most turns an episode of `task` may take (chain_tasks: busy refusals do not count against its
 # call budget but never come twice in a row).
@@ -47,6 +52,8 @@ TURN_CAPS: dict[str, Callable[[Environment, dict[str, Any]], int]] = {
     "toolplan": lambda env, task: len(task["queries"]) + 2,
     "thinker_solver": lambda env, task: 3,
     "voting": lambda env, task: 3,
+    "reasoning_gym": lambda env, task: 1,
+    "humaneval": lambda env, task: 1,
 }
 
 
@@ -141,7 +148,7 @@ def test_step_never_raises_on_hostile_text(env, request):
         u = rng.random()
         return None if u < 0.3 else rng.choice(fake_calls(rng)) if u < 0.6 else random_text(rng) if u < 0.9 else rng.choice(HOSTILE)
 
-    while hostile < 3000:  # random mixtures: each turn hostile, random or the demonstrator's
+    while hostile < MIXTURE_BUDGET.get(env.name, 3000):  # random mixtures: each turn hostile, random or the demonstrator's
         hostile += play(env, rng.choice(tasks), rng.choice(env.variants()), rng.randrange(10**6), choose, roles)
     assert roles == set(env.roles)
 
