@@ -134,7 +134,7 @@ def _fit_locked(r: Resolved, cfg: RunConfig) -> RunDir:
 
     r.run_dir.write_config(cfg)
     r.run_dir.write_manifest({"method": cfg.method["name"], "env": r.env.cfg.tag or r.env.name, "arm": cfg.arm,
-                              "seed": cfg.seed, "scale": cfg.scale, "state_at_start": state,
+                              "seed": cfg.seed, "scale": cfg.scale, "state_at_start": state, "env_provenance": r.env.provenance(),
                               "torch_threads": cfg.trainer.threads or torch.get_num_threads()})
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
