@@ -1,23 +1,31 @@
-"""Statistics for few-run RL results: IQM, bootstrap intervals, probability of improvement.
+"""Statistics for few-run RL results: t intervals, paired differences, power, IQM, bootstrap.
 
-A replication has a handful of seeds per arm, so point estimates alone mislead. Following
-Agarwal et al. 2021, "Deep Reinforcement Learning at the Edge of the Statistical Precipice"
-(NeurIPS 2021, arXiv:2108.13264; the `rliable` library), we report:
+A replication has a handful of seeds per arm, so point estimates alone mislead, and so do intervals
+whose coverage is only right for many seeds. What we report:
 
-- the interquartile mean (IQM, their Sec. 4.3): the mean of the middle 50% of runs, robust to
-  one outlying seed yet less noisy than the median;
-- percentile-bootstrap confidence intervals (Efron & Tibshirani 1993, ch. 13) of a mean, and
-  stratified bootstrap intervals of an aggregate over several tasks (their Sec. 4.1: runs are
-  resampled with replacement *within* each task, so every task keeps its number of runs);
-- the probability of improvement P(X > Y) (their Sec. 4.4): per task the Mann-Whitney
-  statistic, i.e. the share of run pairs (x_i, y_j) with x_i > y_j, ties counting 1/2, then
-  averaged over tasks; its interval by the same stratified bootstrap, X and Y resampled
-  independently.
+- **means over seeds: Student-t intervals** (`t_interval`, `mean_ci`), exact for normal data at any
+  n >= 2. The percentile bootstrap of a mean (Efron & Tibshirani 1993, ch. 13) is kept as
+  `mean_ci(method="percentile")` for comparison only: at n = 3 its interval is the range of the
+  seeds and covers the true mean about 75% of the time, not 95% (tests/common/test_stats.py checks
+  both coverages by simulation);
+- **paired differences** (`paired_t_ci`, `stratified_t_ci` of per-seed differences): arms that
+  share a seed share the warm start and the task order, so a difference is taken seed by seed and
+  the t interval is over those differences; over several strata (environments) the aggregate is
+  the mean of per-stratum means, with Welch-Satterthwaite degrees of freedom;
+- **power** (`paired_t_power`, `paired_seeds_needed`): the seeds a paired t-test needs to detect a
+  given difference with a given probability (noncentral t; Cohen 1988, ch. 2);
+- following Agarwal et al. 2021, "Deep Reinforcement Learning at the Edge of the Statistical
+  Precipice" (NeurIPS 2021, arXiv:2108.13264; the `rliable` library), the interquartile mean (IQM,
+  their Sec. 4.3) and aggregates over several tasks with **stratified bootstrap** intervals (their
+  Sec. 4.1: runs are resampled with replacement *within* each task), and the probability of
+  improvement P(X > Y) (their Sec. 4.4: per task the Mann-Whitney statistic, ties 1/2, averaged over
+  tasks). These are percentile bootstraps, kept for statistics without a t interval (IQM, P(X > Y));
+  like any percentile bootstrap they under-cover with fewer than about 10 runs per stratum.
 
 Here a "stratum" (rliable's "task") is whatever the runs are grouped by: an environment, a tier.
-Every function is pure numpy and deterministic given `seed`. Functions that return an interval
-return `(point, lo, hi)`; the bounds are NaN when the data cannot give one (a stratum with a
-single run: resampling one value says nothing about the spread), never a zero-width interval.
+Every function is deterministic given `seed`. Functions that return an interval return
+`(point, lo, hi)`; the bounds are NaN when the data cannot give one (fewer than 2 values: one
+value says nothing about the spread), never a zero-width interval from a single value.
 """
 
 from __future__ import annotations
@@ -27,9 +35,11 @@ from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
+from scipy import stats as sps
 
 Interval = tuple[float, float, float]  # (point estimate, lower bound, upper bound)
 Statistic = Literal["mean", "iqm"] | Callable[[list[np.ndarray]], np.ndarray]
+MeanInterval = Literal["t", "percentile"]
 
 NAN = float("nan")
 
@@ -81,12 +91,43 @@ def _quantiles(boot: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndar
     return lo, hi
 
 
-def mean_ci(values: ArrayLike, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> Interval:
-    """Mean and its percentile-bootstrap confidence interval: `(mean, lo, hi)`.
+def _t_quantile(confidence: float, df: float) -> float:
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1); got {confidence}")
+    return float(sps.t.ppf(0.5 + confidence / 2, df))
 
-    `n_boot` resamples of the n values with replacement; the bounds are the (1-c)/2 and
-    (1+c)/2 quantiles of the resampled means. One value gives `(x, nan, nan)`; none gives NaNs.
+
+def t_interval(values: ArrayLike, confidence: float = 0.95) -> Interval:
+    """Mean and its Student-t confidence interval: `(mean, lo, hi)`.
+
+    mean +- t_{(1+c)/2, n-1} * s / sqrt(n), s the sample standard deviation (ddof=1). Exact
+    coverage for normal data at every n >= 2; for bounded scores such as mean@k over a held-out set
+    (a mean of many Bernoulli outcomes) it stays close to nominal at n = 3 (tested by simulation).
+    One value gives `(x, nan, nan)`; none gives NaNs.
     """
+    x = _as_sample(values)
+    if x.size == 0:
+        return NAN, NAN, NAN
+    if x.size == 1:
+        return float(x[0]), NAN, NAN
+    half = _t_quantile(confidence, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size)
+    return float(x.mean()), float(x.mean() - half), float(x.mean() + half)
+
+
+def mean_ci(values: ArrayLike, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0,
+            method: MeanInterval = "t") -> Interval:
+    """Mean over seeds and its confidence interval: `(mean, lo, hi)`.
+
+    `method="t"` (the default): the Student-t interval (`t_interval`); `n_boot` and `seed` are
+    unused. `method="percentile"`: the percentile bootstrap, `n_boot` resamples of the n values with
+    replacement, bounds at the (1-c)/2 and (1+c)/2 quantiles of the resampled means; kept to
+    compare with (it under-covers at small n: at n = 3 it is the range of the three values). One
+    value gives `(x, nan, nan)`; none gives NaNs.
+    """
+    if method == "t":
+        return t_interval(values, confidence)
+    if method != "percentile":
+        raise ValueError(f"method must be 't' or 'percentile'; got {method!r}")
     x = _as_sample(values)
     if x.size == 0:
         return NAN, NAN, NAN
@@ -99,12 +140,13 @@ def mean_ci(values: ArrayLike, confidence: float = 0.95, n_boot: int = 2000, see
     return float(x.mean()), float(lo), float(hi)
 
 
-def curve_ci(values_R_T: ArrayLike, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pointwise mean and bootstrap band of R runs' curves sampled at the same T points.
+def curve_ci(values_R_T: ArrayLike, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0,
+             method: MeanInterval = "t") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pointwise mean and confidence band of R runs' curves sampled at the same T points.
 
-    Whole runs are resampled (the same resampled seeds at every point), so the band is the one a
-    reader expects of a learning curve. Returns three arrays of length T; bounds are NaN for R < 2.
+    `method="t"`: a Student-t interval at each point. `method="percentile"`: whole runs are
+    resampled (the same resampled seeds at every point). Returns three arrays of length T; bounds
+    are NaN for R < 2.
     """
     y = np.asarray(values_R_T, dtype=float)
     if y.ndim != 2:
@@ -112,11 +154,95 @@ def curve_ci(values_R_T: ArrayLike, confidence: float = 0.95, n_boot: int = 2000
     mean_T = y.mean(axis=0) if y.shape[0] else np.full(y.shape[1], NAN)
     if y.shape[0] < 2:
         return mean_T, np.full(y.shape[1], NAN), np.full(y.shape[1], NAN)
+    if method == "t":
+        half_T = _t_quantile(confidence, y.shape[0] - 1) * y.std(axis=0, ddof=1) / np.sqrt(y.shape[0])
+        return mean_T, mean_T - half_T, mean_T + half_T
+    if method != "percentile":
+        raise ValueError(f"method must be 't' or 'percentile'; got {method!r}")
     rng = np.random.default_rng(seed)
     idx_B_R = rng.integers(0, y.shape[0], size=(n_boot, y.shape[0]))
     means_B_T = y[idx_B_R].mean(axis=1)
     lo_T, hi_T = _quantiles(means_B_T, confidence)
     return mean_T, lo_T, hi_T
+
+
+# ---- paired differences and power ------------------------------------------------------------
+
+
+def stratified_t_ci(strata: ArrayLike | Sequence[ArrayLike], confidence: float = 0.95) -> Interval:
+    """The mean over strata of each stratum's mean, with a t interval.
+
+    The estimate is (1/S) sum_s mean(x_s); its variance (1/S^2) sum_s var_s / n_s; the degrees of
+    freedom are Welch-Satterthwaite's, (sum_s v_s)^2 / sum_s v_s^2 / (n_s - 1) with v_s = var_s / n_s
+    (Welch 1947). With one stratum this is `t_interval`. Bounds are NaN if any stratum has fewer
+    than 2 values; an interval of zero width when every stratum is constant.
+    """
+    groups = _as_strata(strata, "strata")
+    if not groups or any(g.size == 0 for g in groups):
+        return NAN, NAN, NAN
+    point = float(np.mean([g.mean() for g in groups]))
+    if any(g.size < 2 for g in groups):
+        return point, NAN, NAN
+    v_S = np.array([g.var(ddof=1) / g.size for g in groups])
+    if not v_S.any():
+        return point, point, point
+    dof = v_S.sum() ** 2 / np.sum(v_S**2 / np.array([g.size - 1 for g in groups]))
+    half = _t_quantile(confidence, dof) * np.sqrt(v_S.sum()) / len(groups)
+    return point, float(point - half), float(point + half)
+
+
+def paired_t_ci(x: ArrayLike, y: ArrayLike, confidence: float = 0.95) -> Interval:
+    """mean(x - y) over pairs (x_i, y_i) (the same seed in two arms) and its paired t interval.
+
+    Pairing removes what the two runs of one seed share (the warm start, the task order) from the
+    spread, so it is never wider than it should be and usually much narrower than an unpaired one.
+    """
+    xs, ys = _as_sample(x, "x"), _as_sample(y, "y")
+    if xs.size != ys.size:
+        raise ValueError(f"paired samples must have the same length; got {xs.size} and {ys.size}")
+    return t_interval(xs - ys, confidence)
+
+
+def paired_t_power(n: int, sd: float, difference: float, alpha: float = 0.05) -> float:
+    """Power of the two-sided paired t-test at level `alpha` with n pairs, when the true mean
+    difference is `difference` and the per-pair differences have standard deviation `sd`.
+
+    P(|T| > t_{1-alpha/2, n-1}) with T noncentral t, n-1 degrees of freedom and noncentrality
+    difference / (sd / sqrt(n)) (Cohen 1988, ch. 2; what G*Power computes).
+    """
+    if n < 2:
+        return NAN
+    if sd <= 0:
+        return 1.0 if difference != 0 else alpha
+    df, ncp = n - 1, abs(difference) / sd * np.sqrt(n)
+    crit = sps.t.ppf(1 - alpha / 2, df)
+    return float(sps.nct.sf(crit, df, ncp) + sps.nct.cdf(-crit, df, ncp))
+
+
+def paired_seeds_needed(sd: float, difference: float, alpha: float = 0.05, power: float = 0.8,
+                        max_n: int = 100_000) -> int:
+    """The fewest pairs (seeds) for which the paired t-test has at least `power` to detect
+    `difference`, given the standard deviation `sd` of the per-seed differences (e.g. from a pilot).
+
+    For example sd = difference needs 10 pairs, sd = 2 x difference 34 (G*Power's d = 1 and 0.5).
+    `sd` of 0 gives 2; a NaN `sd` (no pilot) is an error. Returns `max_n` if even that is too few.
+    """
+    if not np.isfinite(sd) or sd < 0:
+        raise ValueError(f"sd must be a finite number >= 0; got {sd}")
+    if difference <= 0:
+        raise ValueError(f"difference must be > 0; got {difference}")
+    lo, hi = 2, 2
+    while paired_t_power(hi, sd, difference, alpha) < power:  # bracket, then bisect: power rises with n
+        if hi >= max_n:
+            return max_n
+        lo, hi = hi, min(2 * hi, max_n)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if paired_t_power(mid, sd, difference, alpha) >= power:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
 
 
 # ---- stratified bootstrap ------------------------------------------------------------------
@@ -166,8 +292,9 @@ def difference_ci(x: ArrayLike | Sequence[ArrayLike], y: ArrayLike | Sequence[Ar
     """statistic(X) - statistic(Y) for two independent sets of runs, with a bootstrap interval.
 
     X and Y are each resampled within every stratum, independently of each other (unpaired; for
-    paired runs, e.g. one run's final vs its own initial score, bootstrap the per-run
-    differences with `stratified_bootstrap_ci` instead). Both must have the same strata.
+    runs paired by seed use `paired_t_ci` or `stratified_t_ci` of the per-seed differences).
+    Both must have the same strata. A percentile bootstrap: for aggregates such as the IQM, and
+    short of nominal coverage with few runs.
     """
     xs, ys = _as_strata(x, "x"), _as_strata(y, "y")
     if len(xs) != len(ys):

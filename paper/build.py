@@ -5,7 +5,8 @@
 Reads only `results/<method>/<env>/<arm>/seed-<k>/` (finished runs: those with a `done` marker),
 the YAML front matter of `replications/<method>/CARD.md` and the extra tables a method declares
 in `replications/<method>/tables.py` (paper/extras.py). Writes `<out>/tables/*.{md,tex}`,
-`<out>/figures/*.{png,pdf}` and `<out>/REPORT.md`; tables and figures left from an earlier build
+`<out>/figures/*.{png,pdf}`, `<out>/REPORT.md` and `<out>/claims.json` (every claim's verdict, seeds,
+estimate, interval, margin, seeds needed, controls and confounds: paper/claims.py); tables and figures left from an earlier build
 are removed first, so the outputs always match the results. Invalid runs (listed in the report,
 never counted), cards that do not parse and claims or tables that cannot be evaluated are
 warnings on stderr; `--strict` makes them exit 1.
@@ -17,13 +18,14 @@ prints it after its runs.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
 
 from paper import figures
 from paper.cards import Card, load_cards
-from paper.claims import INVALID, evaluate_card
+from paper.claims import INVALID, RULE, claim_json, evaluate_card
 from paper.extras import build_extra, extra_tables
 from paper.load import Results, load_results
 from paper.report import MethodSection, method_section, runs_table, summary
@@ -132,7 +134,14 @@ def build(results_root: Path, out_dir: Path, card_dirs: list[Path]) -> tuple[Pat
     out_dir.mkdir(parents=True, exist_ok=True)
     report = out_dir / "REPORT.md"
     report.write_text(text)
+    write_claims_json(sections, out_dir / "claims.json")
     return report, problems(results, sections, card_errors)
+
+
+def write_claims_json(sections: list[MethodSection], path: Path) -> None:
+    """Every claim of every card, as REPORT.md decides it (deterministic: no dates, sorted keys)."""
+    claims = [claim_json(s.method, cr, s.card) for s in sections if s.card for cr in s.claim_results]
+    path.write_text(json.dumps({"rule": RULE, "claims": claims}, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def method_tables(method: str, results_root: Path, scale: str | None = None,

@@ -8,7 +8,10 @@ paper/README.md). A claim is a predicate over arms, for example
     predicate: "full > dense > no-kl > n8"   # an ordering: every adjacent pair
     predicate: "no-kl < full"                # with metric: curve:entropy, window: 10
 
-evaluated on `metric` in `env` (a list of envs: stratified over them).
+evaluated on `metric` in `env` (a list of envs: stratified over them). Every claim declares its
+`margin`, the smallest difference that matters (in the metric's units), and `margin_why`, one line
+saying why; it may name `controls` (other arms the reader should see beside it) and `confounds`
+(free text), which the report prints next to its verdict (paper/claims.py decides it).
 """
 
 from __future__ import annotations
@@ -25,9 +28,12 @@ DEFAULT_CONFIDENCE = 0.95
 DEFAULT_WINDOW = 10
 CURVE_PREFIX = "curve:"
 
+CLAIM_KINDS = ("replication", "sanity")  # sanity: checks the pipeline works, not the paper's idea
+
 _CARD_KEYS = {"method", "title", "paper", "summary", "arms", "main_arm", "envs", "curves", "eval_metric",
-              "min_seeds", "confidence", "reported", "claims"}
-_CLAIM_KEYS = {"id", "text", "paper", "predicate", "env", "metric", "window", "min_seeds"}
+              "min_seeds", "confidence", "margins_preregistered", "reported", "claims"}
+_CLAIM_KEYS = {"id", "text", "paper", "predicate", "env", "metric", "window", "min_seeds", "margin", "margin_why",
+               "controls", "confounds", "kind"}
 _REPORTED_KEYS = {"what", "value", "unit", "mark"}
 _TERM = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.\-]*)(?:@(initial|final))?$")
 
@@ -52,10 +58,15 @@ class Claim:
     predicate: str
     terms: list[Term]  # in claimed order: terms[0] > terms[1] > ... (a "<" chain is reversed)
     envs: list[str]
+    margin: float  # the smallest difference that matters, in the metric's units (> 0)
+    margin_why: str  # one line: why this margin
     metric: str = "mean@k"
     window: int | None = DEFAULT_WINDOW  # curve metrics: last N steps; None = every step
-    min_seeds: int = DEFAULT_MIN_SEEDS
+    min_seeds: int = DEFAULT_MIN_SEEDS  # a floor on the seeds needed, below the power calculation's
     paper: str = ""
+    controls: list[str] = field(default_factory=list)  # arms shown beside the verdict (e.g. a control arm)
+    confounds: list[str] = field(default_factory=list)  # known confounds, printed next to the verdict
+    kind: str = "replication"  # one of CLAIM_KINDS
 
     @property
     def is_curve(self) -> bool:
@@ -83,6 +94,7 @@ class Card:
     eval_metric: str = "mean@k"
     min_seeds: int = DEFAULT_MIN_SEEDS
     confidence: float = DEFAULT_CONFIDENCE
+    margins_preregistered: bool = False  # were the margins set before the runs they judge? (not unless said)
     reported: list[Reported] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)
     path: Path | None = None
@@ -133,14 +145,33 @@ def _positive_int(value: Any, where: str) -> int:
     return value
 
 
+def _margin(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+        raise CardError(f"{where} must be a number > 0 (the smallest difference that matters, in the metric's "
+                        f"units, e.g. 0.05 for 5 points of mean@k); got {value!r}")
+    return float(value)
+
+
+def _strings(value: Any, where: str) -> list[str]:
+    """One string or a list of strings."""
+    items = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, str) and v.strip() for v in items):
+        raise CardError(f"{where} must be a string or a list of strings; got {value!r}")
+    return [v.strip() for v in items]
+
+
 def parse_claim(d: Any, card_min_seeds: int, n: int) -> Claim:
     where = f"claims[{n}]"
     if not isinstance(d, dict):
-        raise CardError(f"{where} must be a mapping with id, text, predicate, env, metric")
+        raise CardError(f"{where} must be a mapping with id, text, predicate, env, margin, margin_why")
     _unknown(d, _CLAIM_KEYS, where)
     for key in ("id", "text", "predicate", "env"):
         if key not in d:
             raise CardError(f"{where} lacks {key!r}")
+    for key in ("margin", "margin_why"):
+        if key not in d:
+            raise CardError(f"{where} ({d['id']}) lacks {key!r}: every claim declares, before its runs, the smallest "
+                            "difference that matters (margin, in the metric's units) and one line on why (margin_why)")
     envs = d["env"] if isinstance(d["env"], list) else [d["env"]]
     metric = str(d.get("metric", "mean@k"))
     terms = parse_predicate(str(d["predicate"]))
@@ -156,10 +187,18 @@ def parse_claim(d: Any, card_min_seeds: int, n: int) -> Claim:
         terms = [Term(t.arm, t.stage or "final") for t in terms]
     if len(set(terms)) != len(terms):
         raise CardError(f"{where} ({d['id']}): predicate {d['predicate']!r} compares a term with itself")
+    controls = _strings(d["controls"], f"{where}.controls") if "controls" in d else []
+    if any(not _TERM.match(c) or "@" in c for c in controls) or set(controls) & {t.arm for t in terms}:
+        raise CardError(f"{where} ({d['id']}): controls must be arm names not already in the predicate; got {controls}")
+    kind = str(d.get("kind", "replication"))
+    if kind not in CLAIM_KINDS:
+        raise CardError(f"{where} ({d['id']}): kind must be one of {list(CLAIM_KINDS)}; got {kind!r}")
     return Claim(id=str(d["id"]), text=str(d["text"]), predicate=str(d["predicate"]), terms=terms,
-                 envs=[str(e) for e in envs], metric=metric, window=window,
+                 envs=[str(e) for e in envs], margin=_margin(d["margin"], f"{where}.margin"),
+                 margin_why=" ".join(_strings(d["margin_why"], f"{where}.margin_why")), metric=metric, window=window,
                  min_seeds=_positive_int(d.get("min_seeds", card_min_seeds), f"{where}.min_seeds"),
-                 paper=str(d.get("paper", "")))
+                 paper=str(d.get("paper", "")), controls=controls,
+                 confounds=_strings(d["confounds"], f"{where}.confounds") if "confounds" in d else [], kind=kind)
 
 
 def parse_card(text: str, path: Path | None = None) -> Card:
@@ -192,12 +231,15 @@ def parse_card(text: str, path: Path | None = None) -> Card:
     if len(set(ids)) != len(ids):
         raise CardError(f"claim ids must be unique; got {ids}")
     envs = d.get("envs")
+    preregistered = d.get("margins_preregistered", False)
+    if not isinstance(preregistered, bool):
+        raise CardError(f"margins_preregistered must be true or false; got {preregistered!r}")
     card = Card(method=str(d["method"]), title=str(d["title"]), paper=str(d["paper"]),
                 summary=str(d.get("summary", "")).strip(), arms={str(k): str(v) for k, v in arms.items()},
                 main_arm=d.get("main_arm"), envs=[str(e) for e in envs] if envs else None,
                 curves=[str(c) for c in d.get("curves") or ["success_rate"]],
                 eval_metric=str(d.get("eval_metric", "mean@k")), min_seeds=min_seeds, confidence=confidence,
-                reported=reported, claims=claims, path=path)
+                margins_preregistered=preregistered, reported=reported, claims=claims, path=path)
     if card.main_arm is not None and card.arms and card.main_arm not in card.arms:
         raise CardError(f"main_arm {card.main_arm!r} is not one of arms {list(card.arms)}")
     return card

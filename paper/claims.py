@@ -1,20 +1,34 @@
-"""Decide each card claim from the finished runs, by intervals.
+"""Decide each card claim from the finished runs: paired by seed, t intervals, margins, power.
 
-Per adjacent pair of the claimed order (A > B), the effect is mean(A) - mean(B) over seeds
-(the mean over envs of per-env means when a claim spans several envs), with a 95% bootstrap
-interval (common/stats.py):
+**The effect.** Per adjacent pair of the claimed order (A > B) and per env, the runs of A and B are
+paired by seed over the seeds present in both (arms that share a seed share the warm start and the
+task order; `a@final > a@initial` pairs each run with itself). The effect is the mean of the
+per-seed differences A - B (over several envs: the mean of the per-env means) with a Student-t
+interval (`common.stats.stratified_t_ci`); `n` is the number of pairs (the fewest over envs).
 
-- same arm at two stages (`grpo@final > grpo@initial`): the runs are paired, so the interval is
-  the stratified bootstrap of per-seed differences;
-- two arms: unpaired, each arm's runs resampled independently within each env.
+**Seeds needed** (a power calculation): the n at which a two-sided paired t-test at alpha 0.05 has
+80% power to detect a difference equal to the claim's margin, given the standard deviation of the
+per-seed differences in the runs at hand (the pilot; `common.stats.paired_seeds_needed`); at least
+5, at least 10 when the margin is under 0.05, and never fewer than the claim's `min_seeds`. Without
+a pilot (fewer than 2 pairs) it is that floor. An ordering needs the most that any of its pairs needs.
 
-Verdict of a pair: **holds** if the interval's lower bound is > 0; **does not hold** if the
-point estimate is <= 0 (no effect or the wrong sign); **inconclusive** otherwise (right sign, but
-the interval reaches 0). A chain (ordering) holds if every pair holds, does not hold if any pair
-does not, and is inconclusive otherwise. Before any of this, every arm in the claim needs
-`min_seeds` finished runs in every env of the claim, or the verdict is **not enough runs**. A
-claim whose metric is missing from a run is an **invalid claim** (a card or logging bug).
-P(improvement) (Agarwal et al. 2021) is reported beside it and does not decide.
+**Verdicts**, from the interval [lo, hi] of the difference and the claim's margin m > 0:
+
+- **holds**: lo > 0, the interval lies above 0 (#16's definition). It does *not* also require the
+  estimate to exceed the margin: a difference can be real yet smaller than what matters; the note
+  then says "estimate below the margin" rather than the verdict hiding it;
+- **opposite**: hi < 0, the interval lies below 0 (the other arm is better);
+- **no effect**: -m < lo and hi < m, the interval lies inside +-margin (evidence of absence, which
+  a point estimate of the wrong sign is not);
+- **inconclusive**: anything else, and always when the claim has fewer pairs than its seeds needed
+  ("underpowered: n=3 < required 7"; the note adds what the interval alone would say).
+
+An ordering is *opposite* if any pair is, else *no effect* if any pair is (the order fails at that
+link), else *holds* if every pair holds, else *inconclusive*. A claim whose metric is missing from a
+run is an **invalid claim**, a card or logging bug and not a verdict (`--strict` fails on it).
+
+**Controls** (arms a claim names beside it) are compared with the claim's first term the same way,
+paired by seed, and shown next to the verdict; they do not change it. Nor do the **confounds**.
 """
 
 from __future__ import annotations
@@ -28,10 +42,17 @@ from common import stats
 from paper.cards import CURVE_PREFIX, Card, Claim, Term
 from paper.load import Results, Run
 
-HOLDS, INCONCLUSIVE, FAILS, TOO_FEW, INVALID = "holds", "inconclusive", "does not hold", "not enough runs", "invalid claim"
-VERDICTS = (HOLDS, INCONCLUSIVE, FAILS, TOO_FEW, INVALID)
-N_BOOT = 2000
-SEED = 0
+HOLDS, OPPOSITE, NO_EFFECT, INCONCLUSIVE = "holds", "opposite", "no effect", "inconclusive"
+VERDICTS = (HOLDS, OPPOSITE, NO_EFFECT, INCONCLUSIVE)
+INVALID = "invalid claim"  # not a verdict: the claim could not be evaluated
+OUTCOMES = (*VERDICTS, INVALID)
+ALPHA, POWER = 0.05, 0.8  # the power calculation: two-sided paired t-test at ALPHA, this power at the margin
+SEEDS_FLOOR, SEEDS_FLOOR_SMALL_MARGIN, SMALL_MARGIN = 5, 10, 0.05
+RULE = {"difference": "mean of per-seed differences (paired by seed), Student-t interval", "alpha": ALPHA,
+        "power": POWER, "seeds_floor": SEEDS_FLOOR, "seeds_floor_small_margin": SEEDS_FLOOR_SMALL_MARGIN,
+        "small_margin": SMALL_MARGIN, "defined_in": "paper/claims.py"}  # as paper/claims.json states it
+
+Values = dict[str, dict[int, float]]  # env -> seed -> the metric of that run
 
 
 def eval_value(result: dict[str, Any], metric: str) -> float:
@@ -68,13 +89,27 @@ def run_value(run: Run, metric: str, stage: str | None, window: int | None = Non
 
 
 @dataclass
-class Pair:
+class Paired:
+    """better - worse over the seeds present in both, per env."""
+
     better: Term
     worse: Term
-    paired: bool
-    diff: stats.Interval  # mean(better) - mean(worse)
-    prob: stats.Interval  # P(better > worse)
-    verdict: str
+    n: int  # pairs: seeds present in both, the fewest over envs
+    diff: stats.Interval  # mean of per-seed differences (mean over envs of per-env means), t interval
+    sd: float  # pilot SD of the per-seed differences (per-env SDs combined as the estimate's); NaN if n < 2
+
+
+@dataclass
+class Pair(Paired):
+    needed: int = SEEDS_FLOOR  # seeds (pairs) for 80% power at the margin
+    verdict: str = INCONCLUSIVE  # what the interval says against the margin, before the power check
+
+
+@dataclass
+class Control(Paired):
+    """The claim's first term against a control arm the card names (context, not deciding)."""
+
+    value: stats.Interval = (float("nan"),) * 3  # the control arm's own mean, t interval
 
 
 @dataclass
@@ -82,59 +117,132 @@ class ClaimResult:
     claim: Claim
     verdict: str
     note: str = ""
-    values: dict[Term, stats.Interval] = field(default_factory=dict)
+    values: dict[Term, stats.Interval] = field(default_factory=dict)  # each term's mean over seeds, t interval
     seeds: dict[str, dict[str, int]] = field(default_factory=dict)  # arm -> env -> finished seeds
     pairs: list[Pair] = field(default_factory=list)
+    controls: list[Control] = field(default_factory=list)
+    needed: int | None = None  # seeds needed (the most over pairs); None for an invalid claim
+    n: int = 0  # pairs run (the fewest over pairs and envs)
+    interval_verdict: str | None = None  # what the intervals alone say, whatever the power
 
 
-def pair_verdict(diff: stats.Interval) -> str:
-    point, lo, _ = diff
-    if point <= 0:
-        return FAILS
-    return HOLDS if lo > 0 else INCONCLUSIVE
+def pair_verdict(diff: stats.Interval, margin: float) -> str:
+    """The verdict an interval gives against a margin (before the power check)."""
+    _, lo, hi = diff
+    if np.isnan(lo) or np.isnan(hi):
+        return INCONCLUSIVE
+    if lo > 0:
+        return HOLDS
+    if hi < 0:
+        return OPPOSITE
+    if -margin < lo and hi < margin:
+        return NO_EFFECT
+    return INCONCLUSIVE
 
 
 def chain_verdict(verdicts: list[str]) -> str:
-    if any(v == FAILS for v in verdicts):
-        return FAILS
-    return HOLDS if all(v == HOLDS for v in verdicts) else INCONCLUSIVE
+    for refuted in (OPPOSITE, NO_EFFECT):
+        if refuted in verdicts:
+            return refuted
+    return HOLDS if verdicts and all(v == HOLDS for v in verdicts) else INCONCLUSIVE
+
+
+def seeds_floor(claim: Claim) -> int:
+    return max(SEEDS_FLOOR_SMALL_MARGIN if claim.margin < SMALL_MARGIN else SEEDS_FLOOR, claim.min_seeds)
+
+
+def seeds_needed(claim: Claim, sd: float) -> int:
+    """Pairs for 80% power at the margin given the pilot SD, never below the floor (no pilot: the floor)."""
+    floor = seeds_floor(claim)
+    if not np.isfinite(sd):
+        return floor
+    return max(floor, stats.paired_seeds_needed(sd, claim.margin, ALPHA, POWER))
+
+
+def paired(better: Term, worse: Term, x: Values, y: Values, envs: list[str], confidence: float) -> Paired:
+    diffs = [np.array([x[env][s] - y[env][s] for s in sorted(set(x[env]) & set(y[env]))]) for env in envs]
+    n = min(d.size for d in diffs)
+    # the estimate's variance is sum_e sd_e^2 / (n E^2): one SD that gives it with n pairs
+    sd = float(np.sqrt(sum(d.var(ddof=1) for d in diffs)) / len(diffs)) if n >= 2 else float("nan")
+    return Paired(better, worse, n, stats.stratified_t_ci(diffs, confidence), sd)
 
 
 def evaluate_claim(claim: Claim, results: Results, method: str, confidence: float = 0.95) -> ClaimResult:
-    arms = list(dict.fromkeys(t.arm for t in claim.terms))
+    arms = list(dict.fromkeys([t.arm for t in claim.terms] + claim.controls))
     runs = {(arm, env): results.of(method, env, arm) for arm in arms for env in claim.envs}
-    out = ClaimResult(claim, TOO_FEW)
+    out = ClaimResult(claim, INCONCLUSIVE)
     out.seeds = {arm: {env: len(runs[arm, env]) for env in claim.envs} for arm in arms}
-    short = [f"{arm} on {env}: {len(rs)} of {claim.min_seeds}" for (arm, env), rs in runs.items()
-             if len(rs) < claim.min_seeds]
-    if short:
-        out.note = f"needs {claim.min_seeds} finished seeds per arm and env; has " + "; ".join(short)
-        return out
+    control_terms = [Term(c, claim.terms[0].stage) for c in claim.controls]
     try:
-        values = {t: [np.array([run_value(r, claim.metric, t.stage, claim.window) for r in runs[t.arm, env]])
-                      for env in claim.envs] for t in claim.terms}
+        values: dict[Term, Values] = {
+            t: {env: {r.seed: run_value(r, claim.metric, t.stage, claim.window) for r in runs[t.arm, env]}
+                for env in claim.envs} for t in [*claim.terms, *control_terms]}
     except KeyError as e:
         out.verdict, out.note = INVALID, str(e.args[0])
         return out
-    bad = [f"{t.label()} on {env}" for t, per_env in values.items() for env, v in zip(claim.envs, per_env, strict=True)
-           if not np.isfinite(v).all()]
+    bad = [f"{t.label()} on {env}" for t, per_env in values.items() for env, v in per_env.items()
+           if not np.isfinite(list(v.values())).all()]
     if bad:
         out.verdict, out.note = INVALID, f"{claim.metric} is not a finite number in some runs of " + ", ".join(bad)
         return out
-    ci: dict[str, Any] = {"confidence": confidence, "n_boot": N_BOOT, "seed": SEED}
-    out.values = {t: stats.stratified_bootstrap_ci(v, "mean", **ci) for t, v in values.items()}
+
+    def mean(t: Term) -> stats.Interval:
+        per_env = [list(values[t][env].values()) for env in claim.envs]
+        return stats.stratified_t_ci(per_env, confidence) if all(per_env) else (float("nan"),) * 3
+
+    out.values = {t: mean(t) for t in claim.terms}
     for better, worse in zip(claim.terms, claim.terms[1:], strict=False):
-        x, y = values[better], values[worse]
-        paired = better.arm == worse.arm
-        if paired:  # the same runs at two stages: bootstrap the per-seed differences
-            diff = stats.stratified_bootstrap_ci([a - b for a, b in zip(x, y, strict=True)], "mean", **ci)
-        else:
-            diff = stats.difference_ci(x, y, "mean", **ci)
-        prob = stats.probability_of_improvement(x, y, **ci)
-        out.pairs.append(Pair(better, worse, paired, diff, prob, pair_verdict(diff)))
-    out.verdict = chain_verdict([p.verdict for p in out.pairs])
+        p = paired(better, worse, values[better], values[worse], claim.envs, confidence)
+        out.pairs.append(Pair(**vars(p), needed=seeds_needed(claim, p.sd), verdict=pair_verdict(p.diff, claim.margin)))
+    first = claim.terms[0]
+    out.controls = [Control(**vars(paired(first, c, values[first], values[c], claim.envs, confidence)), value=mean(c))
+                    for c in control_terms]
+    out.needed = max(p.needed for p in out.pairs)
+    out.n = min(p.n for p in out.pairs)
+    out.interval_verdict = chain_verdict([p.verdict for p in out.pairs])
+    notes = []
+    if out.n < out.needed:
+        out.verdict = INCONCLUSIVE
+        notes.append(f"underpowered: n={out.n} < required {out.needed}")
+        if out.n < 2:
+            notes.append("no interval from fewer than 2 pairs")
+        elif out.interval_verdict != INCONCLUSIVE:
+            notes.append(f"the interval alone says {out.interval_verdict}")
+    else:
+        out.verdict = out.interval_verdict
+    if out.interval_verdict == HOLDS and any(p.diff[0] < claim.margin for p in out.pairs):
+        notes.append(f"estimate below the margin {claim.margin:g}: a difference that may not matter")
+    out.note = "; ".join(notes)
     return out
 
 
 def evaluate_card(card: Card, results: Results) -> list[ClaimResult]:
     return [evaluate_claim(c, results, card.method, card.confidence) for c in card.claims]
+
+
+def _num(x: float) -> float | None:
+    return None if x is None or np.isnan(x) else round(float(x), 6)
+
+
+def _paired_json(p: Paired) -> dict[str, Any]:
+    return {"better": p.better.label(), "worse": p.worse.label(), "pairs": p.n, "estimate": _num(p.diff[0]),
+            "interval": [_num(p.diff[1]), _num(p.diff[2])], "pilot_sd": _num(p.sd)}
+
+
+def claim_json(method: str, cr: ClaimResult, card: Card) -> dict[str, Any]:
+    """One claim as `paper/claims.json` holds it: plain JSON, NaN as null, rounded to 6 digits."""
+    c = cr.claim
+    one = cr.pairs[0] if len(cr.pairs) == 1 else None
+    return {
+        "method": method, "id": c.id, "text": c.text, "kind": c.kind, "predicate": c.predicate, "envs": c.envs,
+        "metric": c.metric, "window": c.window, "verdict": cr.verdict, "note": cr.note,
+        "interval_verdict": cr.interval_verdict, "confidence": card.confidence,
+        "seeds_per_arm": cr.seeds, "pairs": cr.n if cr.pairs else None,
+        "estimate": _num(one.diff[0]) if one else None,
+        "interval": [_num(one.diff[1]), _num(one.diff[2])] if one else None,
+        "comparisons": [{**_paired_json(p), "seeds_needed": p.needed, "interval_verdict": p.verdict} for p in cr.pairs],
+        "margin": c.margin, "margin_why": c.margin_why, "margin_preregistered": card.margins_preregistered,
+        "seeds_needed": cr.needed,
+        "controls": [{"arm": k.worse.arm, **_paired_json(k), "control_mean": _num(k.value[0])} for k in cr.controls],
+        "confounds": c.confounds,
+    }

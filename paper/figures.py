@@ -1,6 +1,6 @@
 """Figures (seaborn style, matplotlib Agg): learning curves, final scores, the cross-method matrix.
 
-Bands and error bars are 95% percentile-bootstrap intervals over seeds from common/stats.py (the
+Bands and error bars are 95% Student-t intervals over seeds from common/stats.py (the
 same numbers as the tables), never seaborn's own estimator. Figures are drawn on Agg canvases
 without pyplot, so no display or global backend is involved. Each figure is written as PNG and PDF
 with the timestamps and software tags left out, so re-running the build on the same results gives
@@ -130,7 +130,7 @@ def curves_figure(method: str, env: str, results: Results, card: Card | None, ou
             if x_key != "step":
                 ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    title = f"{card.title if card else method} on {env}: mean over seeds, shaded 95% bootstrap CI"
+    title = f"{card.title if card else method} on {env}: mean over seeds, shaded 95% t CI"
     fig.suptitle(wrap(title, 11))
     fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 5), frameon=False)
     return save(fig, out_dir, f"{method}-{env}-curves")

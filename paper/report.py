@@ -14,20 +14,38 @@ from pathlib import Path
 from typing import Any
 
 from paper.cards import Card
-from paper.claims import FAILS, HOLDS, INCONCLUSIVE, INVALID, TOO_FEW, VERDICTS, ClaimResult
+from paper.claims import (
+    ALPHA,
+    HOLDS,
+    INCONCLUSIVE,
+    INVALID,
+    NO_EFFECT,
+    OPPOSITE,
+    OUTCOMES,
+    POWER,
+    SEEDS_FLOOR,
+    SEEDS_FLOOR_SMALL_MARGIN,
+    SMALL_MARGIN,
+    ClaimResult,
+)
 from paper.load import Problem, Results, Run, flatten
-from paper.tables import Table, arms_of, envs_of, fmt_ci
+from paper.tables import Table, arms_of, claim_text, context_text, envs_of, fmt_ci
 
 # config keys that legitimately differ between the seeds of one arm
 SEED_KEYS = {"seed", "sft.seed", "out_dir", "work_dir", "force", "progress", "loggers"}
 VERDICT_RULE = (
-    "Verdicts compare means over seeds with 95% percentile-bootstrap intervals (common/stats.py): a claim "
-    "**holds** if the interval of the claimed difference lies above 0, **does not hold** if the point "
-    "estimate is 0 or has the wrong sign, and is **inconclusive** otherwise; an ordering needs every adjacent "
-    "pair. Every arm needs the card's minimum number of finished seeds per environment (3 unless the card "
-    "says otherwise), or the verdict is **not enough runs**. Same-arm claims (final vs initial) pair each "
-    "seed with itself; different arms are compared unpaired. P(improvement) is the probability that a run "
-    "of the first arm beats a run of the second (Agarwal et al. 2021), shown for context only."
+    "Verdicts (paper/claims.py): the runs of two arms are **paired by seed** (a seed shares the warm start and the "
+    "task order across arms) and a claim's effect is the mean per-seed difference with a 95% Student-t interval. "
+    "Every claim declares a **margin**, the smallest difference that matters. A claim **holds** if the interval "
+    "lies above 0, is **opposite** if it lies below 0, shows **no effect** if it lies inside ±margin, and is "
+    "**inconclusive** otherwise (an ordering: opposite or no effect if any adjacent pair is, holds if all hold). "
+    "*Holds* does not also require the estimate to exceed the margin; a note says when it does not. **Seeds "
+    f"needed**: the pairs a two-sided paired t-test at alpha {ALPHA:g} needs for {POWER:.0%} power at the margin, "
+    f"given the SD of the per-seed differences in these runs (the pilot), at least {SEEDS_FLOOR} "
+    f"({SEEDS_FLOOR_SMALL_MARGIN} when the margin is under {SMALL_MARGIN:g}); a claim with fewer pairs is "
+    "**inconclusive** whatever its interval (\"underpowered: n=3 < required 7\", with what the interval alone "
+    "says). Controls and confounds a card names are printed beside the verdict and do not change it. Every "
+    "interval of a mean is a Student-t interval; IQMs keep a percentile bootstrap."
 )
 
 
@@ -123,14 +141,18 @@ def verdict_counts(claim_results: list[ClaimResult]) -> Counter[str]:
 
 def _reproduced(section: MethodSection) -> list[str]:
     lines = []
-    for verdict, lead in ((HOLDS, "Reproduced"), (INCONCLUSIVE, "Inconclusive"), (FAILS, "Did not reproduce"),
-                          (TOO_FEW, "Not yet tested (not enough runs)"), (INVALID, "Could not evaluate")):
+    for verdict, lead in ((HOLDS, "Holds"), (OPPOSITE, "Opposite"), (NO_EFFECT, "No effect (inside ±margin)"),
+                          (INCONCLUSIVE, "Inconclusive"), (INVALID, "Could not evaluate")):
         for cr in section.claim_results:
             if cr.verdict != verdict:
                 continue
-            detail = "; ".join(f"{p.better.label()} − {p.worse.label()} = {fmt_ci(p.diff, signed=True)}"
-                               for p in cr.pairs) or cr.note
-            lines.append(f"- **{lead}:** {cr.claim.text} (`{cr.claim.id}`){': ' + detail if detail else ''}.")
+            detail = "; ".join(f"{p.better.label()} − {p.worse.label()} = {fmt_ci(p.diff, signed=True)}" for p in cr.pairs)
+            detail += ("; " if detail and cr.note else "") + cr.note
+            if cr.needed is not None:
+                detail += f" (margin ±{cr.claim.margin:g}, seeds needed / run: {cr.needed} / {cr.n})"
+            context = context_text(cr)
+            lines.append(f"- **{lead}:** {claim_text(cr.claim)} (`{cr.claim.id}`){': ' + detail if detail else ''}."
+                         + ("" if context == "—" else f" *Beside it:* {context}."))
     return lines or ["- The card lists no claims."]
 
 
@@ -168,6 +190,9 @@ def method_section(section: MethodSection, results: Results, out_dir: Path) -> s
         out += [f"- `{run_name(p)}`: {p.kind}, {p.reason}" for p in problems] + [""]
     if card and not section.card_error:
         out += ["### Claims", ""]
+        if card.claims:
+            out += ["Margins were set before the runs (pre-registered)." if card.margins_preregistered else
+                    "Margins were set after these runs existed: not pre-registered (the card says why each one).", ""]
         out += [section.tables["claims"].markdown()] if card.claims else ["The card lists no claims.", ""]
     if section.build_error:
         out += ["### Held-out scores", "", f"Could not build the tables and figures: {section.build_error}", ""]
@@ -196,7 +221,7 @@ def summary(sections: list[MethodSection], results: Results, root: Path, matrix:
            "directory is listed under its method as not counted.", "", "## Summary", ""]
     if not results.runs:
         out += [f"No finished runs under `{root}` yet: the tables below list what each card will check.", ""]
-    headers = ["method", "envs", "arms", "finished runs", "not counted", *VERDICTS, "flags"]
+    headers = ["method", "envs", "arms", "finished runs", "not counted", *OUTCOMES, "flags"]
     rows = []
     for s in sections:
         runs = results.of(s.method)
@@ -206,7 +231,7 @@ def summary(sections: list[MethodSection], results: Results, root: Path, matrix:
         arms = arms_of(s.method, results, s.card) or (list(s.card.arms) if s.card else [])
         rows.append([s.method, ", ".join(envs) or "—", ", ".join(arms) or "—", str(len(runs)),
                      str(len(results.problems_of(s.method))),
-                     *[str(counts.get(v, 0)) for v in VERDICTS],
+                     *[str(counts.get(v, 0)) for v in OUTCOMES],
                      "; ".join(f for f, on in (("card error", s.card_error), ("build error", s.build_error),
                                                ("extra table error", s.extra_errors), (f"{n_flags} flag(s)", n_flags))
                                if on) or "—"])

@@ -131,24 +131,52 @@ def _claim_ours(cr: ClaimResult) -> str:
     return " > ".join(f"{t.label()} {fmt_ci(cr.values[t])}" for t in cr.claim.terms)
 
 
+def _pairs_text(n: int) -> str:
+    return f"{n} pair" + ("" if n == 1 else "s")
+
+
 def _seeds(cr: ClaimResult) -> str:
-    return "; ".join(f"{arm}: " + ", ".join(f"{n}" if len(envs) == 1 else f"{env} {n}" for env, n in envs.items())
-                     for arm, envs in cr.seeds.items())
+    """'7 / 3': seeds needed (power) / pairs run; the finished seeds per arm when some are unpaired."""
+    if cr.needed is None:
+        return "—"
+    text = f"{cr.needed} / {cr.n}"
+    counts = {n for envs in cr.seeds.values() for n in envs.values()}
+    if counts != {cr.n}:
+        text += " (finished: " + "; ".join(
+            f"{arm} " + ", ".join(f"{n}" if len(envs) == 1 else f"{env} {n}" for env, n in envs.items())
+            for arm, envs in cr.seeds.items()) + ")"
+    return text
+
+
+def context_text(cr: ClaimResult) -> str:
+    """The controls (each compared with the claim's first term, paired by seed) and the confounds."""
+    parts = []
+    for k in cr.controls:
+        if k.n == 0:
+            parts.append(f"control {k.worse.arm}: no seed in common with {k.better.arm}")
+        else:
+            parts.append(f"control {k.worse.arm} {fmt_ci(k.value)}: {k.better.label()} - {k.worse.label()} = "
+                         f"{fmt_ci(k.diff, signed=True)}, {_pairs_text(k.n)}")
+    parts += [f"confound: {c}" for c in cr.claim.confounds]
+    return "; ".join(parts) or "—"
+
+
+def claim_text(claim: Claim) -> str:
+    return ("[sanity check] " if claim.kind == "sanity" else "") + claim.text
 
 
 def claims_table(card: Card, claim_results: list[ClaimResult], k: int | None) -> Table:
     rows = []
     for cr in claim_results:
         c: Claim = cr.claim
-        diffs = "; ".join(f"{fmt_ci(p.diff, signed=True)}" + (" (paired)" if p.paired else "") for p in cr.pairs)
-        probs = "; ".join(fmt_ci(p.prob) for p in cr.pairs)
+        diffs = "; ".join(f"{fmt_ci(p.diff, signed=True)}, {_pairs_text(p.n)}" for p in cr.pairs)
         verdict = cr.verdict + (f" ({cr.note})" if cr.note else "")
-        rows.append([c.text, c.paper or "—", f"{c.predicate} on {', '.join(c.envs)}, "
-                     f"{metric_label(c.metric, k, c.window)}", _claim_ours(cr), diffs or "—", probs or "—",
-                     _seeds(cr), verdict])
+        rows.append([claim_text(c), c.paper or "—", f"{c.predicate} on {', '.join(c.envs)}, "
+                     f"{metric_label(c.metric, k, c.window)}", _claim_ours(cr), diffs or "—", f"±{c.margin:g} ({c.margin_why})",
+                     _seeds(cr), verdict, context_text(cr)])
     level = f"{card.confidence:.0%}"
-    headers = ["claim", "paper", "tested as", f"ours (mean [{level} CI])", f"difference [{level} CI]",
-               f"P(improvement) [{level} CI]", "seeds", "verdict"]
+    headers = ["claim", "paper", "tested as", f"ours (mean [{level} t CI])", f"difference, paired by seed [{level} t CI]",
+               "margin", "seeds needed / seeds run", "verdict", "controls and confounds"]
     return Table(f"{card.method}-claims", f"{card.title}: claims checked at CPU scale", headers, rows)
 
 
@@ -175,7 +203,8 @@ def final_table(method: str, title: str, results: Results, card: Card | None) ->
     headers = ["env", "arm", "seeds", f"warm start {label}", f"final {label}", "change (paired)",
                f"final {label} IQM", f"final {metric_label('pass@k', k)}"]
     return Table(f"{method}-final", f"{title}: held-out scores of the warm start and after RL "
-                 "(mean over seeds [95% bootstrap CI])", headers, rows)
+                 "(mean over seeds [95% t CI]; the IQM's interval is a percentile bootstrap, short of 95% with few "
+                 "seeds)", headers, rows)
 
 
 def tiers_table(method: str, title: str, results: Results, card: Card | None) -> Table | None:
@@ -197,7 +226,7 @@ def tiers_table(method: str, title: str, results: Results, card: Card | None) ->
     if not rows:
         return None
     label = metric_label(metric, k)
-    return Table(f"{method}-tiers", f"{title}: held-out {label} per difficulty tier",
+    return Table(f"{method}-tiers", f"{title}: held-out {label} per difficulty tier (mean over seeds [95% t CI])",
                  ["env", "arm", "tier", "seeds", f"warm start {label}", f"final {label}"], rows)
 
 
@@ -206,6 +235,15 @@ def main_arm(method: str, results: Results, card: Card | None) -> str | None:
     if card and card.main_arm in arms:
         return card.main_arm
     return arms[0] if arms else None
+
+
+def control_arms(method: str, results: Results, card: Card | None) -> list[str]:
+    """Arms that a claim involving the main arm names as its controls, in the order the claims name them."""
+    arm = main_arm(method, results, card)
+    if card is None or arm is None:
+        return []
+    named = [c for claim in card.claims if arm in {t.arm for t in claim.terms} for c in claim.controls]
+    return [c for c in dict.fromkeys(named) if c != arm]
 
 
 def matrix_table(methods: list[str], results: Results, cards: dict[str, Card]) -> Table:
@@ -217,11 +255,14 @@ def matrix_table(methods: list[str], results: Results, cards: dict[str, Card]) -
         if arm is None:
             continue
         metric = card.eval_metric if card else "mean@k"
-        row = [method, card.label(arm) if card else arm]
-        for env in envs:
-            runs = results.of(method, env, arm)
-            row.append(fmt_ci(stats.mean_ci(stage_values(runs, "final", metric), **CI)) + f" (n={len(runs)})"
-                       if runs else "—")
-        rows.append(row)
+        for shown in [arm, *control_arms(method, results, card)]:
+            label = card.label(shown) if card else shown
+            row = [method, label if shown == arm else f"control: {label}"]
+            for env in envs:
+                runs = results.of(method, env, shown)
+                row.append(fmt_ci(stats.mean_ci(stage_values(runs, "final", metric), **CI)) + f" (n={len(runs)})"
+                           if runs else "—")
+            rows.append(row)
     return Table("matrix", "Final held-out mean@k of each method's own arm, per environment (mean over seeds "
-                 "[95% bootstrap CI], n = finished seeds)", ["method", "arm", *envs], rows)
+                 "[95% t CI], n = finished seeds); below it, any control arm that a claim on that arm names",
+                 ["method", "arm", *envs], rows)

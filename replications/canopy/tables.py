@@ -1,4 +1,4 @@
-"""CANOPY's own tables (read by paper/, see paper/extras.py), mean over seeds [95% bootstrap CI]:
+"""CANOPY's own tables (read by paper/, see paper/extras.py), mean over seeds [95% t CI]:
 
 - `ablations`: per arm, held-out mean@k next to the paper's mean@4 for the same ablation; the
   policy's entropy and its KL to the base over the last steps (the drift claim: without the KL
@@ -79,7 +79,7 @@ def ablations_table(runs: list[Run]) -> Table:
                f"KL to base, last {LAST} steps", "groups with signal: measured / P_sig, all tiers; hardest tier",
                "group size (pilot success rate)", "tokens generated in training"]
     return Table("canopy-ablations", "CANOPY's ablations: held-out mean@k next to the paper's mean@4, drift "
-                 "and signal starvation, mean over seeds [95% bootstrap CI]", headers, rows)
+                 "and signal starvation, mean over seeds [95% t CI]", headers, rows)
 
 
 def curve(runs: list[Run], key: str, points: int = 5) -> str:

@@ -1,5 +1,5 @@
 """CCPO's own table (read by paper/, see paper/extras.py): what the Thinker's message does for the
-Solver, per arm, at the warm start and after RL, mean over seeds [95% bootstrap CI].
+Solver, per arm, at the warm start and after RL, mean over seeds [95% t CI].
 
 Help, hurt and contribution come from the `paired` eval variant (the Solver answers alone, then
 with the Thinker's message, on the same task): help = P(joint right and solo wrong), hurt =
@@ -44,7 +44,7 @@ def thinker_table(runs: list[Run]) -> Table:
                 rows.append([env, arm, label, str(len(evals)),
                              *(fmt_ci(mean_ci([column(e) for e in evals], **CI)) for column in COLUMNS.values())])
     return Table("ccpo-thinker", "CCPO: the Thinker's contribution per arm, held-out, mean over seeds "
-                 "[95% bootstrap CI] (help, hurt, contribution: the paired variant; drop: mean@k minus "
+                 "[95% t CI] (help, hurt, contribution: the paired variant; drop: mean@k minus "
                  "mean@k with the message emptied)", ["env", "arm", "stage", "seeds", *COLUMNS], rows)
 
 

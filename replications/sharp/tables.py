@@ -102,7 +102,7 @@ def compute_table(runs: list[Run]) -> Table:
                "coalition re-scorings", "credit time (s)", "train time (s)"]
     return Table("sharp-compute", "SHARP per K and arm: held-out accuracy, distractor calls, credit gap and the compute "
                  "spent (re-scorings are deterministic replays: no extra model calls or tokens), mean over seeds "
-                 "[95% bootstrap CI]", headers, rows)
+                 "[95% t CI]", headers, rows)
 
 
 def gap_growth_table(runs: list[Run]) -> Table:

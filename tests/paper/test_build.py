@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -32,13 +33,15 @@ def table(out: Path, name: str) -> list[dict[str, str]]:
     return [dict(zip(split[0], row, strict=True)) for row in split[2:]]
 
 
+T_975 = {2: 4.302652729749462, 3: 3.182446305284263}  # Student-t quantiles by degrees of freedom (any t table)
+
+
 def ci_text(values, signed=False):
-    """mean [lo, hi] of a percentile bootstrap (2000 resamples, seed 0), computed here from scratch."""
+    """mean [lo, hi] of a 95% Student-t interval, computed here from scratch."""
     x = np.asarray(values, dtype=float)
-    rng = np.random.default_rng(0)
-    means = [x[row].mean() for row in rng.integers(0, len(x), size=(2000, len(x)))]
+    half = T_975[len(x) - 1] * x.std(ddof=1) / np.sqrt(len(x))
     f = "{:+.3f}" if signed else "{:.3f}"
-    return f"{f.format(x.mean())} [{f.format(np.quantile(means, 0.025))}, {f.format(np.quantile(means, 0.975))}]"
+    return f"{f.format(x.mean())} [{f.format(x.mean() - half)}, {f.format(x.mean() + half)}]"
 
 
 def test_final_table_numbers(out):
@@ -46,7 +49,7 @@ def test_final_table_numbers(out):
     initial, final = [0.30, 0.28, 0.33, 0.31], [0.45, 0.41, 0.50, 0.47]  # seeds 0-3 of make_fixtures.py
     assert row["env"] == "arith" and row["arm"] == "GRPO" and row["seeds"] == "4"
     assert row["warm start mean@4"] == ci_text(initial)
-    assert row["warm start mean@4"].startswith("0.305 [")
+    assert row["warm start mean@4"] == "0.305 [0.272, 0.338]"
     assert row["final mean@4"] == ci_text(final)
     assert row["change (paired)"] == ci_text(np.subtract(final, initial), signed=True)
     assert row["final pass@4"] == ci_text(np.add(final, 0.2))
@@ -54,15 +57,43 @@ def test_final_table_numbers(out):
 
 def test_claims_table(out):
     rows = {r["claim"]: r for r in table(out, "toy-claims")}
-    assert rows["TOY beats GRPO on grid"]["verdict"] == "holds"
-    assert rows["TOY beats GRPO on grid"]["difference [95% CI]"].startswith("+0.203 [")
+    better = rows["TOY beats GRPO on grid"]
+    assert better["verdict"] == "inconclusive (underpowered: n=3 < required 5; the interval alone says holds)"
+    assert better["difference, paired by seed [95% t CI]"] == ci_text([0.20, 0.20, 0.21], signed=True) + ", 3 pairs"
+    assert (better["margin"], better["seeds needed / seeds run"]) == ("±0.05 (5 points of success)", "5 / 3")
+    context = better["controls and confounds"]
+    assert context.startswith("control best " + ci_text([0.51, 0.58, 0.53]) + ": better@final - best@final = "
+                              + ci_text([-0.01, -0.06, 0.02], signed=True) + ", 3 pairs")
+    assert context.endswith("; confound: better also trains twice as long (a made-up confound)")
     few = rows["the 2-seed arm beats GRPO"]
-    assert few["verdict"].startswith("not enough runs") and "few on grid: 2 of 3" in few["verdict"]
-    assert rows["GRPO beats TOY (a claim that fails)"]["verdict"] == "does not hold"
+    assert few["verdict"].startswith("inconclusive (underpowered: n=2 < required 5")
+    assert few["seeds needed / seeds run"] == "5 / 2 (finished: few 2; base 3)"
+    assert rows["GRPO beats TOY (a claim that fails)"]["verdict"].endswith("the interval alone says opposite)")
     [grpo] = table(out, "grpo-claims")
-    assert grpo["verdict"] == "holds" and "88.2%" in grpo["paper"]
+    assert grpo["claim"].startswith("[sanity check] GRPO beats") and "88.2%" in grpo["paper"]
+    assert grpo["verdict"] == "inconclusive (underpowered: n=4 < required 5; the interval alone says holds)"
     diffs = np.subtract([0.45, 0.41, 0.50, 0.47], [0.30, 0.28, 0.33, 0.31])
-    assert grpo["difference [95% CI]"] == ci_text(diffs, signed=True) + " (paired)"
+    assert grpo["difference, paired by seed [95% t CI]"] == ci_text(diffs, signed=True) + ", 4 pairs"
+    assert "confound: mostly mode selection" in grpo["controls and confounds"]
+
+
+def test_claims_json(out):
+    data = json.loads((out / "claims.json").read_text())
+    assert data["rule"]["seeds_floor"] == 5 and data["rule"]["power"] == 0.8
+    by_id = {(c["method"], c["id"]): c for c in data["claims"]}
+    grpo = by_id["grpo", "beats-warm-start"]
+    assert (grpo["verdict"], grpo["interval_verdict"], grpo["pairs"], grpo["seeds_needed"]) == (
+        "inconclusive", "holds", 4, 5)
+    assert grpo["seeds_per_arm"] == {"grpo": {"arith": 4}} and grpo["margin"] == 0.05 and grpo["kind"] == "sanity"
+    assert grpo["estimate"] == pytest.approx(0.1525) and grpo["interval"][0] < 0.1525 < grpo["interval"][1]
+    for c in data["claims"]:
+        assert {"method", "id", "verdict", "seeds_per_arm", "estimate", "interval", "margin", "seeds_needed",
+                "controls", "confounds"} <= set(c)
+        # no claim is decided on fewer pairs than its power calculation asks for
+        assert c["verdict"] in ("inconclusive", "invalid claim") or c["pairs"] >= c["seeds_needed"]
+    assert by_id["toy", "missing-metric"]["verdict"] == "invalid claim"
+    ordering = by_id["toy", "ordering"]
+    assert ordering["estimate"] is None and len(ordering["comparisons"]) == 2
 
 
 def test_unfinished_and_invalid_runs_are_listed_not_counted(out):
@@ -88,8 +119,10 @@ def test_every_output_is_written(out):
     assert "stale.png" not in names  # outputs of an older build are removed
     latex = (out / "tables/toy-claims.tex").read_text()
     assert r"\toprule" in latex and r"better $>$ base" in latex and "curve:entropy" not in latex
-    matrix = {r["method"]: r for r in table(out, "matrix")}
-    assert matrix["toy"]["arm"] == "TOY" and matrix["toy"]["arith"] == "—"
+    matrix = table(out, "matrix")
+    toy = [r for r in matrix if r["method"] == "toy"]
+    assert [r["arm"] for r in toy] == ["TOY", "control: TOY+"]  # `best` is the control a claim on `better` names
+    assert toy[0]["arith"] == "—" and toy[1]["grid"] == ci_text([0.51, 0.58, 0.53]) + " (n=3)"
     report = (out / "REPORT.md").read_text()
     assert "![grpo-arith-curves](figures/grpo-arith-curves.png)" in report
     assert report.index("## GRPO") < report.index("## nocard") < report.index("## TOY")
@@ -110,7 +143,7 @@ def test_empty_results(tmp_path):
     report, errors = build(tmp_path / "missing", tmp_path / "out", [REPO / "replications"])
     text = report.read_text()
     assert "No finished runs under" in text and errors == []
-    assert "not enough runs (needs 3 finished seeds per arm and env; has grpo on arith: 0 of 3)" in text
+    assert "inconclusive (underpowered: n=0 < required 5; no interval from fewer than 2 pairs)" in text
     assert not list((tmp_path / "out").glob("figures/*"))
 
 

@@ -33,6 +33,23 @@ def test_grpo_card_states_the_baseline_claim_and_paper_numbers():
     [claim] = c.claims
     assert claim.terms == [Term("grpo", "final"), Term("grpo", "initial")]
     assert (claim.envs, claim.metric, claim.min_seeds) == (["arith"], "mean@k", 3)
+    assert (claim.kind, claim.margin, c.margins_preregistered) == ("sanity", 0.05, False)
+    assert any("mode selection" in x for x in claim.confounds)
+
+
+def test_every_committed_claim_has_a_margin_and_a_reason():
+    cards, errors = load_cards([REPO / "replications"])
+    assert errors == {} and {"grpo", "sharp", "ccpo", "canopy"} <= set(cards)
+    for card in cards.values():
+        assert not card.margins_preregistered  # set after the cpu-scale runs existed (#16)
+        for claim in card.claims:
+            assert claim.margin > 0 and claim.margin_why, (card.method, claim.id)
+    ccpo = {c.id: c for c in cards["ccpo"].claims}
+    assert ccpo["v2-accuracy-beats-shared"].controls == ["grpo-center"]
+    canopy = {c.id: c for c in cards["canopy"].claims}
+    assert any("quarter of the data" in x for x in canopy["n-small"].confounds)
+    assert any("on-policy" in x for x in canopy["two-updates"].confounds)
+    assert any("1-8-token" in x for x in canopy["seq-mean"].confounds)
 
 
 def test_predicates():
@@ -47,12 +64,19 @@ def test_predicates():
 
 def test_claim_defaults_and_curve_metrics():
     c = card("""claims:
-  - {id: x, text: X, predicate: "a > b", env: e}
-  - {id: y, text: Y, predicate: "a < b", env: [e, f], metric: "curve:entropy", window: all, min_seeds: 5}""")
+  - {id: x, text: X, predicate: "a > b", env: e, margin: 0.05, margin_why: "5 points"}
+  - {id: y, text: Y, predicate: "a < b", env: [e, f], metric: "curve:entropy", window: all, min_seeds: 5,
+     margin: 1, margin_why: why, controls: c, confounds: [one, two], kind: sanity}""")
     x, y = c.claims
     assert x.terms == [Term("a", "final"), Term("b", "final")] and x.metric == "mean@k" and x.min_seeds == 3
+    assert (x.margin, x.margin_why, x.controls, x.confounds, x.kind) == (0.05, "5 points", [], [], "replication")
     assert y.terms == [Term("b", None), Term("a", None)] and y.window is None and y.envs == ["e", "f"]
     assert y.is_curve and y.min_seeds == 5
+    assert (y.margin, y.controls, y.confounds, y.kind) == (1.0, ["c"], ["one", "two"], "sanity")
+    assert not c.margins_preregistered and card("margins_preregistered: true").margins_preregistered
+
+
+M = "margin: 0.05, margin_why: w"
 
 
 @pytest.mark.parametrize(
@@ -61,10 +85,19 @@ def test_claim_defaults_and_curve_metrics():
         ("colour: blue", "unknown key"),
         ("claims: [{id: x, text: X, predicate: 'a > b', env: e, typo: 1}]", "unknown key"),
         ("claims: [{id: x, text: X, predicate: 'a > b'}]", "lacks 'env'"),
-        ("claims: [{id: x, text: X, predicate: 'a@final > b', env: e, metric: 'curve:kl'}]", "apply to eval"),
-        ("claims: [{id: x, text: X, predicate: 'a > b', env: e, window: 3}]", "only to curve"),
-        ("claims: [{id: x, text: X, predicate: 'a > a@final', env: e}]", "itself"),
-        ("claims: [{id: x, text: X, predicate: 'a > b', env: e}, {id: x, text: Y, predicate: 'b > a', env: e}]",
+        ("claims: [{id: x, text: X, predicate: 'a > b', env: e}]", "lacks 'margin': every claim declares"),
+        ("claims: [{id: x, text: X, predicate: 'a > b', env: e, margin: 0.05}]", "lacks 'margin_why'"),
+        ("claims: [{id: x, text: X, predicate: 'a > b', env: e, margin: 0, margin_why: w}]", "number > 0"),
+        ("claims: [{id: x, text: X, predicate: 'a > b', env: e, margin: yes, margin_why: w}]", "number > 0"),
+        (f"claims: [{{id: x, text: X, predicate: 'a > b', env: e, {M}, controls: [b]}}]", "controls must be"),
+        (f"claims: [{{id: x, text: X, predicate: 'a > b', env: e, {M}, controls: [c@final]}}]", "controls must be"),
+        (f"claims: [{{id: x, text: X, predicate: 'a > b', env: e, {M}, confounds: [1]}}]", "list of strings"),
+        (f"claims: [{{id: x, text: X, predicate: 'a > b', env: e, {M}, kind: headline}}]", "kind must be"),
+        ("margins_preregistered: maybe", "true or false"),
+        (f"claims: [{{id: x, text: X, predicate: 'a@final > b', env: e, metric: 'curve:kl', {M}}}]", "apply to eval"),
+        (f"claims: [{{id: x, text: X, predicate: 'a > b', env: e, window: 3, {M}}}]", "only to curve"),
+        (f"claims: [{{id: x, text: X, predicate: 'a > a@final', env: e, {M}}}]", "itself"),
+        (f"claims: [{{id: x, text: X, predicate: 'a > b', env: e, {M}}}, {{id: x, text: Y, predicate: 'b > a', env: e, {M}}}]",
          "unique"),
         ("min_seeds: 0", "positive integer"),
         ("arms: {a: A}\nmain_arm: b", "main_arm"),

@@ -1,7 +1,8 @@
-"""paper/load.py and paper/claims.py on the fixture runs (tests/paper/fixtures)."""
+"""paper/load.py and paper/claims.py on the fixture runs (tests/paper/fixtures) and on runs written here."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -9,20 +10,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from paper.cards import load_cards
+from common import stats
+from paper.cards import load_cards, parse_card
 from paper.claims import (
-    FAILS,
     HOLDS,
     INCONCLUSIVE,
     INVALID,
-    TOO_FEW,
+    NO_EFFECT,
+    OPPOSITE,
     chain_verdict,
+    claim_json,
     evaluate_card,
     pair_verdict,
 )
 from paper.load import load_results
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+_spec = importlib.util.spec_from_file_location("make_fixtures", FIXTURES / "make_fixtures.py")
+assert _spec and _spec.loader
+make_fixtures = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_fixtures)  # its write_run, pointed at a tmp folder by the tests below
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -38,11 +45,13 @@ def cards():
     return cards
 
 
-def reference_mean_ci(x, n_boot=2000, seed=0):
+def t_ci(x):
+    """mean +- t_{0.975, n-1} s / sqrt(n), written out with SciPy's t quantile."""
+    from scipy import stats as sps
+
     x = np.asarray(x, dtype=float)
-    rng = np.random.default_rng(seed)
-    means = [x[row].mean() for row in rng.integers(0, len(x), size=(n_boot, len(x)))]
-    return x.mean(), np.quantile(means, 0.025), np.quantile(means, 0.975)
+    half = sps.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+    return x.mean(), x.mean() - half, x.mean() + half
 
 
 def test_only_finished_valid_runs_count(results):
@@ -79,45 +88,150 @@ def test_invalid_runs_say_why(tmp_path, damage, reason):
 
 def test_grpo_claim_is_paired_and_matches_a_hand_computation(results, cards):
     [cr] = evaluate_card(cards["grpo"], results)
-    assert cr.verdict == HOLDS and cr.seeds == {"grpo": {"arith": 4}}
+    assert cr.seeds == {"grpo": {"arith": 4}}
     [pair] = cr.pairs
     # per-seed final - initial of seeds 0-3 (seeds 4 and 5 are not counted)
     diffs = [0.45 - 0.30, 0.41 - 0.28, 0.50 - 0.33, 0.47 - 0.31]
-    assert pair.paired and pair.diff == pytest.approx(reference_mean_ci(diffs))
+    assert pair.n == 4 and pair.diff == pytest.approx(t_ci(diffs))
     assert pair.diff[0] == pytest.approx(0.1525)
-    assert pair.prob[0] == 1.0  # every final beats every initial
+    # 4 pairs, fewer than the 5 the power floor asks for: inconclusive, whatever the interval says
+    assert pair.sd == pytest.approx(np.std(diffs, ddof=1)) and pair.needed == cr.needed == 5
+    assert cr.verdict == INCONCLUSIVE and cr.interval_verdict == HOLDS
+    assert cr.note == "underpowered: n=4 < required 5; the interval alone says holds"
+    assert cr.claim.kind == "sanity" and cr.claim.confounds
 
 
-def test_toy_verdicts(results, cards):
+def test_toy_verdicts_are_underpowered_at_3_seeds(results, cards):
     by_id = {cr.claim.id: cr for cr in evaluate_card(cards["toy"], results)}
     assert {k: v.verdict for k, v in by_id.items()} == {
-        "better-beats-base": HOLDS, "ordering": INCONCLUSIVE, "both-envs": HOLDS, "entropy-collapses": HOLDS,
-        "few-seeds": TOO_FEW, "reversed": FAILS, "warm-start": HOLDS, "missing-metric": INVALID}
-    assert "few on grid: 2 of 3" in by_id["few-seeds"].note
-    assert "nonexistent" in by_id["missing-metric"].note
-    # an unpaired difference of means: better (0.50, 0.52, 0.55) - base (0.30, 0.32, 0.34)
+        "better-beats-base": INCONCLUSIVE, "ordering": INCONCLUSIVE, "both-envs": INCONCLUSIVE,
+        "entropy-collapses": INCONCLUSIVE, "few-seeds": INCONCLUSIVE, "reversed": INCONCLUSIVE,
+        "warm-start": INCONCLUSIVE, "missing-metric": INVALID}
+    assert by_id["better-beats-base"].note == "underpowered: n=3 < required 5; the interval alone says holds"
+    assert by_id["reversed"].interval_verdict == OPPOSITE
+    assert by_id["few-seeds"].note.startswith("underpowered: n=2 < required 5")
+    assert "nonexistent" in by_id["missing-metric"].note and by_id["missing-metric"].needed is None
+    # paired by seed: better (0.50, 0.52, 0.55) - base (0.30, 0.32, 0.34), seed by seed
     [pair] = by_id["better-beats-base"].pairs
-    assert not pair.paired and pair.diff[0] == pytest.approx(0.5233333 - 0.32)
-    # the ordering fails to be shown on its first pair only
+    assert pair.n == 3 and pair.diff == pytest.approx(t_ci([0.20, 0.20, 0.21]))
+    # the ordering: each adjacent pair paired, the most seeds any pair needs
     assert [p.verdict for p in by_id["ordering"].pairs] == [INCONCLUSIVE, HOLDS]
-    # stratified over two envs: the mean of per-env means
-    both = by_id["both-envs"].values
-    assert [v[0] for v in both.values()] == pytest.approx([(0.5233333 + 0.2566667) / 2, (0.32 + 0.1633333) / 2])
+    assert by_id["ordering"].needed == max(p.needed for p in by_id["ordering"].pairs)
+    # stratified over two envs: the mean of per-env means, of values and of differences
+    both = by_id["both-envs"]
+    assert [v[0] for v in both.values.values()] == pytest.approx([(0.5233333 + 0.2566667) / 2, (0.32 + 0.1633333) / 2])
+    assert both.pairs[0].diff == pytest.approx(stats.stratified_t_ci([[0.20, 0.20, 0.21], [0.10, 0.10, 0.08]]))
     # curve claim "better < base" on the mean of the last 2 entropy values, tested as base > better
-    entropy = by_id["entropy-collapses"]
-    assert [t.arm for t in entropy.claim.terms] == ["base", "better"]
+    assert [t.arm for t in by_id["entropy-collapses"].claim.terms] == ["base", "better"]
+
+
+def test_controls_and_confounds_travel_with_the_claim(results, cards):
+    cr = next(c for c in evaluate_card(cards["toy"], results) if c.claim.id == "better-beats-base")
+    [control] = cr.controls
+    assert (control.better.arm, control.worse.arm, control.n) == ("better", "best", 3)
+    # better (0.50, 0.52, 0.55) - best (0.51, 0.58, 0.53), paired by seed
+    assert control.diff == pytest.approx(t_ci([-0.01, -0.06, 0.02]))
+    assert control.value == pytest.approx(t_ci([0.51, 0.58, 0.53]))
+    assert cr.verdict == INCONCLUSIVE  # a control never decides
+    data = claim_json("toy", cr, cards["toy"])
+    assert data["controls"][0]["arm"] == "best" and data["controls"][0]["pairs"] == 3
+    assert data["confounds"] == ["better also trains twice as long (a made-up confound)"]
+    assert (data["margin"], data["seeds_needed"], data["pairs"], data["margin_preregistered"]) == (0.05, 5, 3, False)
+    assert data["seeds_per_arm"] == {"better": {"grid": 3}, "base": {"grid": 3}, "best": {"grid": 3}}
+    assert data["estimate"] == pytest.approx(0.203333, abs=1e-6) and len(data["interval"]) == 2
 
 
 def test_pair_and_chain_verdicts():
     nan = float("nan")
-    assert pair_verdict((0.1, 0.01, 0.2)) == HOLDS
-    assert pair_verdict((0.1, -0.01, 0.2)) == INCONCLUSIVE
-    assert pair_verdict((0.1, nan, nan)) == INCONCLUSIVE  # one seed: no interval, no verdict
-    assert pair_verdict((0.0, -0.1, 0.1)) == FAILS
-    assert pair_verdict((-0.05, -0.1, 0.01)) == FAILS
+    margin = 0.05
+    assert pair_verdict((0.1, 0.01, 0.2), margin) == HOLDS
+    assert pair_verdict((0.01, 0.001, 0.02), margin) == HOLDS  # above 0, inside the margin: still holds
+    assert pair_verdict((-0.1, -0.2, -0.01), margin) == OPPOSITE
+    assert pair_verdict((0.0, -0.04, 0.04), margin) == NO_EFFECT
+    assert pair_verdict((0.0, -0.06, 0.04), margin) == INCONCLUSIVE  # reaches past -margin
+    assert pair_verdict((0.1, -0.01, 0.2), margin) == INCONCLUSIVE
+    assert pair_verdict((0.1, nan, nan), margin) == INCONCLUSIVE  # one seed: no interval, no verdict
     assert chain_verdict([HOLDS, HOLDS]) == HOLDS
     assert chain_verdict([HOLDS, INCONCLUSIVE]) == INCONCLUSIVE
-    assert chain_verdict([INCONCLUSIVE, FAILS]) == FAILS
+    assert chain_verdict([HOLDS, NO_EFFECT, INCONCLUSIVE]) == NO_EFFECT
+    assert chain_verdict([NO_EFFECT, OPPOSITE, HOLDS]) == OPPOSITE
+
+
+# ---- the four verdicts on runs with enough seeds -----------------------------------------------
+CARD = """---
+method: m
+title: M
+paper: "Someone 2026"
+claims:
+{claims}
+---
+"""
+
+
+def claim_card(predicate: str, margin: float = 0.05, extra: str = ""):
+    return parse_card(CARD.format(claims=f"  - {{id: c, text: C, predicate: '{predicate}', env: e, margin: {margin}, "
+                                         f"margin_why: why{extra}}}"))
+
+
+def write_arms(root: Path, monkeypatch, arms: dict[str, dict[int, float]]):
+    """Finished runs of method m on env e: arm -> seed -> final mean@k (initial 0.1)."""
+    monkeypatch.setattr(make_fixtures, "ROOT", root)
+    for arm, finals in arms.items():
+        for seed, final in finals.items():
+            make_fixtures.write_run("m", "e", arm, seed, 0.1, final)
+    return load_results(root)
+
+
+SEED_SHIFT = [0.0, 0.08, -0.08, 0.04, -0.04, 0.02, -0.02, 0.06]  # what a seed does to every arm (warm start)
+NOISE = [0.004, -0.003, 0.002, -0.004, 0.001, 0.003, -0.002, 0.0]
+
+
+def arm(level: float, seeds: int, noise: float = 1.0) -> dict[int, float]:
+    return {s: round(level + SEED_SHIFT[s] + noise * NOISE[s], 4) for s in range(seeds)}
+
+
+@pytest.mark.parametrize(("b", "expected"), [(0.50, HOLDS), (0.70, OPPOSITE), (0.60, NO_EFFECT)])
+def test_four_verdicts_with_enough_seeds(tmp_path, monkeypatch, b, expected):
+    results = write_arms(tmp_path, monkeypatch, {"a": arm(0.60, 6), "b": arm(b, 6, noise=-1.0)})
+    [cr] = evaluate_card(claim_card("a > b"), results)
+    assert cr.n == 6 and cr.needed == 5 and cr.verdict == expected, cr.note
+    # the seed shift (+-0.08) cancels in the pairs: unpaired, the interval is far wider
+    x, y = [arm(0.60, 6)[s] for s in range(6)], [arm(b, 6, -1.0)[s] for s in range(6)]
+    _, lo, hi = cr.pairs[0].diff
+    _, lo_unpaired, hi_unpaired = stats.difference_ci(x, y)
+    assert hi_unpaired - lo_unpaired > 5 * (hi - lo)
+    if expected == NO_EFFECT:  # evidence of absence only with the pairing
+        assert pair_verdict((0.0, lo_unpaired, hi_unpaired), 0.05) == INCONCLUSIVE
+
+
+def test_wide_interval_is_inconclusive_and_seeds_needed_come_from_the_pilot(tmp_path, monkeypatch):
+    a = {s: 0.6 + SEED_SHIFT[s] for s in range(6)}
+    b = {s: 0.55 + SEED_SHIFT[s] - 3 * SEED_SHIFT[(s + 1) % 6] for s in range(6)}  # noisy differences
+    results = write_arms(tmp_path, monkeypatch, {"a": a, "b": b})
+    [cr] = evaluate_card(claim_card("a > b"), results)
+    diffs = [round(a[s], 4) - round(b[s], 4) for s in range(6)]
+    sd = np.std(diffs, ddof=1)
+    assert cr.pairs[0].sd == pytest.approx(sd)
+    assert cr.needed == stats.paired_seeds_needed(sd, 0.05) > 6
+    assert cr.verdict == INCONCLUSIVE and cr.note.startswith(f"underpowered: n=6 < required {cr.needed}")
+
+
+def test_small_margin_needs_10_seeds_and_a_small_real_effect_is_flagged(tmp_path, monkeypatch):
+    results = write_arms(tmp_path, monkeypatch, {"a": arm(0.61, 8), "b": arm(0.60, 8, noise=-1.0)})
+    [cr] = evaluate_card(claim_card("a > b", margin=0.02), results)
+    assert cr.needed == 10 and cr.verdict == INCONCLUSIVE and "n=8 < required 10" in cr.note
+    [cr] = evaluate_card(claim_card("a > b", margin=0.05, extra=", min_seeds: 7"), results)
+    assert cr.needed == 7 and cr.verdict == HOLDS  # min_seeds raises the floor
+    assert "estimate below the margin 0.05" in cr.note
+
+
+def test_only_seeds_present_in_both_arms_are_paired(tmp_path, monkeypatch):
+    a = arm(0.6, 7)
+    b = {s: v - 0.1 for s, v in arm(0.6, 8).items() if s >= 2}  # seeds 2-7
+    results = write_arms(tmp_path, monkeypatch, {"a": a, "b": b})
+    [cr] = evaluate_card(claim_card("a > b"), results)
+    assert cr.seeds == {"a": {"e": 7}, "b": {"e": 6}} and cr.n == 5  # seeds 2-6
+    assert cr.pairs[0].diff == pytest.approx(t_ci([round(a[s], 4) - round(b[s], 4) for s in range(2, 7)]))
 
 
 def test_a_run_without_a_warm_start_evaluation_counts_but_cannot_pair(tmp_path, cards):
