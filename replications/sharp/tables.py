@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from common.stats import NAN, Interval, difference_ci, mean_ci
+from common.stats import NAN, Interval, mean_ci, paired_seeds_needed, t_interval
+from paper.claims import pair_verdict
 from paper.extras import ExtraTable
 from paper.load import Run
 from paper.tables import CI, Table, fmt_ci
@@ -43,7 +44,7 @@ def summarize(runs: list[Run]) -> Summaries:
         ev, rows = run.evals, run.metrics
         last = rows[-1] if rows else {}
         out.setdefault((int(m.group("k")), m.group("base")), []).append({
-            "initial": ev["initial"]["mean@k"] if "initial" in ev else NAN, "final": ev["final"]["mean@k"],
+            "seed": run.seed, "initial": ev["initial"]["mean@k"] if "initial" in ev else NAN, "final": ev["final"]["mean@k"],
             "distractor_final": ev["final"]["metrics"]["distractor_rate"],
             "distractor_auc": float(np.mean([r["distractor_rate"] for r in rows])) if rows else NAN,
             "credit_gap": float(np.nanmean([r.get("credit_gap", NAN) for r in rows])) if rows else NAN,
@@ -55,28 +56,45 @@ def summarize(runs: list[Run]) -> Summaries:
     return out
 
 
-def verdict(iv: Interval, sign: int = 1) -> str:
-    """holds | inconclusive | does not hold | not enough runs, for a claimed sign of the effect."""
-    m, lo, hi = (sign * x for x in iv)
-    if m != m:
-        return "not enough runs"
-    if m <= 0:
-        return "does not hold"
-    return "holds" if min(lo, hi) > 0 else "inconclusive"
+MARGIN = 0.05  # the smallest gap (mean@k) that matters, as in the card's claims
+SEEDS_FLOOR = 5  # the card's rule: never fewer seeds, whatever the power calculation says
 
 
-def gap_growth(runs: Summaries, k_lo: int, k_hi: int, n_boot: int = CI["n_boot"], seed: int = CI["seed"]) -> Interval:
-    """(SHARP - GRPO at k_hi) - (SHARP - GRPO at k_lo) on final mean@k, with a bootstrap interval."""
-    cells = [np.array([r["final"] for r in runs.get(key, [])]) for key in
-             ((k_hi, "sharp-exact"), (k_hi, "grpo"), (k_lo, "sharp-exact"), (k_lo, "grpo"))]
-    if any(c.size < 2 for c in cells):
-        return NAN, NAN, NAN
-    signs = (1, -1, -1, 1)
-    point = float(sum(s * c.mean() for s, c in zip(signs, cells, strict=True)))
-    rng = np.random.default_rng(seed)
-    boot = sum(s * c[rng.integers(0, c.size, (n_boot, c.size))].mean(axis=1) for s, c in zip(signs, cells, strict=True))
-    lo, hi = np.quantile(boot, [0.025, 0.975])
-    return point, float(lo), float(hi)
+def verdict(iv: Interval, n: int, sd: float, margin: float = MARGIN) -> str:
+    """The card's four verdicts for a seed-paired difference (paper/claims.py): holds | opposite |
+    no effect | inconclusive, inconclusive whenever fewer than the seeds its power calculation needs."""
+    m, lo, hi = iv
+    if m != m or n < 2:
+        return "inconclusive (not enough runs)"
+    alone = pair_verdict(iv, margin)
+    needed = max(SEEDS_FLOOR, paired_seeds_needed(sd, margin)) if np.isfinite(sd) else SEEDS_FLOOR
+    if n < needed:
+        return f"inconclusive (underpowered: n={n} < required {needed}; the interval alone says {alone})"
+    return alone
+
+
+def _by_seed(runs: Summaries, key: tuple[int, str]) -> dict[int, float]:
+    return {r["seed"]: r["final"] for r in runs.get(key, [])}
+
+
+def _paired(diffs: list[float]) -> tuple[Interval, int, float]:
+    if len(diffs) < 2:
+        return (NAN, NAN, NAN), len(diffs), NAN
+    return t_interval(diffs), len(diffs), float(np.std(diffs, ddof=1))
+
+
+def gap(runs: Summaries, k: int) -> tuple[Interval, int, float]:
+    """SHARP (exact) - GRPO at K=k on final mean@k, paired by seed: (t interval, pairs, SD of the differences)."""
+    x, y = _by_seed(runs, (k, "sharp-exact")), _by_seed(runs, (k, "grpo"))
+    return _paired([x[s] - y[s] for s in sorted(set(x) & set(y))])
+
+
+def gap_growth(runs: Summaries, k_lo: int, k_hi: int) -> tuple[Interval, int, float]:
+    """(SHARP - GRPO at k_hi) - (SHARP - GRPO at k_lo), per seed present in all four cells (a seed's
+    runs share nothing across K, but pairing within K removes the shared warm start)."""
+    cells = [_by_seed(runs, key) for key in ((k_hi, "sharp-exact"), (k_hi, "grpo"), (k_lo, "sharp-exact"), (k_lo, "grpo"))]
+    seeds = sorted(set.intersection(*(set(c) for c in cells)))
+    return _paired([(cells[0][s] - cells[1][s]) - (cells[2][s] - cells[3][s]) for s in seeds])
 
 
 def compute_table(runs: list[Run]) -> Table:
@@ -110,15 +128,14 @@ def gap_growth_table(runs: list[Run]) -> Table:
     ks = sorted({k for k, _ in summaries})
     rows = []
     for k in ks:
-        x, y = ([r["final"] for r in summaries.get((k, arm), [])] for arm in ("sharp-exact", "grpo"))
-        gap = difference_ci(x, y, **CI) if len(x) >= 2 and len(y) >= 2 else (NAN, NAN, NAN)
-        rows.append([f"SHARP (exact) - GRPO at K={k}", fmt_ci(gap, signed=True), verdict(gap)])
+        iv, n, sd = gap(summaries, k)
+        rows.append([f"SHARP (exact) - GRPO at K={k}", fmt_ci(iv, signed=True) + f", {n} pairs", verdict(iv, n, sd)])
     if len(ks) >= 2:
-        growth = gap_growth(summaries, ks[0], ks[-1])
-        rows.append([f"gap at K={ks[-1]} minus gap at K={ks[0]} (the gap grows with K)", fmt_ci(growth, signed=True),
-                     verdict(growth)])
+        iv, n, sd = gap_growth(summaries, ks[0], ks[-1])
+        rows.append([f"gap at K={ks[-1]} minus gap at K={ks[0]} (the gap grows with K)", fmt_ci(iv, signed=True) + f", {n} pairs",
+                     verdict(iv, n, sd)])
     return Table("sharp-gap-growth", "SHARP: does the SHARP - GRPO gap on held-out mean@k grow with K? "
-                 "(95% bootstrap CI; each arm-K cell resampled independently)", ["effect", "estimate", "verdict"], rows)
+                 "(paired by seed, 95% t CI; margin 0.05; verdicts as in paper/claims.py)", ["effect", "estimate", "verdict"], rows)
 
 
 EXTRA_TABLES: dict[str, ExtraTable] = {"compute": compute_table, "gap-growth": gap_growth_table}

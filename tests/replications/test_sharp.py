@@ -257,13 +257,20 @@ def test_paper_scale_refuses_without_model_or_data(tmp_path):
 
 # ---- the claims table ---------------------------------------------------------------------------
 def test_gap_growth_and_verdicts():
-    from replications.sharp.tables import gap_growth, verdict
+    """Paired by seed, the card's four verdicts, and the power rule (never fewer than 5 seeds)."""
+    from replications.sharp.tables import gap, gap_growth, verdict
 
-    runs = {(2, "sharp-exact"): [{"final": x} for x in (0.6, 0.62, 0.61)], (2, "grpo"): [{"final": x} for x in (0.58, 0.6, 0.59)],
-            (4, "sharp-exact"): [{"final": x} for x in (0.5, 0.52, 0.51)], (4, "grpo"): [{"final": x} for x in (0.2, 0.22, 0.21)]}
-    m, lo, hi = gap_growth(runs, 2, 4)
-    assert m == pytest.approx(0.28) and lo > 0 and lo <= m <= hi
-    assert verdict((m, lo, hi)) == "holds"
-    assert verdict((0.1, -0.1, 0.3)) == "inconclusive" and verdict((-0.1, -0.2, 0.0)) == "does not hold"
-    assert verdict((-0.1, -0.2, -0.05), sign=-1) == "holds"
-    assert verdict(gap_growth({}, 2, 4)) == "not enough runs"
+    rng = np.random.default_rng(0)
+    noise = lambda: float(rng.normal(0, 0.01))  # noqa: E731
+    base = [0.2 + 0.05 * s for s in range(8)]  # what a seed shares across arms (its warm start): pairing removes it
+    runs = {(k, arm): [{"seed": s, "final": base[s] + {"grpo": 0.0, "sharp-exact": gain}[arm] + noise()} for s in range(8)]
+            for k, gain in ((2, 0.02), (4, 0.30)) for arm in ("grpo", "sharp-exact")}
+    (m, lo, hi), n, sd = gap_growth(runs, 2, 4)
+    assert n == 8 and m == pytest.approx(0.28, abs=0.02) and 0 < lo <= m <= hi and sd < 0.05
+    assert verdict((m, lo, hi), n, sd) == "holds"
+    (m2, lo2, hi2), n2, sd2 = gap(runs, 2)
+    assert hi2 - lo2 < 0.05  # the seeds' shared spread (0.35) is gone from the paired interval
+    assert verdict((0.0, -0.01, 0.01), 8, 0.01) == "no effect" and verdict((-0.2, -0.3, -0.1), 8, 0.01) == "opposite"
+    assert verdict((0.02, -0.04, 0.08), 8, 0.01) == "inconclusive"
+    assert verdict((m, lo, hi), 3, sd).startswith("inconclusive (underpowered: n=3 < required 5")
+    assert verdict(gap_growth({}, 2, 4)[0], 0, float("nan")) == "inconclusive (not enough runs)"
