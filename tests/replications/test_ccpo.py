@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from common.batch import build_rows
@@ -167,3 +168,26 @@ def test_cpu_scale_arms_compose():
     assert {c.env for c in cells} == {"thinker_solver"}
     center = cell_config(next(c for c in cells if c.arm == "grpo-center"))
     assert center.method["credit"] == "shared" and center.method["estimator"] == "drgrpo"
+
+
+def test_v2_thinker_advantage_is_a_positive_multiple_of_the_mean_centered_shared_one():
+    """The identity behind "v2 = grpo-center" (#18): with binary rewards and the group-mean solo
+    baseline, v2's event bonus only rescales the mean-centered shared advantage, by 1 (b = 0) or
+    1 + λ/2 (b ≠ 0): J + λ·1[J > 0] = (1 + λ/2)·J + λ/2 for J in {-1, +1}, and likewise when b > 0.
+    So v2's Thinker learns what shared-reward mean-centering learns, up to a step size."""
+    from common.credit import drgrpo
+
+    rng = np.random.default_rng(0)
+    bonus = 0.2
+    for _ in range(2000):
+        g = int(rng.integers(2, 17))
+        joint, solo = rng.integers(0, 2, g), rng.integers(0, 2, g)  # binary outcomes
+        thinker, _ = v2_rewards(2 * joint - 1, 2 * solo - 1, bonus)
+        v2_adv, shared_adv = drgrpo(thinker), drgrpo(2.0 * joint - 1)
+        if np.allclose(shared_adv, 0):  # all joint outcomes equal: no signal in either
+            assert np.allclose(v2_adv, 0)
+            continue
+        scale = np.dot(v2_adv, shared_adv) / np.dot(shared_adv, shared_adv)
+        assert scale > 0 and np.allclose(v2_adv, scale * shared_adv)
+        b = (2 * solo - 1).mean()
+        assert scale == pytest.approx(1.0 if b == 0 else 1 + bonus / 2)
