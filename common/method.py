@@ -33,7 +33,7 @@ only those values, so a typo fails before anything runs.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -60,6 +60,9 @@ class MethodConfig:
     estimator: str = "grpo"  # advantage estimator from common.credit.CREDIT: grpo | drgrpo | rloo
     train_truncated: bool = True  # episodes whose context ran out train as failures (reward 0); false: drop them
     paper_data: str | None = None  # scale=paper: the paper's data on local disk (see the method's paper_data_hint)
+    # scale=paper: data sets of common/envs/paper_data.py that must be staged in paper_data (checked before the run;
+    # an environment that reads its data, like paper_math, checks its own)
+    paper_datasets: list[str] = field(default_factory=list)
 
 
 class Method:
@@ -85,6 +88,10 @@ class Method:
                 self.cfg.paper_data and Path(self.cfg.paper_data).exists()):
             raise ValueError(f"scale=paper needs the paper's data locally; method.paper_data={self.cfg.paper_data!r} "
                              f"does not exist: {self.paper_data_hint}")
+        if self.run.scale == "paper" and self.cfg.paper_datasets:
+            from common.envs.paper_data import check_staged, spec
+
+            check_staged(self.cfg.paper_data, {name: list(spec(name).files) for name in self.cfg.paper_datasets})
 
     def env_protocols(self) -> tuple[type, ...]:
         """Runtime-checkable protocols the environment must implement with these settings

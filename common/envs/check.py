@@ -25,14 +25,19 @@ environment expects, so that the verifier, not the parser, has to reject it:
 | voting | ` #<v>`, v uniform in [0, num_values) |
 | reasoning_gym | `<answer><n>`, n uniform in [-1000, 1000] |
 | humaneval | a trivial body, uniform over `TRIVIAL_BODIES` (`return None`, `return 0`, `pass`, ...) |
+| paper_math(_team) | Thinker: silent or a generic hint; Solver: `\boxed{n}`, n uniform in [-1000, 1000] (on sample rows when no data is staged) |
 | any other | 0 to 12 characters, uniform over letters, digits, space, `#` and `=` |
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import random
+import shutil
 import string
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +103,12 @@ def _random_thinker_solver(env: Any, state: EpisodeState, obs: Observation, rng:
     return f" #{rng.randrange(env.cfg.num_values)}"
 
 
+def _random_paper_math(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+    if obs.role == "thinker":
+        return rng.choice(["", "Add the numbers.", "Use the quadratic formula."])
+    return f"The answer is $\\boxed{{{rng.randint(-1000, 1000)}}}$."
+
+
 RANDOM_ACTIONS: dict[str, Policy] = {
     "arith": _random_arith,
     "toolplan": _random_toolplan,
@@ -106,7 +117,23 @@ RANDOM_ACTIONS: dict[str, Policy] = {
     "voting": lambda env, state, obs, rng: f" #{rng.randrange(env.cfg.num_values)}",  # type: ignore[attr-defined]
     "reasoning_gym": lambda env, state, obs, rng: f"<answer>{rng.randint(-1000, 1000)}",
     "humaneval": lambda env, state, obs, rng: rng.choice(TRIVIAL_BODIES),
+    "paper_math": _random_paper_math,
+    "paper_math_team": _random_paper_math,
 }
+
+# Environments that read staged data: without a data folder in their config file they are checked on
+# hand-written rows in the data sets' published layouts (common/envs/paper_data.py, `write_samples`).
+STAGED_DATA = ("paper_math", "paper_math_team")
+
+
+@functools.cache
+def sample_data() -> str:
+    """A temporary folder of sample rows for every data set (written once per process, removed at exit)."""
+    from common.envs.paper_data import write_samples
+
+    folder = tempfile.mkdtemp(prefix="paper-data-samples-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return str(write_samples(folder))
 
 
 def random_short_string(env: Environment, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
@@ -147,6 +174,8 @@ def build(name: str) -> Environment:
     path = CONF / f"{name}.yaml"
     settings = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
     settings.update(ORACLE_SETTINGS.get(name, {}))
+    if name in STAGED_DATA and not settings.get("path"):
+        settings["path"] = sample_data()
     cls = ENVS[name]
     return cls(cls.config_class(**settings))
 

@@ -21,6 +21,7 @@ import pytest
 from common.envs import ENVS, Environment, StepResult
 from common.envs.base import parse_int
 from common.envs.chain_tasks import DAYS, ITEMS, NAMES, task_steps
+from common.envs.check import sample_data
 from common.envs.toolplan import ATTRIBUTES, TOOLS
 from common.episode import Event, EventKind
 
@@ -39,6 +40,9 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
     "voting": [{}],
     "reasoning_gym": [{}],
     "humaneval": [{}],
+    # hand-written rows in GSM8K's and MATH's published layouts (common/envs/paper_data.py)
+    "paper_math": [{"path": sample_data()}],
+    "paper_math_team": [{"path": sample_data(), "train": ["math"], "heldout": ["math500", "aime24"]}],
 }
 # hostile actions per setting beyond the every-string-at-every-turn pass (humaneval runs each action
 # in the real sandbox, ~50 ms: its hostile programs are tested one by one in test_sandbox/test_humaneval)
@@ -54,6 +58,8 @@ TURN_CAPS: dict[str, Callable[[Environment, dict[str, Any]], int]] = {
     "voting": lambda env, task: 3,
     "reasoning_gym": lambda env, task: 1,
     "humaneval": lambda env, task: 1,
+    "paper_math": lambda env, task: 1,
+    "paper_math_team": lambda env, task: 3,
 }
 
 

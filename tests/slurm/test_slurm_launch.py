@@ -50,10 +50,14 @@ def test_cells_of_one_array_share_their_shape():
 
 @pytest.fixture
 def paper_args(tmp_path):
+    from common.envs.paper_data import write_samples
+
     model = tmp_path / "deepseek-math-7b-instruct"  # validation only checks the folder exists
     model.mkdir()
+    data = write_samples(tmp_path / "data", ["gsm8k", "math"])  # GSM8K and MATH in their published layouts
     return ["--method", "grpo", "--scale", "paper", "--cluster", "slurm", "--profile", "slurm-gpu", "--dry-run",
-            f"model.path={model}", f"out_dir={tmp_path / 'out'}", f"work_dir={tmp_path / 'work'}"]
+            f"model.path={model}", f"method.paper_data={data}", f"out_dir={tmp_path / 'out'}",
+            f"work_dir={tmp_path / 'work'}"]
 
 
 def test_dry_run_of_a_two_node_eight_gpu_paper_cell(paper_args, tmp_path, monkeypatch, capsys):
