@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from common.episode import Episode
+from common.episode import Episode, Group
 
 if TYPE_CHECKING:
     from common.method import Method
@@ -77,7 +77,11 @@ def evaluate(method: Method, rollout: Rollout, tasks: list[dict[str, Any]], step
 
     `variant` plays an environment variant instead (e.g. a counterfactual: a role's message emptied).
     """
-    groups = method.play(rollout, tasks, step, mode="eval", variant=variant)
+    return summarize_groups(method.play(rollout, tasks, step, mode="eval", variant=variant), step)
+
+
+def summarize_groups(groups: list[Group], step: int) -> dict[str, Any]:
+    """The evaluation record of played groups (in a multi-process run, every rank's, gathered)."""
     k = max((len(g.episodes) for g in groups), default=0)
     result = summarize({g.task_id: g.episodes for g in groups}, k, step)
     tags = sorted({tag for g in groups for tag in g.extra})

@@ -151,6 +151,17 @@ def _unloadable(path: Path) -> str | None:
     return None
 
 
+def process_rank() -> int:
+    """This process's global rank in a multi-process run, known before torch.distributed starts, read
+    as Lightning reads it: RANK (torchrun), LOCAL_RANK (a process Lightning's launcher started beside
+    rank 0, single node), SLURM_PROCID (srun, one task per rank); 0 in a single process."""
+    for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID"):
+        value = os.environ.get(key)
+        if value:
+            return int(value)
+    return 0
+
+
 class RunDir:
     """One run's record folder, and the checkpoints that belong to it alone.
 
@@ -165,9 +176,8 @@ class RunDir:
         self.building = self.path
         self.config_hash: str | None = None  # set by prepare
         self.resume_checkpoint: Path | None = None  # set by prepare: the checkpoint to resume from, verified
-        # In a multi-process run (srun, one task per GPU) only global rank 0 writes the record.
-        rank = int(os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0")) or 0)
-        self.writer = rank == 0 if writer is None else writer
+        # In a multi-process run only global rank 0 writes the record.
+        self.writer = process_rank() == 0 if writer is None else writer
 
     @classmethod
     def for_run(cls, out_dir: str, work_dir: str, method: str, env: str, arm: str, seed: int) -> RunDir:

@@ -64,6 +64,9 @@ class Rollout:
         self.max_length = max_length
         self.seed = seed
         self.chat = chat  # the tokenizer's chat template around observations (instruct models)
+        # "/rank<r>" on rank r > 0 of a multi-process run (common.trainer): its share of a step's (or
+        # an evaluation's) tasks plays with seeds of its own; "" keeps the single-process seeds
+        self.rank_salt = ""
         self.tokens_by_tag: dict[str, int] = defaultdict(int)
         self.calls_by_tag: dict[str, int] = defaultdict(int)
 
@@ -92,6 +95,7 @@ class Rollout:
         else:
             salt, acct = f"train/{tag}", tag
             trainable = tag == "main" if trainable is None else trainable
+        salt += self.rank_salt
         specs = [PlaySpec(t, variant, acct, trainable) for t, n in zip(tasks, sizes, strict=True) for _ in range(n)]
         episodes = self.play(specs, step, salt=salt)
         groups, k = [], 0

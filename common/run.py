@@ -14,7 +14,7 @@ from common.envs import ENVS
 from common.envs.base import Environment
 from common.envs.protocols import describe
 from common.method import Method
-from common.records import RunDir
+from common.records import RunDir, RunRefused
 
 
 @dataclass
@@ -70,9 +70,40 @@ def _loggers(cfg: RunConfig, run_dir: RunDir) -> list[Any]:
     return out
 
 
+# ---- several processes ---------------------------------------------------------------------------
+# trainer.devices x trainer.num_nodes > 1 is Lightning's DDP (gloo on CPU, NCCL on GPUs), one process
+# per rank; `common.trainer` says how the ranks share a step. Two ways to start the ranks:
+# - srun started one task per rank (a SLURM job with --ntasks-per-node=trainer.devices): Lightning's
+#   SLURMEnvironment; they start together, so the process group is started here, and ranks > 0 wait
+#   for rank 0 to prepare the run folder (`_prepare`) before they read it.
+# - otherwise (one process, e.g. `python -m replications.run trainer.devices=2`): Lightning's
+#   launcher starts ranks 1.. from this process at `Trainer.fit` by running its command line again
+#   (`sys.argv`; replications.run keeps `method=` in it), after rank 0 prepared the run folder.
+# Only rank 0 takes the run's lock and writes its records.
+
+
+def world_size(cfg: RunConfig) -> int:
+    """The run's processes: one per device and node; a training-free run is evaluated by rank 0 alone."""
+    return cfg.trainer.devices * cfg.trainer.num_nodes if cfg.trainer.steps > 0 else 1
+
+
+def _srun_started_ranks(cfg: RunConfig) -> bool:
+    """Whether srun started one task per rank of this run."""
+    world = world_size(cfg)
+    tasks = int(os.environ.get("SLURM_NTASKS", "1") or 1) if "SLURM_JOB_ID" in os.environ else 1
+    if tasks > 1 and tasks != world:
+        raise RunRefused(f"this SLURM job runs {tasks} tasks but the run has trainer.devices x trainer.num_nodes = "
+                         f"{cfg.trainer.devices} x {cfg.trainer.num_nodes} ranks (one task per rank); submit it with "
+                         f"--ntasks-per-node={cfg.trainer.devices} --nodes={cfg.trainer.num_nodes}")
+    if world > 1 and tasks == 1 and cfg.trainer.num_nodes > 1:
+        raise RunRefused(f"trainer.num_nodes={cfg.trainer.num_nodes} needs one task per rank started by srun on each node "
+                         "(make replicate-<m> CLUSTER=slurm); here one process can only start ranks on this machine")
+    return world > 1 and tasks == world
+
+
 def _plugins(cfg: RunConfig) -> list[Any]:
-    """Under SLURM, Lightning must not requeue: submitit's checkpointing owns that signal."""
-    if "SLURM_JOB_ID" in os.environ and cfg.trainer.devices * cfg.trainer.num_nodes > 1:
+    """The cluster environment. Under srun, Lightning must not requeue: submitit's checkpointing owns that signal."""
+    if _srun_started_ranks(cfg):
         from lightning.pytorch.plugins.environments import SLURMEnvironment
 
         return [SLURMEnvironment(auto_requeue=False)]
@@ -81,10 +112,63 @@ def _plugins(cfg: RunConfig) -> list[Any]:
     return [LightningEnvironment()]
 
 
+def _backend(cfg: RunConfig) -> str:
+    return "nccl" if cfg.trainer.accelerator != "cpu" and torch.cuda.is_available() else "gloo"
+
+
+def _strategy(cfg: RunConfig) -> Any:
+    if world_size(cfg) == 1:
+        return "auto"
+    from lightning.pytorch.strategies import DDPStrategy
+
+    return DDPStrategy(process_group_backend=_backend(cfg))
+
+
+def _start_process_group(cfg: RunConfig) -> None:
+    """The process group of ranks srun started together, as Lightning would start it (it then uses this one)."""
+    import torch.distributed as dist
+
+    (env,) = _plugins(cfg)
+    env.validate_settings(num_devices=cfg.trainer.devices, num_nodes=cfg.trainer.num_nodes)
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = env.main_address, str(env.main_port)
+    backend, device = _backend(cfg), None
+    if backend == "nccl":
+        device = torch.device("cuda", env.local_rank())
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, rank=env.global_rank(), world_size=env.world_size(), device_id=device)
+
+
+def _prepare(r: Resolved, cfg: RunConfig, together: bool) -> str:
+    """`RunDir.prepare`, by rank 0 first. Ranks srun started together wait for it, then read what
+    it left, with rank 0's `force` (each task decides FORCE=1 from the manifest, which rank 0 may
+    have rewritten already); a refusal on rank 0 stops them with its message. The config and
+    manifest rank 0 writes next change nothing they read."""
+    import torch.distributed as dist
+
+    if together and not r.run_dir.writer:
+        message: list[Any] = [None]
+        dist.broadcast_object_list(message, src=0)
+        error, force = message[0]
+        if error is not None:
+            raise RunRefused(f"rank 0 could not start the run: {error}")
+        return r.run_dir.prepare(force, asdict(cfg))
+    try:
+        state = r.run_dir.prepare(cfg.force, asdict(cfg))
+    except Exception as error:
+        if together:
+            dist.broadcast_object_list([(str(error), cfg.force)], src=0)
+        raise
+    if together:
+        dist.broadcast_object_list([(None, cfg.force)], src=0)
+    return state
+
+
 def quiet() -> None:
     """Quiet logs by default: Lightning's banners and known-harmless warnings off."""
     import logging
     import warnings
+
+    import lightning  # noqa: F401 - importing it sets its loggers to INFO: imported first, then quieted
 
     for name in ("lightning", "lightning.pytorch", "lightning.fabric", "transformers", "datasets"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -109,6 +193,8 @@ def fit(cfg: RunConfig, methods: dict[str, type[Method]]) -> RunDir:
     r = resolve(cfg, methods)
     r.run_dir.lock_path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(r.run_dir.lock_path))
+    if not r.run_dir.writer:  # a rank > 0: rank 0 holds the lock
+        return _fit_locked(r, cfg)
     try:
         lock.acquire(timeout=0)
     except Timeout:
@@ -120,8 +206,27 @@ def fit(cfg: RunConfig, methods: dict[str, type[Method]]) -> RunDir:
         lock.release()
 
 
+def _warm_start(r: Resolved, cfg: RunConfig) -> tuple[Any, Any, dict[str, Any]]:
+    """The tokenizer, the warm-started base and its record (`common.policy.warm_started_base`)."""
+    from common.policy import warm_started_base
+
+    if cfg.trainer.threads:
+        torch.set_num_threads(cfg.trainer.threads)
+    torch.manual_seed(cfg.seed)
+    return warm_started_base(cfg.model, cfg.sft, r.env, cfg.seed, cfg.work_dir, progress=cfg.progress)
+
+
 def _fit_locked(r: Resolved, cfg: RunConfig) -> RunDir:
-    state = r.run_dir.prepare(cfg.force, asdict(cfg))
+    if world_size(cfg) == 1 and not r.run_dir.writer:
+        return r.run_dir  # a training-free run: rank 0 evaluates it alone
+    together = _srun_started_ranks(cfg)
+    warm = None
+    if together:
+        # every rank reads the warm start (the first one builds it) before the process group exists:
+        # transformers' save_pretrained writes nothing on a rank > 0 of one
+        warm = _warm_start(r, cfg)
+        _start_process_group(cfg)
+    state = _prepare(r, cfg, together)
     if state == "finished":
         print(f"already finished, skipped: {r.run_dir.path}", flush=True)
         return r.run_dir
@@ -129,17 +234,15 @@ def _fit_locked(r: Resolved, cfg: RunConfig) -> RunDir:
     import lightning as L
 
     from common.engines import make_engine
-    from common.policy import Policy, warm_started_base
+    from common.policy import Policy
     from common.trainer import RLModule
 
     r.run_dir.write_config(cfg)
     r.run_dir.write_manifest({"method": cfg.method["name"], "env": r.env.cfg.tag or r.env.name, "arm": cfg.arm,
                               "seed": cfg.seed, "scale": cfg.scale, "state_at_start": state, "env_provenance": r.env.provenance(),
-                              "torch_threads": cfg.trainer.threads or torch.get_num_threads()})
-    if cfg.trainer.threads:
-        torch.set_num_threads(cfg.trainer.threads)
-    torch.manual_seed(cfg.seed)
-    tokenizer, base, info = warm_started_base(cfg.model, cfg.sft, r.env, cfg.seed, cfg.work_dir, progress=cfg.progress)
+                              "torch_threads": cfg.trainer.threads or torch.get_num_threads(), "world_size": world_size(cfg),
+                              "ranks_started_by": ("srun" if together else "lightning") if world_size(cfg) > 1 else None})
+    tokenizer, base, info = warm or _warm_start(r, cfg)
     max_length = cfg.model.max_length if cfg.model.kind == "tiny" else getattr(base.config, "max_position_embeddings", 4096)
     r.env.check_context(lambda s: len(tokenizer.encode(s, add_special_tokens=False)), max_length, cfg.trainer.max_new_tokens)
     r.run_dir.update_manifest(warmstart=info)
@@ -150,7 +253,7 @@ def _fit_locked(r: Resolved, cfg: RunConfig) -> RunDir:
         max_epochs=1, accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices, num_nodes=cfg.trainer.num_nodes,
         logger=_loggers(cfg, r.run_dir) or False, enable_checkpointing=False, enable_progress_bar=cfg.progress,
         enable_model_summary=False, num_sanity_val_steps=0, plugins=_plugins(cfg), log_every_n_steps=1,
-        deterministic=False,
+        deterministic=False, strategy=_strategy(cfg), use_distributed_sampler=False,
     )
     ckpt = r.run_dir.resume_checkpoint  # verified by prepare: it loads
     if cfg.trainer.steps > 0:
@@ -159,7 +262,7 @@ def _fit_locked(r: Resolved, cfg: RunConfig) -> RunDir:
         r.run_dir.truncate_metrics(0)  # the same records as a trained run: a metrics file, with no step in it
     if "initial" not in module.evals and cfg.eval.at_start:
         module.evals["initial"] = module.run_eval(0)
-    if "final" not in module.evals:
+    if "final" not in module.evals:  # a trained run has it: evaluated after its last step (RLModule.training_step)
         # a training-free run (zero RL steps) evaluates its one policy once: initial and final are the same
         same = cfg.trainer.steps == 0 and "initial" in module.evals
         module.evals["final"] = module.evals["initial"] if same else module.run_eval(cfg.trainer.steps)

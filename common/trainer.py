@@ -11,21 +11,36 @@ log-probabilities the engine sampled with (exact in float32, so no extra forward
 
 Determinism: every random choice of step s (tasks, environment seeds, sampling) is seeded from
 (run seed, s), so a run resumed from a checkpoint replays exactly what an uninterrupted run does.
+
+Several processes (`trainer.devices` x `trainer.num_nodes` > 1, Lightning's DDP): every rank draws
+the same task list from (run seed, s) and plays its share, `tasks[rank::world]`, with seeds of its
+own (rank r > 0 adds `/rank<r>` to the play's salt; rank 0 plays with the single-process seeds), so
+the union of the ranks' episodes is the step's batch. Credit and advantages are computed by each
+rank on its own groups (group-local, as every estimator is). The update sums the ranks' gradients
+after each minibatch (`sum_gradients_over_ranks`): each rank's loss is its share of the whole minibatch's
+mean (token and row counts summed over the ranks first), so the sum is the gradient of the union
+batch, whatever the number of rows or chunks each rank has. The step's metrics are gathered
+(`combine_rank_metrics`), evaluation plays `eval_tasks[rank::world]` on every rank and summarizes
+the gathered episodes, and only rank 0 writes the records. At the end the ranks compare a digest
+of their adapters (the manifest keeps them): a mismatch stops the run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
+import hashlib
 import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import lightning as L
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset
 
 from common.batch import Row, build_rows, padded, score_rows
@@ -35,7 +50,7 @@ from common.credit import BROADCAST, Advantages, AgentOf, to_advantages
 from common.engines.base import Engine, SamplingParams
 from common.envs.base import Environment
 from common.episode import Episode, Group
-from common.evaluate import evaluate
+from common.evaluate import evaluate, summarize_groups
 from common.loss import LossBatch, kl_estimate, policy_loss
 from common.method import Method
 from common.policy import Policy
@@ -93,24 +108,38 @@ class RLModule(L.LightningModule):
         return {k: v for k, v in full.items() if "lora_" in k}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # called on every rank (Lightning writes rank 0's): the compute counters kept are the run's, all ranks summed
         checkpoint["rl"] = {"next_step": self.next_step, "evals": self.evals,
-                            "tokens_by_tag": dict(self.rollout.tokens_by_tag), "calls_by_tag": dict(self.rollout.calls_by_tag),
+                            "tokens_by_tag": sum_counts(gather(dict(self.rollout.tokens_by_tag))),
+                            "calls_by_tag": sum_counts(gather(dict(self.rollout.calls_by_tag))),
                             "method_state": self.method.state_dict()}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         rl = checkpoint["rl"]
         self.next_step = rl["next_step"]
         self.evals = rl["evals"]
-        self.rollout.tokens_by_tag.update(rl["tokens_by_tag"])
-        self.rollout.calls_by_tag.update(rl["calls_by_tag"])
+        if rank_and_world()[0] == 0:  # the run's counters so far; the other ranks count from zero
+            self.rollout.tokens_by_tag.update(rl["tokens_by_tag"])
+            self.rollout.calls_by_tag.update(rl["calls_by_tag"])
         if rl.get("method_state"):
             self.method.load_state_dict(rl["method_state"])
+
+    def setup(self, stage: str) -> None:
+        # after Lightning started the processes: rank r > 0 plays its share of the tasks with seeds of
+        # its own; rank 0 (and a single process) with the single-process seeds
+        rank, _ = rank_and_world()
+        if rank > 0:
+            self.rollout.rank_salt = self.eval_rollout.rank_salt = f"/rank{rank}"
 
     def on_train_start(self) -> None:
         # Everything built so far (libraries, model, tokenizer, task sets) lives for the whole run:
         # keep it out of the cyclic GC, whose full collections would otherwise walk ~500k objects
         # (~0.3 s on 2 cores) every few steps.
         gc.freeze()
+        if rank_and_world()[1] > 1:  # Lightning's DDP launcher gave each process its share of the cores
+            if self.cfg.trainer.threads:
+                torch.set_num_threads(self.cfg.trainer.threads)
+            self.run_dir.update_manifest(torch_threads=torch.get_num_threads())
         self.run_dir.truncate_metrics(self.next_step)
         if self.next_step == 0 and self.cfg.eval.at_start and "initial" not in self.evals:
             self.evals["initial"] = self.run_eval(0)
@@ -129,14 +158,36 @@ class RLModule(L.LightningModule):
 
     # ---- evaluation -------------------------------------------------------------------------
     def run_eval(self, step: int) -> dict[str, Any]:
-        """Held-out evaluation through the method's play, plus each `eval.variants` variant."""
+        """Held-out evaluation through the method's play, plus each `eval.variants` variant.
+
+        With several processes every rank plays its share of the held-out tasks and every rank
+        summarizes the gathered episodes (the same record on each); the compute counters are the run's.
+        """
         with self._autocast():
-            result = evaluate(self.method, self.eval_rollout, self.eval_tasks, step)
+            result = self._evaluate(step)
             if self.cfg.eval.variants:
-                result["variants"] = {v: evaluate(self.method, self.eval_rollout, self.eval_tasks, step, variant=v)
-                                      for v in self.cfg.eval.variants}
-        result.update(self.rollout.counters())
+                result["variants"] = {v: self._evaluate(step, variant=v) for v in self.cfg.eval.variants}
+        result.update(self._run_counters())
         return result
+
+    def _evaluate(self, step: int, variant: str = "main") -> dict[str, Any]:
+        rank, world = rank_and_world()
+        if world == 1:
+            return evaluate(self.method, self.eval_rollout, self.eval_tasks, step, variant=variant)
+        groups = self.method.play(self.eval_rollout, self.eval_tasks[rank::world], step, mode="eval", variant=variant)
+        return summarize_groups(interleave(gather([light(g) for g in groups])), step)
+
+    def _run_counters(self) -> dict[str, int]:
+        """The training plays' compute counters, every rank's summed."""
+        return sum_counts(gather(self.rollout.counters()))
+
+    def _no_ddp_sync(self) -> contextlib.AbstractContextManager[Any]:
+        """DDP's own all-reduce at every backward would need the same number of backward passes on
+        every rank; the ranks' rows differ, so the update sums the gradients itself (`update`)."""
+        model = self._trainer.strategy.model if self._trainer is not None else None
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            return model.no_sync()
+        return contextlib.nullcontext()
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         """precision=bf16: autocast on the device type the module is on now ('cuda' once Lightning moved it)."""
@@ -150,7 +201,8 @@ class RLModule(L.LightningModule):
         t0 = time.perf_counter()
         before = self.rollout.counters()
         rng = random.Random(derive_seed(self.cfg.seed, step, "tasks"))
-        tasks = self.method.tasks(self.train_pool, step, rng)
+        rank, world = rank_and_world()
+        tasks = self.method.tasks(self.train_pool, step, rng)[rank::world]  # every rank drew the same list
         with self._autocast():
             groups = self.method.play(self.rollout, tasks, step, mode="train")
         t_rollout = time.perf_counter() - t0
@@ -166,7 +218,8 @@ class RLModule(L.LightningModule):
         advantages = to_advantages(groups, credit, self.method.agent_of, self.method.estimator, self.method.excluded, penalty)
         metrics.update(self.method.credit_metrics(groups, advantages))
         t1 = time.perf_counter()
-        metrics.update(self.update(rows, advantages, step) if rows else {"loss": 0.0})
+        # with several processes every rank takes part in the update (its gradient sums are collective)
+        metrics.update(self.update(rows, advantages, step) if rows or world > 1 else {"loss": 0.0})
         self.engine.sync()
         self.next_step = step + 1
         after = self.rollout.counters()
@@ -179,11 +232,32 @@ class RLModule(L.LightningModule):
             self.evals["history"].append(self.run_eval(self.next_step))
             self.run_dir.write_eval(self.evals)
         metrics["time_step_s"] = time.perf_counter() - t0
+        if world > 1:
+            metrics = combine_rank_metrics(gather((metrics, sum(len(g.episodes) for g in groups))))
         self.run_dir.append_metrics({"step": step, **metrics})
         if self.trainer.loggers or self.cfg.progress:  # Lightning's logging costs ~1 ms a key
             self.log_dict({k: float(v) for k, v in metrics.items() if isinstance(v, int | float) and "/" not in k},
                           on_step=True, prog_bar=False, batch_size=1)
             self.log("success", metrics["success_rate"], prog_bar=True, batch_size=1)
+        if self.next_step == self.cfg.trainer.steps:
+            if world > 1:
+                self.check_ranks_agree()
+            # The trained policy is evaluated here, on the training device and by every rank: after
+            # `Trainer.fit`, Lightning has moved the module back to the CPU and only one process is left.
+            self.evals["final"] = self.run_eval(self.next_step)
+            self.run_dir.write_eval(self.evals)
+
+    def check_ranks_agree(self) -> None:
+        """Every rank must hold the same adapters (their gradients are summed, their updates identical);
+        the digests go in the manifest, and a mismatch stops the run rather than record it."""
+        digest = hashlib.sha1()
+        for p in self.policy.trainable_parameters():
+            digest.update(p.detach().float().cpu().numpy().tobytes())
+        digests = gather(digest.hexdigest())
+        self.run_dir.update_manifest(adapter_sha1_by_rank=digests)
+        if len(set(digests)) > 1:
+            raise RuntimeError(f"the ranks' adapters differ after training (sha1 by rank: {digests}): their gradients "
+                               "were not summed the same way; this run's records cannot be trusted")
 
     @torch.no_grad()
     def reference_logprobs(self, rows: list[Row]) -> None:
@@ -196,8 +270,13 @@ class RLModule(L.LightningModule):
                     row.ref_logprobs = scored.logp_B_T[b, : row.num_action_tokens].clone()
 
     def update(self, rows: list[Row], advantages: Advantages, step: int) -> dict[str, float]:
-        """PPO epochs x minibatches over `rows`; each chunk's objective is `common.loss.policy_loss`."""
+        """PPO epochs x minibatches over `rows`; each chunk's objective is `common.loss.policy_loss`.
+
+        With several processes, minibatch i is the union of every rank's minibatch i: the token and
+        row counts the loss divides by are summed over the ranks, and so are the gradients, before
+        clipping and the optimizer step (identical on every rank)."""
         t = self.cfg.trainer
+        world = rank_and_world()[1]
         opt: Any = self.optimizers()
         single_update = t.ppo_epochs == 1 and t.minibatches == 1
         with_ref = t.kl.placement != "none"
@@ -208,9 +287,11 @@ class RLModule(L.LightningModule):
             order = rng.permutation(len(rows)) if t.minibatches > 1 else np.arange(len(rows))
             for mb_idx in np.array_split(order, t.minibatches):
                 mb = [rows[i] for i in mb_idx]
-                if not mb:
-                    continue
                 n_tokens, n_rows = sum(r.num_action_tokens for r in mb), len(mb)
+                if world > 1:  # every rank's share of the whole minibatch's mean
+                    n_tokens, n_rows = (int(n) for n in sum_over_ranks(torch.tensor([n_tokens, n_rows])))
+                if not n_rows:
+                    continue
                 opt.zero_grad(set_to_none=True)
                 total = 0.0
                 for adapter in dict.fromkeys(r.adapter for r in mb):
@@ -230,7 +311,8 @@ class RLModule(L.LightningModule):
                                 ref_logp_B_T=padded([r.ref_logprobs for r in chunk], width, device) if with_ref else None,  # type: ignore[misc]
                                 num_tokens=n_tokens, num_rows=n_rows)
                             terms = policy_loss(batch, t, self.method.extra_loss(batch, step))
-                            self.manual_backward(terms.loss)
+                            with self._no_ddp_sync():  # the gradients are summed once per minibatch, below
+                                self.manual_backward(terms.loss)
                             total += float(terms.loss.detach())
                             stats["clip_fraction"].append(terms.clip_fraction)
                             stats["entropy"].append(terms.entropy)
@@ -238,14 +320,120 @@ class RLModule(L.LightningModule):
                             if terms.kl is not None:
                                 stats["kl"].append(terms.kl)
                 params = self.policy.trainable_parameters()
+                if world > 1:
+                    total = sum_gradients_over_ranks(params, total)
                 grad_norm = torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], t.max_grad_norm)
                 opt.step()
                 stats["loss"].append(total)
                 stats["grad_norm"].append(float(grad_norm))
         out = {k: float(np.mean(v)) for k, v in stats.items() if v}
+        out.setdefault("loss", 0.0)
         out["logprob_diff_max"] = float(np.max(stats["logprob_diff_max"])) if stats["logprob_diff_max"] else 0.0
         out["rows"] = len(rows)
         return out
+
+
+# ---- several processes ---------------------------------------------------------------------------
+T = TypeVar("T")
+
+
+def rank_and_world() -> tuple[int, int]:
+    """(this process's rank, the number of processes); (0, 1) in a single-process run."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def gather(obj: T) -> list[T]:
+    """Every rank's `obj`, in rank order, on every rank (a collective: every rank calls it)."""
+    world = rank_and_world()[1]
+    if world == 1:
+        return [obj]
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def sum_over_ranks(x: torch.Tensor) -> torch.Tensor:
+    """`x` summed over the ranks (on the default process group's device: the GPU under NCCL)."""
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    y = x.to(device)
+    dist.all_reduce(y)
+    return y.to(x.device)
+
+
+def sum_gradients_over_ranks(params: list[torch.nn.Parameter], loss: float) -> float:
+    """Sum every rank's gradients of `params` in place (one all-reduce); returns `loss` summed too.
+
+    A parameter no rank gave a gradient keeps none (AdamW then leaves it alone, as in one process);
+    one that some rank did not reach counts zero from that rank.
+    """
+    ref = next((p.grad for p in params if p.grad is not None), None)
+    dtype, device = (ref.dtype, ref.device) if ref is not None else (torch.float32, params[0].device)
+    flat_N = torch.cat([p.grad.reshape(-1).to(dtype) if p.grad is not None else torch.zeros(p.numel(), dtype=dtype, device=device)
+                        for p in params]
+                       + [torch.tensor([float(p.grad is not None) for p in params] + [loss], dtype=dtype, device=device)])
+    flat_N = sum_over_ranks(flat_N)
+    offset, has_grad = 0, flat_N[-len(params) - 1 : -1]
+    for i, p in enumerate(params):
+        n = p.numel()
+        p.grad = flat_N[offset : offset + n].view_as(p).to(p.dtype).clone() if has_grad[i] > 0 else None
+        offset += n
+    return float(flat_N[-1])
+
+
+def sum_counts(parts: list[dict[str, int]]) -> dict[str, int]:
+    """Counters (compute per tag) of every rank, added up key by key."""
+    out: dict[str, int] = {}
+    for part in parts:
+        for key, value in part.items():
+            out[key] = out.get(key, 0) + value
+    return out
+
+
+SUMMED_METRICS = ("rows", "generated_tokens", "model_calls")
+
+
+def combine_rank_metrics(parts: list[tuple[dict[str, Any], int]]) -> dict[str, Any]:
+    """One step's metrics from every rank's own (metrics, number of its episodes).
+
+    Counts add up (`rows`, `generated_tokens`, `model_calls`, the cumulative `*_total` counters);
+    maxima (`*_max`) and times (`time_*`: the step lasts as long as its slowest rank) take the
+    largest; a value every rank reports alike (the summed loss, the gradient norm after the sum)
+    stays as it is; any other number is a mean over the ranks weighted by their episodes (exact for
+    the per-episode rates and means; per-turn and per-group ones are weighted the same way).
+    """
+    keys = dict.fromkeys(k for metrics, _ in parts for k in metrics)
+    out: dict[str, Any] = {}
+    for key in keys:
+        reported = [(metrics[key], n) for metrics, n in parts if key in metrics]
+        values = [v for v, _ in reported]
+        if not all(isinstance(v, int | float) for v in values):
+            out[key] = values[0]
+        elif key in SUMMED_METRICS or key.split("/")[0].endswith("_total"):
+            out[key] = sum(values)
+        elif key.startswith("time_") or key.endswith("_max"):
+            out[key] = max(values)
+        elif all(v == values[0] for v in values[1:]):
+            out[key] = values[0]
+        else:
+            episodes = sum(n for _, n in reported)
+            out[key] = (sum(v * n for v, n in reported) / episodes) if episodes else float(np.mean(values))
+    return out
+
+
+def light(group: Group) -> Group:
+    """The group without what evaluation does not read (prompt ids, log-probs, prompt texts): cheap to gather."""
+    def strip(episodes: list[Episode]) -> list[Episode]:
+        return [dataclasses.replace(e, turns=[dataclasses.replace(t, prompt_ids=[], logprobs=[], prompt_text="")
+                                              for t in e.turns]) for e in episodes]
+
+    return dataclasses.replace(group, episodes=strip(group.episodes), extra={k: strip(v) for k, v in group.extra.items()})
+
+
+def interleave(parts: list[list[T]]) -> list[T]:
+    """Rank r's items were `items[r::world]`: back in their order."""
+    return [part[i] for i in range(max(map(len, parts), default=0)) for part in parts if i < len(part)]
 
 
 def chunks(items: list[Any], size: int) -> Iterator[list[Any]]:

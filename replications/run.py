@@ -125,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
 
     @hydra.main(version_base=None, config_path=config_path, config_name="config")
     def app(cfg: DictConfig) -> None:
+        # the whole command line again: Lightning starts ranks 1.. of a multi-process run by running it
+        sys.argv = [sys.argv[0], f"method={method}", *sys.argv[1:]]
         try:  # every check before anything is written
             run_cfg = to_run_config(cfg)
             check_machine(run_cfg)
@@ -135,7 +137,8 @@ def main(argv: list[str] | None = None) -> None:
             run_dir = fit(run_cfg, METHODS)
         except RunRefused as e:  # e.g. a finished run asked again with other settings: one line, no traceback
             _refuse(e)
-        print(f"run directory: {run_dir.path}")
+        if run_dir.writer:  # rank 0 of a multi-process run
+            print(f"run directory: {run_dir.path}")
 
     sys.argv = [sys.argv[0], *rest]
     app()
