@@ -151,7 +151,7 @@ def sbatch_parameters(profile: SlurmProfile, shape: JobShape, job_name: str, cwd
         "array_parallelism": profile.array_parallelism,
         "signal_delay_s": profile.signal_delay_s,
         "setup": list(profile.setup),
-        "srun_args": list(profile.srun_args),
+        "srun_args": srun_args(profile, shape),
         # the jobs run where the launch ran (relative out_dir / work_dir); requeue explicitly allowed
         "additional_parameters": {"chdir": cwd, "requeue": True, **profile.sbatch},
     }
@@ -161,6 +161,29 @@ def sbatch_parameters(profile: SlurmProfile, shape: JobShape, job_name: str, cwd
     if shape.gpus_per_node:
         params["gpus_per_node"] = shape.gpus_per_node
     return params
+
+
+def srun_args(profile: SlurmProfile, shape: JobShape) -> list[str]:
+    """The profile's srun arguments; with several ranks, a task that fails ends the others (which
+    would otherwise wait for it in a collective until the process group's timeout)."""
+    args = list(profile.srun_args)
+    if shape.nodes * shape.tasks_per_node > 1 and not any(a.startswith(("--kill-on-bad-exit", "-K")) for a in args):
+        args.append("--kill-on-bad-exit=1")
+    return args
+
+
+def srun_layout(shape: JobShape) -> str:
+    """How srun lays out one cell's ranks (printed by a dry run under its batch script)."""
+    ranks = shape.nodes * shape.tasks_per_node
+    if ranks == 1:
+        return "# srun: 1 task: one process trains the cell"
+    device = f"GPU SLURM_LOCALID of {shape.gpus_per_node} on its node" if shape.gpus_per_node else "its share of the node's CPUs"
+    lines = [f"# srun: {shape.nodes} node(s) x {shape.tasks_per_node} task(s) per node = {ranks} ranks of one DDP run "
+             f"(Lightning's SLURMEnvironment: rank = SLURM_PROCID, MASTER_ADDR = the first node of SLURM_NODELIST)"]
+    for node in range(shape.nodes):
+        ranks_here = ", ".join(str(node * shape.tasks_per_node + t) for t in range(shape.tasks_per_node))
+        lines.append(f"#   node {node}: ranks {ranks_here}, each on {device}" + ("; rank 0 writes the records" if node == 0 else ""))
+    return "\n".join(lines)
 
 
 def make_executor(folder: Path, profile: SlurmProfile, shape: JobShape, job_name: str, cwd: str,
@@ -283,6 +306,7 @@ def launch(cells: Sequence[Any], profile_name: str | None, wait: bool, dry_run: 
         by_label = dict(zip((label(c) for c in cells), configs, strict=True))
         print(f"\n# sbatch script ({len(todo)} cell(s); nothing is submitted in a dry run)\n")
         print(sbatch_script(executor, len(todo)))
+        print(srun_layout(shape) + "\n")
         for i, cell in enumerate(todo):
             print(f"# [{i}] {label(cell)} -> {cell.run_dir}\n# overrides: {' '.join(cell.overrides)}")
             print(yaml.safe_dump(_plain(by_label[label(cell)]), sort_keys=False))

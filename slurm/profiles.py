@@ -36,7 +36,7 @@ class SlurmProfile:
     time_min: int = 120  # wall-clock limit of one attempt; a longer cell is requeued from its checkpoint
     nodes: int = 1  # nodes per cell; must equal trainer.num_nodes
     gpus_per_node: int = 0  # GPUs per node; > 0 must equal trainer.devices (one srun task per GPU)
-    cpus_per_task: int = 2  # CPUs of each task (one task per GPU, or a single task on CPU)
+    cpus_per_task: int = 2  # CPUs of each task (one task per rank: per GPU, or per process of trainer.devices on CPU)
     mem_gb: float = 8  # memory per node
     array_parallelism: int = 64  # cells of one replication that may run at the same time
     max_requeues: int = 3  # time-limit requeues before a cell is given up (submitit's max_num_timeout)
