@@ -39,6 +39,7 @@ in the published layouts (`paper_data.write_samples`) when no data is staged.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import random
 import threading
@@ -246,8 +247,9 @@ class PaperMathEnv(Environment):
         return ("main", "solo", "empty_guidance", "paired") if self.team else ("main",)
 
     def provenance(self) -> dict[str, Any]:
-        """The data sets, splits and files read (sizes), and the rows kept, for the run's manifest."""
-        files = {f"{name}/{split}": [{"file": str(p), "bytes": p.stat().st_size}
+        """The data sets, splits and files read (size and sha256), and the rows kept, for the run's manifest."""
+        files = {f"{name}/{split}": [{"file": str(p), "bytes": p.stat().st_size,
+                                      "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
                                      for p in split_files(self.cfg.path, name, split)]
                  for name, splits in self.needs().items() for split in splits}
         tasks = self.task_set()

@@ -179,6 +179,8 @@ def test_heldout_is_each_data_sets_own_test_split_and_train_never_holds_it(stage
     info = env.provenance()
     assert info["tasks"] == {"heldout": 3, "train": 3} and info["train_dropped_as_heldout"] == 1
     assert set(info["files"]) == {"gsm8k/train", "math/train", "gsm8k/test", "math500/test", "aime24/test"}
+    (test_file,) = info["files"]["gsm8k/test"]
+    assert test_file["file"].endswith("gsm8k/test.jsonl") and len(test_file["sha256"]) == 64
 
 
 def test_capped_splits_take_data_sets_in_turn(tmp_path):
