@@ -109,7 +109,8 @@ def test_without_the_data_the_dry_run_is_refused_naming_it(method, scale, staged
     model, _ = staged
     empty = tmp_path / "data"
     empty.mkdir()
-    rc = main(args(method, scale, model, empty, tmp_path))
+    first_arm = next(iter(load_replication(method).arms))  # one cell is enough to be refused
+    rc = main([*args(method, scale, model, empty, tmp_path), "--seeds", "0", "--arms", first_arm])
     err = capsys.readouterr().err
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert err.startswith("error: cell ") and FIRST_DATA_SET[(method, scale)] in err and str(empty) in err, err
