@@ -16,13 +16,16 @@ Several processes (`trainer.devices` x `trainer.num_nodes` > 1, Lightning's DDP)
 the same task list from (run seed, s) and plays its share, `tasks[rank::world]`, with seeds of its
 own (rank r > 0 adds `/rank<r>` to the play's salt; rank 0 plays with the single-process seeds), so
 the union of the ranks' episodes is the step's batch. Credit and advantages are computed by each
-rank on its own groups (group-local, as every estimator is). The update sums the ranks' gradients
-after each minibatch (`sum_gradients_over_ranks`): each rank's loss is its share of the whole minibatch's
-mean (token and row counts summed over the ranks first), so the sum is the gradient of the union
-batch, whatever the number of rows or chunks each rank has. The step's metrics are gathered
+rank on its own groups (group-local, as every estimator is); a method's state (`state_dict`, e.g.
+CCPO's running reward statistics) is rank 0's, handed to every rank after each step's credit, so
+the ranks agree and a resumed run continues as an uninterrupted one (it is updated from rank 0's
+share of the batch only). The update sums the ranks' gradients after each minibatch
+(`sum_gradients_over_ranks`): each rank's loss is its share of the whole minibatch's mean (token
+and row counts summed over the ranks first), so the sum is the gradient of the union batch,
+whatever the number of rows or chunks each rank has. The step's metrics are gathered
 (`combine_rank_metrics`), evaluation plays `eval_tasks[rank::world]` on every rank and summarizes
-the gathered episodes, and only rank 0 writes the records. At the end the ranks compare a digest
-of their adapters (the manifest keeps them): a mismatch stops the run.
+the gathered episodes, and only rank 0 writes the records. At the end the ranks compare a digest of
+their adapters (the manifest keeps them): a mismatch stops the run.
 """
 
 from __future__ import annotations
@@ -208,6 +211,10 @@ class RLModule(L.LightningModule):
         t_rollout = time.perf_counter() - t0
         metrics = outcome_metrics(groups)
         credit = self.method.credit(groups, step)
+        if world > 1:  # every rank continues with rank 0's method state (what a checkpoint keeps)
+            state = gather(self.method.state_dict())[0]
+            if rank > 0 and state:
+                self.method.load_state_dict(state)
         metrics.update(credit.metrics)
         episodes = [e for g in groups for e in g.all_episodes()]
         rows = build_rows(episodes, self.method.trainable_roles(step), self.method.excluded)
