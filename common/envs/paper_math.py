@@ -174,7 +174,7 @@ class PaperMathEpisode(EpisodeState):
 
 class PaperMathEnv(Environment):
     name = "paper_math"
-    roles = (SOLVER,)
+    roles: ClassVar[tuple[str, ...]] = (SOLVER,)
     config_class = PaperMathConfig
     team: ClassVar[bool] = False  # a Thinker writes guidance for the Solver (paper_math_team)
     stop = ()  # a turn ends at the model's EOS
