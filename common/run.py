@@ -88,17 +88,17 @@ def world_size(cfg: RunConfig) -> int:
 
 
 def _srun_started_ranks(cfg: RunConfig) -> bool:
-    """Whether srun started one task per rank of this run."""
-    world = world_size(cfg)
-    tasks = int(os.environ.get("SLURM_NTASKS", "1") or 1) if "SLURM_JOB_ID" in os.environ else 1
-    if tasks > 1 and tasks != world:
-        raise RunRefused(f"this SLURM job runs {tasks} tasks but the run has trainer.devices x trainer.num_nodes = "
+    """Whether srun started one task per rank of this run (a training-free run: rank 0 alone works)."""
+    ranks = cfg.trainer.devices * cfg.trainer.num_nodes
+    tasks = int(os.environ.get("SLURM_STEP_NUM_TASKS") or 1)  # set in an srun step only (not in salloc's shell, nor sbatch's script)
+    if tasks > 1 and tasks != ranks:
+        raise RunRefused(f"this srun step runs {tasks} tasks but the run has trainer.devices x trainer.num_nodes = "
                          f"{cfg.trainer.devices} x {cfg.trainer.num_nodes} ranks (one task per rank); submit it with "
                          f"--ntasks-per-node={cfg.trainer.devices} --nodes={cfg.trainer.num_nodes}")
-    if world > 1 and tasks == 1 and cfg.trainer.num_nodes > 1:
+    if world_size(cfg) > 1 and tasks == 1 and cfg.trainer.num_nodes > 1:
         raise RunRefused(f"trainer.num_nodes={cfg.trainer.num_nodes} needs one task per rank started by srun on each node "
                          "(make replicate-<m> CLUSTER=slurm); here one process can only start ranks on this machine")
-    return world > 1 and tasks == world
+    return world_size(cfg) > 1 and tasks == ranks
 
 
 def _plugins(cfg: RunConfig) -> list[Any]:
