@@ -162,7 +162,11 @@ def sft(model: Any, pairs: list[tuple[list[int], list[int]]], cfg: SFTConfig, se
     gen = torch.Generator().manual_seed(seed)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=max(cfg.steps, 1), pct_start=0.1)
+    # OneCycleLR needs a warm-up of at least one step and an annealing phase: with fewer than 20 steps
+    # the 10% warm-up is stretched to 2 steps; under 4 steps the learning rate is constant
+    sched: torch.optim.lr_scheduler.LRScheduler = (
+        torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=cfg.steps, pct_start=max(0.1, 2 / cfg.steps))
+        if cfg.steps >= 4 else torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0))
     device = next(model.parameters()).device
     model.train()
     losses = []
