@@ -160,10 +160,15 @@ def launch_local(cells: list[Cell], parallel: int, work_dir: str) -> list[str]:
     if not todo:
         return []
     parallel = max(1, min(parallel, len(todo)))
-    threads = max(1, (os.cpu_count() or 1) // parallel)
+    cores = os.cpu_count() or 1
+
+    def threads(cell: Cell) -> int:  # each cell's share of the cores, split again among its ranks
+        ranks = _plain_config(cell.method, cell.overrides)["trainer"]["devices"]
+        return max(1, cores // (parallel * max(1, ranks)))
+
     executor = submitit.AutoExecutor(folder=Path(work_dir) / "submitit" / "%j", cluster="local")
     executor.update_parameters(timeout_min=24 * 60)
-    pending = [Cell(**{**c.__dict__, "overrides": (*c.overrides, f"trainer.threads={threads}", "progress=false")})
+    pending = [Cell(**{**c.__dict__, "overrides": (*c.overrides, f"trainer.threads={threads(c)}", "progress=false")})
                for c in todo]
     running: list[tuple[Cell, Any]] = []
     failures: list[str] = []
