@@ -20,9 +20,10 @@ from common.envs.arith import ArithConfig, ArithEnv
 from common.episode import Episode, Group, Turn
 from common.method import Method, MethodConfig
 from common.policy import Policy, warm_started_base
+from common.ranks import combine_rank_metrics, interleave, light
 from common.records import RunDir
 from common.rollout import Rollout
-from common.trainer import RLModule, combine_rank_metrics, interleave, light
+from common.trainer import RLModule
 
 # rank 0 and rank 1's rows of the 16 played: uneven, and then none at all on rank 1
 SPLITS = {"uneven": (slice(0, 11), slice(11, 16)), "rank 1 empty": (slice(0, 16), slice(0, 0))}
