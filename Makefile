@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 PY := .venv/bin/python
 
-SCALE ?= cpu        # smoke | cpu | paper
+SCALE ?= cpu        # smoke | cpu | small | paper
 CLUSTER ?= local    # local | slurm
 SEEDS ?=            # e.g. 0,1,2 (default: the replication's seeds for SCALE)
 FORCE ?=            # 1 = rerun finished cells (overwrites their results)

@@ -125,7 +125,7 @@ class RunConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     seed: int = 0
-    scale: str = "smoke"  # smoke | cpu | paper
+    scale: str = "smoke"  # smoke | cpu | small | paper
     arm: str = "default"  # name of the arm within a replication
     out_dir: str = "results"  # run records: <out_dir>/<method>/<env>/<arm>/seed-<k>/
     work_dir: str = ".cache"  # checkpoints, warm starts, logger output (ignored by git)
@@ -317,8 +317,8 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
     if t.devices < 1 or t.num_nodes < 1:
         errors.append(f"trainer.devices and trainer.num_nodes must be >= 1; got {t.devices}, {t.num_nodes}")
     # ---- the run
-    if cfg.scale not in ("smoke", "cpu", "paper"):
-        errors.append(f"scale must be smoke | cpu | paper; got {cfg.scale!r}")
+    if cfg.scale not in ("smoke", "cpu", "small", "paper"):
+        errors.append(f"scale must be smoke | cpu | small | paper; got {cfg.scale!r}")
     for logger in cfg.loggers:
         if logger not in ("csv", "tensorboard", "wandb"):
             errors.append(f"unknown logger {logger!r}; choose csv | tensorboard | wandb")

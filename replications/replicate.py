@@ -235,7 +235,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--method", required=True)
     p.add_argument("--scale", default="cpu",
-                   help="smoke | cpu | paper, or another paper setup of the method (conf/scale/paper_*.yaml)")
+                   help="smoke | cpu | small | paper, or another paper setup of the method (conf/scale/paper_*.yaml)")
     p.add_argument("--cluster", default="local", choices=["local", "slurm"])
     p.add_argument("--seeds", type=seed_list, default=None,
                    help="comma-separated seeds (default: the replication's seeds for the scale)")
