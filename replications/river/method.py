@@ -24,6 +24,9 @@ from typing import TYPE_CHECKING, Any
 from common.credit import Advantages, Credit
 from common.episode import Episode, Group
 from common.method import Method, MethodConfig, Mode
+from replications.river.penalty import jaccard, repeated_turns, repetition_penalty
+
+__all__ = ["River", "RiverConfig", "jaccard", "repeated_turns", "repetition_penalty"]
 
 if TYPE_CHECKING:
     import random
