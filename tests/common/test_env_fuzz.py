@@ -43,6 +43,7 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
     # hand-written rows in GSM8K's and MATH's published layouts (common/envs/paper_data.py)
     "paper_math": [{"path": sample_data()}],
     "paper_math_team": [{"path": sample_data(), "train": ["math"], "heldout": ["math500", "aime24"]}],
+    "braid": [{}, {"demo_error": 1.0}],
 }
 # hostile actions per setting beyond the every-string-at-every-turn pass (humaneval runs each action
 # in the real sandbox, ~50 ms: its hostile programs are tested one by one in test_sandbox/test_humaneval)
@@ -60,6 +61,7 @@ TURN_CAPS: dict[str, Callable[[Environment, dict[str, Any]], int]] = {
     "humaneval": lambda env, task: 1,
     "paper_math": lambda env, task: 1,
     "paper_math_team": lambda env, task: 3,
+    "braid": lambda env, task: len(task["nodes"]),
 }
 
 
