@@ -110,7 +110,8 @@ class EvalConfig:
     k: int = 4  # samples per task for mean@k / pass@k
     temperature: float = 1.0
     top_p: float = 1.0
-    max_tasks: int = 0  # 0 = the whole held-out split
+    max_tasks: int = 0  # 0 = the whole evaluated split
+    split: str = "heldout"  # heldout | dev. held-out = the test split (final results); dev = design, tuning, pilots
     at_start: bool = True  # evaluate the warm start (step 0)
     variants: list[str] = field(default_factory=list)  # environment variants also evaluated (eval.json "variants")
 
@@ -209,6 +210,8 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
     t, kl, e, m, sft, ev = cfg.trainer, cfg.trainer.kl, cfg.engine, cfg.model, cfg.sft, cfg.eval
     errors: list[str] = []
     # ---- the objective
+    if ev.split not in ("heldout", "dev"):
+        errors.append(f"eval.split must be heldout | dev (dev: design and tuning; heldout: the final results); got {ev.split!r}")
     if kl.placement not in ("none", "reward", "loss"):
         errors.append(f"trainer.kl.placement must be none | reward | loss; got {kl.placement!r}")
     if kl.estimator not in ("k1", "k2", "k3"):

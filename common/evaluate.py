@@ -18,6 +18,7 @@ import numpy as np
 from common.episode import Episode, Group
 
 if TYPE_CHECKING:
+    from common.envs.base import Environment
     from common.method import Method
     from common.rollout import Rollout
 
@@ -67,6 +68,15 @@ def summarize(episodes_by_task: dict[str, list[Episode]], k: int, step: int) -> 
         "per_role": per_role,
         "metrics": {key: float(np.mean(v)) for key, v in sorted(metrics.items())},
     }
+
+
+def eval_split(env: Environment, split: str) -> Any:
+    """The tasks an evaluation plays: `heldout` (the test split: final results) or `dev` (design,
+    tuning and pilots). The manifest records which one (`eval_split`)."""
+    tasks = env.task_set()
+    if split not in tasks:
+        raise ValueError(f"{env.name} has no {split!r} split (it has {sorted(tasks)}); eval.split=dev needs env.dev_size > 0")
+    return tasks[split]
 
 
 def evaluate(method: Method, rollout: Rollout, tasks: list[dict[str, Any]], step: int,

@@ -91,6 +91,10 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 # settings that may change between a run and its resumption without changing the experiment
 # (out_dir and work_dir only say where things live: the run folder's absolute path is the identity)
 RESUME_IRRELEVANT = {"progress", "force", "trainer.threads", "loggers", "out_dir", "work_dir"}
+# settings added to the suite after runs were recorded, with the value that computes exactly what those
+# runs computed: a recorded config without the key equals a new one holding that value (the dev split
+# is generated after every other split and the default evaluation is still the held-out split)
+ADDED_SETTINGS = {"env.dev_size": 64, "eval.split": "heldout"}
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -117,6 +121,10 @@ def config_hash(config: dict[str, Any]) -> str:
 def config_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[str]:
     """The settings that differ, as 'key: old -> new' (RESUME_IRRELEVANT ones left out)."""
     a, b = _settings(old), _settings(new)
+    for settings in (a, b):
+        for key, value in ADDED_SETTINGS.items():
+            if old is not None and new is not None:
+                settings.setdefault(key, json.dumps(value))
     return [f"{k}: {a.get(k, '(absent)')} -> {b.get(k, '(absent)')}" for k in sorted(a.keys() | b.keys())
             if a.get(k) != b.get(k)]
 

@@ -49,6 +49,8 @@ def resolve(cfg: RunConfig, methods: dict[str, type[Method]]) -> Resolved:
     unknown_variants = sorted(set(cfg.eval.variants) - set(env.variants()))
     if unknown_variants:
         raise ValueError(f"eval.variants {unknown_variants} are not variants of {env.name}; it has {list(env.variants())}")
+    if cfg.eval.split == "dev" and not getattr(env.cfg, "dev_size", 0):
+        raise ValueError(f"eval.split=dev needs a dev split; {env.name} has env.dev_size=0: set env.dev_size=64 (or more)")
     env_tag = env.cfg.tag or env.name
     run_dir = RunDir.for_run(cfg.out_dir, cfg.work_dir, method_name, env_tag, cfg.arm, cfg.seed)
     return Resolved(cfg, env, method, run_dir)
@@ -240,6 +242,7 @@ def _fit_locked(r: Resolved, cfg: RunConfig) -> RunDir:
     r.run_dir.write_config(cfg)
     r.run_dir.write_manifest({"method": cfg.method["name"], "env": r.env.cfg.tag or r.env.name, "arm": cfg.arm,
                               "seed": cfg.seed, "scale": cfg.scale, "state_at_start": state, "env_provenance": r.env.provenance(),
+                              "eval_split": cfg.eval.split,
                               "torch_threads": cfg.trainer.threads or torch.get_num_threads(), "world_size": world_size(cfg),
                               "ranks_started_by": ("srun" if together else "lightning") if world_size(cfg) > 1 else None})
     tokenizer, base, info = warm or _warm_start(r, cfg)

@@ -51,7 +51,7 @@ from common.credit import BROADCAST, Advantages, AgentOf, to_advantages
 from common.engines.base import Engine, SamplingParams
 from common.envs.base import Environment
 from common.episode import Episode, Group
-from common.evaluate import evaluate, summarize_groups
+from common.evaluate import eval_split, evaluate, summarize_groups
 from common.loss import LossBatch, kl_estimate, policy_loss
 from common.method import Method
 from common.policy import Policy
@@ -100,9 +100,9 @@ class RLModule(L.LightningModule):
                                max_length, cfg.seed, chat)
         self.eval_rollout = Rollout(env, engine, policy.tokenizer, policy.role_adapter, [], eval_params, max_length, cfg.seed, chat)
         self.train_pool = env.task_set()["train"]
-        heldout = env.task_set()["heldout"]
-        n_eval = cfg.eval.max_tasks or len(heldout)
-        self.eval_tasks = [heldout[i] for i in range(min(n_eval, len(heldout)))]
+        evaluated = eval_split(env, cfg.eval.split)
+        n_eval = cfg.eval.max_tasks or len(evaluated)
+        self.eval_tasks = [evaluated[i] for i in range(min(n_eval, len(evaluated)))]
         self.next_step = 0
         self.evals: dict[str, Any] = {"history": []}
 

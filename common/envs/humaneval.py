@@ -18,7 +18,8 @@ an object equal to everything (`__eq__` always true) passes HumanEval's `assert 
 
 Splits are fixed, not generated: problems are ordered by their number (`HumanEval/0` ..
 `HumanEval/163`); the held-out split is the last `heldout_size` (default 40: HumanEval/124..163),
-the train split the first `train_size` of the rest. `data_seed` has no effect. The scripted
+the dev split the `dev_size` problems just before it (default 20: HumanEval/104..123), the train split
+the first `train_size` (default 104: HumanEval/0..103). `data_seed` has no effect. The scripted
 demonstrator (the SFT warm start's data and the oracle of `python -m common.envs check`) writes the
 canonical solution. One tier.
 """
@@ -62,8 +63,9 @@ print("{token}")
 @dataclass
 class HumanEvalConfig(EnvConfig):
     name: str = "humaneval"
-    train_size: int = 124  # the first problems by number (at most 164 - heldout_size)
+    train_size: int = 104  # the first problems by number (at most 164 - dev_size - heldout_size)
     heldout_size: int = 40  # the last problems by number (HumanEval/124..163 by default)
+    dev_size: int = 20  # the problems just before the held-out ones (HumanEval/104..123 by default)
     wall_s: float = 10.0  # wall-clock limit of one test run, seconds
     cpu_s: int = 5  # CPU-time limit of one test run, seconds
     memory_mb: int = 512  # address-space limit of each process of a test run
@@ -119,9 +121,9 @@ class HumanEvalEnv(Environment):
     stop = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")  # Chen et al. 2021: a new top-level statement ends the body
 
     def __init__(self, cfg: HumanEvalConfig):
-        if cfg.train_size + cfg.heldout_size > NUM_PROBLEMS:
-            raise ValueError(f"humaneval has {NUM_PROBLEMS} problems: env.train_size + env.heldout_size must be <= "
-                             f"{NUM_PROBLEMS}; got {cfg.train_size} + {cfg.heldout_size}")
+        if cfg.train_size + cfg.dev_size + cfg.heldout_size > NUM_PROBLEMS:
+            raise ValueError(f"humaneval has {NUM_PROBLEMS} problems: env.train_size + env.dev_size + env.heldout_size "
+                             f"must be <= {NUM_PROBLEMS}; got {cfg.train_size} + {cfg.dev_size} + {cfg.heldout_size}")
         if cfg.demo_size:
             raise ValueError(f"humaneval has no room for a demo split ({NUM_PROBLEMS} problems): set env.demo_size=0 "
                              f"(demonstrations come from the train split); got {cfg.demo_size}")
@@ -145,12 +147,16 @@ class HumanEvalEnv(Environment):
         return dict(rng.choice(problems()))
 
     def task_set(self) -> DatasetDict:
-        """Train: the first `train_size` problems; held-out: the last `heldout_size` (by problem number)."""
+        """Train: the first `train_size` problems; held-out: the last `heldout_size`; dev: the `dev_size`
+        before the held-out ones (by problem number)."""
         if self._tasks is None:
             import json
 
             ordered = problems()
-            chosen = {"train": ordered[: self.cfg.train_size], "heldout": ordered[NUM_PROBLEMS - self.cfg.heldout_size:]}
+            held_from = NUM_PROBLEMS - self.cfg.heldout_size
+            chosen = {"train": ordered[: self.cfg.train_size], "heldout": ordered[held_from:]}
+            if self.cfg.dev_size:
+                chosen["dev"] = ordered[held_from - self.cfg.dev_size: held_from]
             self._tasks = DatasetDict({
                 split: Dataset.from_dict({"id": [p["task_id"] for p in rows], "tier": [1] * len(rows),
                                           "task": [json.dumps(p, sort_keys=True) for p in rows]})
@@ -166,6 +172,6 @@ class HumanEvalEnv(Environment):
         """Where the tasks come from, for the run's manifest."""
         return {"benchmark": "HumanEval (Chen et al. 2021, arXiv 2107.03374)", "package": PACKAGE,
                 "version": metadata.version(PACKAGE), "license": LICENSE, "tasks": NUM_PROBLEMS,
-                "splits": {"train": self.cfg.train_size, "heldout": self.cfg.heldout_size},
+                "splits": {"train": self.cfg.train_size, "dev": self.cfg.dev_size, "heldout": self.cfg.heldout_size},
                 "heldout_ids": f"the last {self.cfg.heldout_size} by number",
                 "sandbox": "bubblewrap " + sandbox.bwrap_version()}

@@ -69,9 +69,10 @@ class PaperMathConfig(EnvConfig):
                                 "idea and the steps to take. Do not give the final answer.")
     train_size: int = 0  # at most this many train tasks (0: every row)
     heldout_size: int = 0  # at most this many held-out tasks (0: every row)
+    dev_size: int = 64  # train rows set aside (from the end of the shuffled pool) for design and tuning
 
     def check(self) -> None:
-        for key in ("train_size", "heldout_size", "demo_size"):
+        for key in ("train_size", "heldout_size", "demo_size", "dev_size"):
             if getattr(self, key) < 0:
                 raise ValueError(f"env.{key} must be >= 0 (0: every row); got {getattr(self, key)}")
         if not self.train or not self.heldout:
@@ -212,8 +213,8 @@ class PaperMathEnv(Environment):
         return rows
 
     def task_set(self) -> DatasetDict:
-        """Held-out: the test splits; train: the train splits minus any held-out question; demo: the train
-        rows beyond `train_size`. A capped split takes its rows round robin over its data sets."""
+        """Held-out: the test splits; train: the train splits minus any held-out question and the dev rows
+        (the last `dev_size` of the shuffled pool); demo: the train rows beyond `train_size`. A capped split takes its rows round robin over its data sets."""
         if self._tasks is None:
             heldout = _round_robin({name: self._rows(name, "test") for name in self.cfg.heldout})
             held = {r["question"].strip() for r in heldout}
@@ -221,7 +222,14 @@ class PaperMathEnv(Environment):
             kept = [r for r in train if r["question"].strip() not in held]
             self.dropped = len(train) - len(kept)
             c = self.cfg
+            # dev from the pool's end: a capped train split keeps the rows it always had
+            dev, kept = (kept[len(kept) - c.dev_size:], kept[: len(kept) - c.dev_size]) if c.dev_size else ([], kept)
+            if len(dev) < c.dev_size or (c.dev_size and not kept):
+                raise ValueError(f"{self.name}: env.dev_size={c.dev_size} leaves no train rows ({len(train)} in the pool); "
+                                 f"lower env.dev_size (0: no dev split)")
             rows = {"heldout": heldout[: c.heldout_size or None], "train": kept[: c.train_size or None]}
+            if dev:
+                rows["dev"] = dev
             if c.demo_size:
                 rows["demo"] = kept[c.train_size:][: c.demo_size] if c.train_size else []
                 if len(rows["demo"]) < c.demo_size:

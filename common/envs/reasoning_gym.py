@@ -157,12 +157,14 @@ class ReasoningGymEnv(Environment):
 
     def task_set(self) -> DatasetDict:
         """Each split round robin over its generators, one seeded stream per (split, generator); no
-        question in two splits."""
+        question in two splits. Dev draws from the held-out generators (its own stream), after the others."""
         if self._tasks is None:
             sizes = [("train", self.cfg.train_size, self.cfg.train_generators),
                      ("heldout", self.cfg.heldout_size, self.cfg.heldout_generators)]
             if self.cfg.demo_size:
                 sizes.append(("demo", self.cfg.demo_size, self.cfg.train_generators))
+            if self.cfg.dev_size:  # the held-out generators, other questions: design and tuning see the test's kind of task
+                sizes.append(("dev", self.cfg.dev_size, self.cfg.heldout_generators))
             seen: set[str] = set()
             splits = {}
             for split, size, generators in sizes:

@@ -41,8 +41,8 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
     "reasoning_gym": [{}],
     "humaneval": [{}],
     # hand-written rows in GSM8K's and MATH's published layouts (common/envs/paper_data.py)
-    "paper_math": [{"path": sample_data()}],
-    "paper_math_team": [{"path": sample_data(), "train": ["math"], "heldout": ["math500", "aime24"]}],
+    "paper_math": [{"path": sample_data(), "dev_size": 4}],
+    "paper_math_team": [{"path": sample_data(), "train": ["math"], "heldout": ["math500", "aime24"], "dev_size": 4}],
     "braid": [{}, {"demo_error": 1.0}],
 }
 # hostile actions per setting beyond the every-string-at-every-turn pass (humaneval runs each action

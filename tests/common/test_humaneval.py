@@ -35,17 +35,21 @@ def play(env: HumanEvalEnv, t: dict, completion: str):
     return ep.step(completion)
 
 
-def test_splits_are_fixed_and_the_last_40_are_held_out(env):
+def test_splits_are_fixed_the_last_40_held_out_the_20_before_them_dev(env):
     ts = env.task_set()
-    assert len(ts["train"]) == 124 and len(ts["heldout"]) == 40
+    assert len(ts["train"]) == 104 and len(ts["dev"]) == 20 and len(ts["heldout"]) == 40
     assert ts["heldout"]["id"] == [f"HumanEval/{i}" for i in range(124, 164)]
-    assert ts["train"]["id"] == [f"HumanEval/{i}" for i in range(124)]
-    small = HumanEvalEnv(HumanEvalConfig(train_size=10, heldout_size=5)).task_set()
+    assert ts["dev"]["id"] == [f"HumanEval/{i}" for i in range(104, 124)]
+    assert ts["train"]["id"] == [f"HumanEval/{i}" for i in range(104)]
+    small = HumanEvalEnv(HumanEvalConfig(train_size=10, heldout_size=5, dev_size=3)).task_set()
     assert small["heldout"]["id"] == ts["heldout"]["id"][-5:] and small["train"]["id"] == ts["train"]["id"][:10]
+    assert small["dev"]["id"] == [f"HumanEval/{i}" for i in range(156, 159)]
+    with pytest.raises(ValueError, match="train_size \\+ env.dev_size \\+ env.heldout_size must be <= 164"):
+        HumanEvalEnv(HumanEvalConfig(train_size=124))
 
 
 def test_canonical_solutions_pass(env):
-    rows = [*env.task_set()["train"].select(range(0, 124, 12)), *env.task_set()["heldout"].select(range(0, 40, 8))]
+    rows = [*env.task_set()["train"].select(range(0, 104, 12)), *env.task_set()["heldout"].select(range(0, 40, 8))]
     for row in rows:
         t = json.loads(row["task"])
         result = play(env, t, env.new_episode(t, random.Random(0)).expert_action())

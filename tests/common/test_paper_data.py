@@ -169,7 +169,7 @@ def test_heldout_is_each_data_sets_own_test_split_and_train_never_holds_it(stage
     jsonl(staged / "gsm8k" / "train.jsonl",  # a train question that is also a test question is dropped
           [{"question": "Tom has 1500 apples and buys 2 more. How many now?", "answer": "#### 1502"},
            {"question": "A new one?", "answer": "#### 1"}])
-    env = PaperMathEnv(PaperMathConfig(path=str(staged), train=["gsm8k", "math"], heldout=["gsm8k", "math500", "aime24"]))
+    env = PaperMathEnv(PaperMathConfig(dev_size=0, path=str(staged), train=["gsm8k", "math"], heldout=["gsm8k", "math500", "aime24"]))
     held, train = tasks(env, "heldout"), tasks(env, "train")
     assert sorted(t["dataset"] for t in held) == ["aime24", "gsm8k", "math500"]
     assert {t["question"] for t in held}.isdisjoint(t["question"] for t in train)
@@ -185,17 +185,17 @@ def test_heldout_is_each_data_sets_own_test_split_and_train_never_holds_it(stage
 
 def test_capped_splits_take_data_sets_in_turn(tmp_path):
     root = write_samples(tmp_path, ["gsm8k", "math"])
-    env = PaperMathEnv(PaperMathConfig(path=str(root), train_size=4, heldout_size=6, demo_size=2))
+    env = PaperMathEnv(PaperMathConfig(dev_size=0, path=str(root), train_size=4, heldout_size=6, demo_size=2))
     splits = env.task_set()
     assert [json.loads(t)["dataset"] for t in splits["train"]["task"]] == ["gsm8k", "math"] * 2
     assert (len(splits["heldout"]), len(splits["demo"])) == (6, 2)
     assert set(splits["demo"]["task"]).isdisjoint(splits["train"]["task"])
-    again = PaperMathEnv(PaperMathConfig(path=str(root), train_size=4, heldout_size=6, demo_size=2)).task_set()
+    again = PaperMathEnv(PaperMathConfig(dev_size=0, path=str(root), train_size=4, heldout_size=6, demo_size=2)).task_set()
     assert again["train"]["task"] == splits["train"]["task"]  # the order is fixed by data_seed
 
 
 def test_the_solver_is_rewarded_by_math_verify(staged):
-    env = PaperMathEnv(PaperMathConfig(path=str(staged)))
+    env = PaperMathEnv(PaperMathConfig(dev_size=0, path=str(staged)))
     task = next(t for t in tasks(env, "heldout") if t["dataset"] == "gsm8k")
     (obs,), result = play(env, task, ["So it is \\boxed{1,502}."])
     assert obs.role == "solver" and obs.text.endswith("put your final answer within \\boxed{}.")
@@ -209,7 +209,7 @@ def test_the_solver_is_rewarded_by_math_verify(staged):
 
 
 def test_the_team_plays_each_variant(staged):
-    env = ENVS["paper_math_team"](PaperMathConfig(name="paper_math_team", path=str(staged), train=["math"],
+    env = ENVS["paper_math_team"](PaperMathConfig(name="paper_math_team", dev_size=0, path=str(staged), train=["math"],
                                                   heldout=["math500"]))
     assert isinstance(env, PaperMathTeamEnv) and env.variants() == ("main", "solo", "empty_guidance", "paired")
     (task,) = tasks(env, "heldout")
@@ -228,13 +228,13 @@ def test_the_team_plays_each_variant(staged):
 
 def test_settings_that_cannot_work_are_refused(staged):
     with pytest.raises(ValueError, match="paper_math reads math data sets .*got 'musique'"):
-        PaperMathConfig(path=str(staged), heldout=["musique"]).check()
+        PaperMathConfig(dev_size=0, path=str(staged), heldout=["musique"]).check()
     with pytest.raises(ValueError, match="env.train_size must be >= 0"):
-        PaperMathConfig(path=str(staged), train_size=-1).check()
+        PaperMathConfig(dev_size=0, path=str(staged), train_size=-1).check()
     with pytest.raises(StagedDataError, match=r"method.paper_data \(env.path\) is not set"):
         PaperMathEnv(PaperMathConfig())
     with pytest.raises(ValueError, match="demo_size=5 needs that many train rows beyond env.train_size=2"):
-        PaperMathEnv(PaperMathConfig(path=str(staged), train_size=2, demo_size=5)).task_set()
+        PaperMathEnv(PaperMathConfig(dev_size=0, path=str(staged), train_size=2, demo_size=5)).task_set()
 
 
 # ---- the methods that only check their data (the suite has no environment for it yet) --------------------

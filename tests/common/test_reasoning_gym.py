@@ -36,11 +36,13 @@ def play(env: ReasoningGymEnv, task: dict, action: str):
 def test_splits_are_seeded_disjoint_and_round_robin_over_generators():
     env = make()
     ts = env.task_set()
-    assert {k: len(v) for k, v in ts.items()} == {"train": 60, "heldout": 20, "demo": 15}
+    assert {k: len(v) for k, v in ts.items()} == {"train": 60, "heldout": 20, "demo": 15, "dev": 64}
     questions = {split: {t["question"] for t in tasks(env, split)} for split in ts}
     assert len(questions["train"]) == 60 and len(questions["heldout"]) == 20 and len(questions["demo"]) == 15
     assert not questions["train"] & questions["heldout"] and not questions["train"] & questions["demo"]
     assert not questions["demo"] & questions["heldout"]
+    assert len(questions["dev"]) == 64 and not questions["dev"] & (questions["train"] | questions["heldout"] | questions["demo"])
+    assert {t["generator"] for t in tasks(env, "dev")} == {"gsm_symbolic"}  # the held-out generators' kind of task
     # train: 12 of each of the 5 train generators, tiers 1..5; held-out: gsm_symbolic, tier 6
     assert Counter(ts["train"]["tier"]) == {1: 12, 2: 12, 3: 12, 4: 12, 5: 12}
     assert {t["generator"] for t in tasks(env, "heldout")} == {"gsm_symbolic"} and set(ts["heldout"]["tier"]) == {6}

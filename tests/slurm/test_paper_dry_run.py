@@ -28,7 +28,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PAPER_SCALES = [(m, p.stem) for m in sorted(METHODS) for p in sorted((ROOT / "replications" / m / "conf" / "scale").glob("paper*.yaml"))]
 # the data set a scale's refusal names when its data folder is empty
 FIRST_DATA_SET = {("grpo", "paper"): "GSM8K", ("ccpo", "paper"): "MATH", ("ccpo", "paper_v2"): "MATH",
-                  ("sharp", "paper"): "MuSiQue", ("canopy", "paper"): "AppWorld", ("canopy", "paper_swe"): "SWE-bench Verified"}
+                  ("sharp", "paper"): "MuSiQue", ("canopy", "paper"): "AppWorld", ("canopy", "paper_swe"): "SWE-bench Verified",
+                  # scaffolded by make new-method: GRPO's paper data until the method states its own
+                  ("iapo", "paper"): "GSM8K", ("inflowop", "paper"): "GSM8K", ("river", "paper"): "GSM8K",
+                  ("skillrise", "paper"): "GSM8K"}
 DIRECTIVE = re.compile(r"^#SBATCH --([a-z][a-z-]*)(?:=(\S+))?$")
 
 
