@@ -27,12 +27,19 @@ An ordering is *opposite* if any pair is, else *no effect* if any pair is (the o
 link), else *holds* if every pair holds, else *inconclusive*. A claim whose metric is missing from a
 run is an **invalid claim**, a card or logging bug and not a verdict (`--strict` fails on it).
 
+**Budget** (#16's equal budget and tuning): per arm of the claim, the settings that set its budget
+(`BUDGET_KEYS`: learning rate, steps, episodes per step, updates, warm start) and its generated
+tokens. Arms of the claimed order that differ in a setting, or in generated tokens by more than
+`TOKEN_TOLERANCE`, get the difference printed beside the verdict as an automatic confound; where
+the learning rate is the same for every arm the tuning is "one stated learning rate for every arm".
+
 **Controls** (arms a claim names beside it) are compared with the claim's first term the same way,
 paired by seed, and shown next to the verdict; they do not change it. Nor do the **confounds**.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +60,49 @@ RULE = {"difference": "mean of per-seed differences (paired by seed), Student-t 
         "small_margin": SMALL_MARGIN, "defined_in": "paper/claims.py"}  # as paper/claims.json states it
 
 Values = dict[str, dict[int, float]]  # env -> seed -> the metric of that run
+
+# the settings that set an arm's training budget and tuning (dotted keys of the run's config)
+BUDGET_KEYS = ("trainer.lr", "trainer.steps", "trainer.tasks_per_step", "trainer.group_size", "trainer.ppo_epochs",
+               "trainer.minibatches", "sft.enabled", "sft.steps", "sft.lr")
+TOKEN_TOLERANCE = 0.10  # generated tokens differing by more than this fraction are a budget difference
+
+
+def _setting(config: dict[str, Any], key: str) -> Any:
+    node: Any = config
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def budget_of(runs: list[Run]) -> dict[str, Any]:
+    """An arm's budget: each BUDGET_KEYS setting (a list when its runs differ) and its mean generated
+    tokens over the run (`generated_tokens_total` of the last metrics row; None without metrics)."""
+    out: dict[str, Any] = {}
+    for key in BUDGET_KEYS:
+        values = list(dict.fromkeys(json_value(_setting(r.config, key)) for r in runs))
+        out[key] = values[0] if len(values) == 1 else values
+    tokens = [r.metrics[-1]["generated_tokens_total"] for r in runs if r.metrics and "generated_tokens_total" in r.metrics[-1]]
+    out["generated_tokens"] = round(float(np.mean(tokens))) if tokens else None
+    return out
+
+
+def json_value(x: Any) -> Any:
+    return x if isinstance(x, (int, float, str, bool)) or x is None else str(x)
+
+
+def budget_differences(budgets: dict[str, dict[str, Any]]) -> list[str]:
+    """What differs between the arms' budgets, one line per setting ('trainer.lr: a 0.001, b 0.002')."""
+    if len(budgets) < 2:
+        return []
+    out = []
+    for key in BUDGET_KEYS:
+        values = {arm: b[key] for arm, b in budgets.items()}
+        if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
+            out.append(f"{key}: " + ", ".join(f"{arm} {v}" for arm, v in values.items()))
+    tokens = {arm: b["generated_tokens"] for arm, b in budgets.items() if b["generated_tokens"]}
+    if len(tokens) > 1 and max(tokens.values()) > (1 + TOKEN_TOLERANCE) * min(tokens.values()):
+        out.append("generated tokens: " + ", ".join(f"{arm} {v:,}" for arm, v in tokens.items()))
+    return out
 
 
 def eval_value(result: dict[str, Any], metric: str) -> float:
@@ -124,6 +174,8 @@ class ClaimResult:
     needed: int | None = None  # seeds needed (the most over pairs); None for an invalid claim
     n: int = 0  # pairs run (the fewest over pairs and envs)
     interval_verdict: str | None = None  # what the intervals alone say, whatever the power
+    budget: dict[str, dict[str, Any]] = field(default_factory=dict)  # arm -> budget_of its runs (claimed arms)
+    budget_differs: list[str] = field(default_factory=list)  # budget_differences of the claimed arms
 
 
 def pair_verdict(diff: stats.Interval, margin: float) -> str:
@@ -172,6 +224,9 @@ def evaluate_claim(claim: Claim, results: Results, method: str, confidence: floa
     runs = {(arm, env): results.of(method, env, arm) for arm in arms for env in claim.envs}
     out = ClaimResult(claim, INCONCLUSIVE)
     out.seeds = {arm: {env: len(runs[arm, env]) for env in claim.envs} for arm in arms}
+    claimed = list(dict.fromkeys(t.arm for t in claim.terms))
+    out.budget = {arm: budget_of([r for env in claim.envs for r in runs[arm, env]]) for arm in claimed}
+    out.budget_differs = budget_differences(out.budget)
     control_terms = [Term(c, claim.terms[0].stage) for c in claim.controls]
     try:
         values: dict[Term, Values] = {
@@ -245,4 +300,7 @@ def claim_json(method: str, cr: ClaimResult, card: Card) -> dict[str, Any]:
         "seeds_needed": cr.needed,
         "controls": [{"arm": k.worse.arm, **_paired_json(k), "control_mean": _num(k.value[0])} for k in cr.controls],
         "confounds": c.confounds,
+        "budget": cr.budget, "budget_differences": cr.budget_differs,
+        "tuning": ("one stated learning rate for every arm" if cr.budget and not any(
+            d.startswith("trainer.lr:") for d in cr.budget_differs) else "learning rates differ: see budget_differences"),
     }

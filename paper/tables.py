@@ -158,6 +158,7 @@ def context_text(cr: ClaimResult) -> str:
             parts.append(f"control {k.worse.arm} {fmt_ci(k.value)}: {k.better.label()} - {k.worse.label()} = "
                          f"{fmt_ci(k.diff, signed=True)}, {_pairs_text(k.n)}")
     parts += [f"confound: {c}" for c in cr.claim.confounds]
+    parts += [f"budget differs: {d}" for d in cr.budget_differs]
     return "; ".join(parts) or "—"
 
 

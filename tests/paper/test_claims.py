@@ -245,3 +245,31 @@ def test_a_run_without_a_warm_start_evaluation_counts_but_cannot_pair(tmp_path, 
     assert len(results.runs) == 3 and results.problems == []
     [cr] = evaluate_card(cards["grpo"], results)
     assert cr.verdict == INVALID and "no 'initial' evaluation" in cr.note
+
+
+def test_budget_differences_travel_with_the_verdict(tmp_path, monkeypatch):
+    """Equal budget and tuning (#16): a claim whose arms differ in a budget setting or in generated
+    tokens says so beside its verdict, and claims.json states the tuning."""
+    import yaml
+
+    results = write_arms(tmp_path, monkeypatch, {"a": arm(0.60, 6), "b": arm(0.50, 6)})
+    card = claim_card("a > b")
+    [cr] = evaluate_card(card, results)
+    assert cr.budget_differs == [] and cr.budget["a"] == cr.budget["b"]
+    assert claim_json("m", cr, card)["tuning"] == "one stated learning rate for every arm"
+    for seed in range(6):  # arm b: another learning rate, and twice a's tokens in its last metrics row
+        folder = tmp_path / "m" / "e" / "b" / f"seed-{seed}"
+        config = yaml.safe_load((folder / "config.yaml").read_text())
+        config["trainer"]["lr"] = 2 * config["trainer"]["lr"]
+        (folder / "config.yaml").write_text(yaml.safe_dump(config))
+        rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        rows[-1]["generated_tokens_total"] = 2 * (rows[-1].get("generated_tokens_total") or 1000)
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    [cr] = evaluate_card(card, load_results(tmp_path))
+    lr_a = cr.budget["a"]["trainer.lr"]
+    assert cr.budget_differs[0] == f"trainer.lr: a {lr_a}, b {2 * lr_a}"
+    assert any(d.startswith("generated tokens: a ") for d in cr.budget_differs), cr.budget_differs
+    assert claim_json("m", cr, card)["tuning"] == "learning rates differ: see budget_differences"
+    from paper.tables import context_text
+
+    assert f"budget differs: trainer.lr: a {lr_a}, b {2 * lr_a}" in context_text(cr)
