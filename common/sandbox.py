@@ -34,12 +34,15 @@ time is per process. A run costs about 20 ms (bwrap) + the command's own start (
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import io
 import os
 import random
 import shutil
 import signal
 import subprocess
+import tarfile
 import tempfile
 import time
 from collections.abc import Mapping
@@ -50,6 +53,7 @@ from typing import IO
 SANDBOX_UID = 65534  # `nobody` inside the sandbox
 UID_RANGE = (1_000_000, 2_000_000)  # real uids bwrap runs as when we are root (no account needs to exist)
 TASK_DIR = "/task"
+IO_DIR = "/io"  # run_shell: the command's captured output and exit status, read back with the task directory
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install -y bubblewrap)"
 
 
@@ -119,7 +123,13 @@ def run(argv: list[str], files: Mapping[str, str | bytes] | None = None, limits:
     Raises RuntimeError when bwrap is missing or the sandbox cannot start (see `available()`); a
     command that fails or breaks a limit is a `Result` with `ok == False`, never an exception.
     """
-    limits = limits or Limits()
+    return _run(argv, files, limits or Limits(), limited=True)[0]
+
+
+def _run(argv: list[str], files: Mapping[str, str | bytes] | None, limits: Limits, limited: bool,
+         io_mb: int = 0) -> tuple[Result, bytes]:
+    """`run`; `limited=False` leaves `argv` itself outside `prlimit` (a trusted wrapper that applies the
+    limits to what it starts), `io_mb` > 0 adds a second writable tmpfs `/io` of that size."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise RuntimeError(f"the code sandbox needs bwrap: {INSTALL_HINT}")
@@ -142,6 +152,8 @@ def run(argv: list[str], files: Mapping[str, str | bytes] | None = None, limits:
                    "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox", *_host_binds(),
                    "--proc", "/proc", "--dev", "/dev", "--size", str(limits.disk_mb << 20), "--perms", "0755",
                    "--tmpfs", TASK_DIR]
+        if io_mb:
+            command += ["--size", str(io_mb << 20), "--perms", "0755", "--tmpfs", IO_DIR]
         fds = [status.fileno()]
         for name, content in files.items():  # each file reaches bwrap as an inherited descriptor (`--file FD DEST`)
             f = stack.enter_context(tempfile.TemporaryFile())
@@ -151,7 +163,7 @@ def run(argv: list[str], files: Mapping[str, str | bytes] | None = None, limits:
             f.seek(0)
             fds.append(f.fileno())
             command += ["--perms", "0644", "--file", str(f.fileno()), f"{TASK_DIR}/{name}"]
-        command += ["--remount-ro", "/", "--remount-ro", "/dev", "--chdir", TASK_DIR, *_prlimit_args(limits), *argv]
+        command += ["--remount-ro", "/", "--remount-ro", "/dev", "--chdir", TASK_DIR, *(_prlimit_args(limits) if limited else []), *argv]
         start = time.monotonic()
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env, pass_fds=fds,
                                 start_new_session=True, **as_user)  # type: ignore[call-overload]
@@ -165,6 +177,8 @@ def run(argv: list[str], files: Mapping[str, str | bytes] | None = None, limits:
             _kill_uid(uid)
         wall = time.monotonic() - start
         stdout, out_full = _read(out, limits.output_bytes)
+        out.seek(0)
+        raw_stdout = out.read(limits.output_bytes)
         stderr, err_full = _read(err, limits.output_bytes)
         status.seek(0)
         started = b'"child-pid"' in status.read(4096)
@@ -172,7 +186,71 @@ def run(argv: list[str], files: Mapping[str, str | bytes] | None = None, limits:
         returncode = 128 - returncode
     if not started and not timed_out:
         raise RuntimeError(f"the code sandbox could not start: {stderr.strip()[:300]} (see common.sandbox.available())")
-    return Result(returncode, stdout, stderr, timed_out, out_full or err_full, wall)
+    return Result(returncode, stdout, stderr, timed_out, out_full or err_full, wall), raw_stdout
+
+
+# run_shell's wrapper (trusted, outside the limits): the command under prlimit with its output in /io,
+# then the task directory and /io as a tar stream on stdout. $1 is the command, the rest prlimit's argv.
+_SHELL_WRAPPER = (
+    'cmd=$1; shift; "$@" /bin/sh -c "$cmd" </dev/null >/io/out 2>/io/err; echo $? >/io/rc; '
+    "exec /usr/bin/tar -C / -cf - task io"
+)
+
+
+@dataclass
+class ShellResult:
+    """One shell command run by `run_shell`: how it ended, and the task directory it left."""
+
+    result: Result  # the command's own exit status, output and limits (not the wrapper's)
+    files: dict[str, bytes] | None  # the task directory's top-level regular files after it; None: unreadable
+
+
+def run_shell(command: str, files: Mapping[str, str | bytes] | None = None, limits: Limits | None = None) -> ShellResult:
+    """Run one shell command (`/bin/sh -c command`) in a fresh sandbox whose `/task` holds `files`,
+    and read back what `/task` holds afterwards: a multi-turn episode carries the files from one
+    command to the next, each command in a sandbox of its own.
+
+    The limits apply to the command and everything it starts; its stdout and stderr go to a second
+    tmpfs (`/io`, `output_bytes` each); a trusted wrapper outside the limits then streams `/task`
+    and `/io` back as a tar archive. Only top-level regular files of `/task` are kept (folders,
+    links and special files a command makes do not persist). `files` is None when the archive
+    cannot be read (the command killed the wrapper): treat the command as failed, the task
+    directory as unchanged. Raises as `run` does; bad commands are results, never exceptions.
+    """
+    limits = limits or Limits()
+    if "\x00" in command:
+        raise ValueError("a shell command cannot contain NUL characters")
+    io_mb = max(1, (2 * limits.output_bytes >> 20) + 1)
+    wrapper, archive = _run(["/bin/sh", "-c", _SHELL_WRAPPER, "sh", command, *_prlimit_args(limits)], files,
+                   dataclasses.replace(limits, output_bytes=(limits.disk_mb + io_mb + 1) << 20), limited=False, io_mb=io_mb)
+    members = _untar(archive, max_size=max(limits.disk_mb << 20, limits.output_bytes))
+    if members is None or "io/rc" not in members:
+        failed = Result(wrapper.returncode if wrapper.returncode else 1, "", wrapper.stderr, wrapper.timed_out, False, wrapper.wall_s)
+        return ShellResult(failed, None)
+    rc_text = members["io/rc"].decode(errors="replace").strip()
+    returncode = int(rc_text) if rc_text.isdigit() else 1
+    out, err = members.get("io/out", b""), members.get("io/err", b"")
+    exceeded = len(out) >= limits.output_bytes or len(err) >= limits.output_bytes
+    result = Result(returncode, out[: limits.output_bytes].decode(errors="replace"),
+                    err[: limits.output_bytes].decode(errors="replace"), wrapper.timed_out, exceeded, wrapper.wall_s)
+    task = {name[len("task/"):]: data for name, data in members.items()
+            if name.startswith("task/") and "/" not in name[len("task/"):]}
+    return ShellResult(result, task)
+
+
+def _untar(data: bytes, max_size: int) -> dict[str, bytes] | None:
+    """The regular files of a tar archive (name -> bytes), or None when it is not a complete, sane archive."""
+    found: dict[str, bytes] = {}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
+            for member in archive:
+                if member.isreg() and member.size <= max_size:
+                    content = archive.extractfile(member)
+                    if content is not None:
+                        found[member.name.removeprefix("./")] = content.read()
+    except (tarfile.TarError, OSError, EOFError):
+        return None
+    return found
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

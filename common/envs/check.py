@@ -26,6 +26,7 @@ environment expects, so that the verifier, not the parser, has to reject it:
 | reasoning_gym | `<answer><n>`, n uniform in [-1000, 1000] |
 | humaneval | a trivial body, uniform over `TRIVIAL_BODIES` (`return None`, `return 0`, `pass`, ...) |
 | braid | a value of the asked type: an int in [0, 999], 1-5 items in [0, 99], or 1-8 letters, uniform |
+| terminal | a command of the task vocabulary, uniform (`ls`, `cat F`, `cp memo out`, `grep kN F`, `wc -l F`, `echo N > out` with N in [0, 99], `submit`) |
 | paper_math(_team) | Thinker: silent or a generic hint; Solver: `\boxed{n}`, n uniform in [-1000, 1000] (on sample rows when no data is staged) |
 | any other | 0 to 12 characters, uniform over letters, digits, space, `#` and `=` |
 """
@@ -60,6 +61,8 @@ ORACLE_SETTINGS: dict[str, dict[str, Any]] = {
     "chain_tasks": {"demo_slip": 0.0, "fault_rate": 0.0},
     "thinker_solver": {"expert_help": 1.0, "expert_silent": 0.0, "expert_wrong": 0.0},
     "braid": {"demo_error": 0.0},
+    "terminal": {"demo_shortcut": 0.0, "demo_slip": 0.0, "demo_loop": 0.0, "share_leak": 0.0, "share_weak": 0.0,
+                 "share_reject": 0.0, "share_unsolvable": 0.0, "share_trivial": 0.0, "share_ambiguous": 0.0},
 }
 
 # Environments whose demonstrator is not an oracle even without injected errors: the oracle's action.
@@ -114,6 +117,12 @@ def _random_braid(env: Any, state: EpisodeState, obs: Observation, rng: random.R
     return " " + render(value)
 
 
+def _random_terminal(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+    file, key = rng.choice(["a", "b", "memo"]), f"k{rng.randrange(10)}"
+    return " " + rng.choice(["ls", f"cat {file}", "cp memo out", f"grep {key} {file}", f"wc -l {file}",
+                             f"echo {rng.randint(0, 99)} > out", "submit"])
+
+
 def _random_paper_math(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
     if obs.role == "thinker":
         return rng.choice(["", "Add the numbers.", "Use the quadratic formula."])
@@ -131,6 +140,7 @@ RANDOM_ACTIONS: dict[str, Policy] = {
     "paper_math": _random_paper_math,
     "paper_math_team": _random_paper_math,
     "braid": _random_braid,
+    "terminal": _random_terminal,
 }
 
 # Environments that read staged data: without a data folder in their config file they are checked on

@@ -44,6 +44,9 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
     "paper_math": [{"path": sample_data(), "dev_size": 4}],
     "paper_math_team": [{"path": sample_data(), "train": ["math"], "heldout": ["math500", "aime24"], "dev_size": 4}],
     "braid": [{}, {"demo_error": 1.0}],
+    # the simulated shell (the real sandbox runs each command in bubblewrap, ~30 ms: its hostile commands
+    # are tested one by one in test_terminal.py)
+    "terminal": [{"backend": "sim"}, {"backend": "sim", "max_turns": 4, "demo_loop": 1.0, "demo_shortcut": 0.5}],
 }
 # hostile actions per setting beyond the every-string-at-every-turn pass (humaneval runs each action
 # in the real sandbox, ~50 ms: its hostile programs are tested one by one in test_sandbox/test_humaneval)
@@ -62,6 +65,7 @@ TURN_CAPS: dict[str, Callable[[Environment, dict[str, Any]], int]] = {
     "paper_math": lambda env, task: 1,
     "paper_math_team": lambda env, task: 3,
     "braid": lambda env, task: len(task["nodes"]),
+    "terminal": lambda env, task: env.cfg.max_turns,  # type: ignore[attr-defined]
 }
 
 
