@@ -1,174 +1,198 @@
-"""River: <the paper's title> (<first author> et al. <year>, arXiv <id>).
+"""River: environment filtering and a repetition penalty for terminal agents (arXiv 2608.22631).
 
-<The paper's idea, readable in one sitting: what goes wrong with GRPO's broadcast outcome (the
-baseline, `replications/grpo`), what this method changes, and the equations it changes, cited by
-number as the paper numbers them, e.g.
+River's claim: RL mostly refines how an agent orchestrates skills it already has, so the quality
+of the reward matters more than the number of environments. Synthetic terminal environments are
+often defective (the answer leaks into a file, the verifier accepts a shortcut or rejects a right
+solution, the task is unsolvable, trivial or ambiguous); GRPO on all of them rewards the
+shortcuts, which then carry over to clean tasks. River
 
-    A_{i,m} = (R_{i,m} - mean_G R_{.,m}) / (std_G R_{.,m} + eps)                          (eq. 4)
+1. filters the environments (`filter.py`): an audit keeps only those it judges Clean, then an
+   oracle agent with two tries (pass@2) drops the tasks it cannot solve; GRPO then samples its
+   tasks from what is left (the `tasks` hook);
+2. adds a process-level regularizer against command loops (`penalty.py`), on top of GRPO's
+   group-normalized outcome advantage A_i:
 
-Then which hooks below carry each part of the idea.>
+       Ã_{i,t} = A_i + s_{i,t},  s_{i,t} = -δ if turn t repeats an earlier turn (command and
+       observation both Jaccard > 0.8), total capped at 0.15 per episode, δ = 0.05
 
-Scaffolded by `make new-method NAME=river`. Every hook of `common.method.Method` is below (the
-hook table in `common/method.py` says when the core calls each), and each one calls the base class:
-until a hook is edited, this method is GRPO. Override the hooks the paper changes and delete the others (GRPO's
-own class overrides none). Formulas longer than a few lines go in a module of this folder as plain
-functions, tested against hand-computed cases (SHARP's `shapley.py`, CCPO's `counterfactual.py`,
-CANOPY's `signal.py`); an analysis of this method's own goes in `tables.py` (see paper/extras.py).
+   applied to that turn's tokens only (the `credit` hook returns advantages, the penalized turns'
+   through `Credit.tokens`).
+
+Arms (`method.pool`, `method.penalty`): GRPO on the full train set (`full`), GRPO on a random
+subset of the filtered set's size (`random`), River's filter (`river`), River's filter with the
+penalty. Every arm is this class, so they share everything else.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
-from common.credit import Advantages, Credit
-from common.episode import Episode, Group
-from common.method import Method, MethodConfig, Mode
+import numpy as np
+
+from common.credit import BROADCAST, Credit
+from common.episode import Group
+from common.method import Method, MethodConfig
+from replications.river.filter import FilterReport, audit_rates, random_subset, river_filter
 from replications.river.penalty import jaccard, repeated_turns, repetition_penalty
 
-__all__ = ["River", "RiverConfig", "jaccard", "repeated_turns", "repetition_penalty"]
-
 if TYPE_CHECKING:
-    import random
-
-    import torch
     from datasets import Dataset
 
     from common.config import RunConfig
-    from common.envs.base import Environment
-    from common.loss import LossBatch
-    from common.rollout import Rollout
+    from common.envs.base import Environment, Observation
+
+__all__ = ["River", "RiverConfig", "jaccard", "repeated_turns", "repetition_penalty"]
 
 
 @dataclass
 class RiverConfig(MethodConfig):
-    """The `method.*` settings of river. Document every knob where it is declared, with the paper's
-    value and its mark: [P] the paper, [S] a secondary source, [I] our own choice."""
+    """The `method.*` settings of River. Marks: [P] the paper, [S] a secondary source, [I] ours."""
 
     name: str = "river"
-    estimator: str = "grpo"  # group normalization (common.credit.CREDIT): grpo | drgrpo | rloo
-    # An arm is a typed field: a `Literal` accepts only its values, checked before anything runs, e.g.
-    # credit: Literal["broadcast", "river"] = "river"  # broadcast = GRPO (the baseline arm) | river
+    estimator: str = "grpo"  # group normalization of the outcome (common.credit.CREDIT) [P: GRPO]
+    # which train tasks GRPO samples: full = all (the GRPO baseline) | random = a random subset of the
+    # filtered set's size (the control) | river = the audit's Clean tasks the oracle solves in two tries [P]
+    pool: Literal["full", "random", "river"] = "river"
+    penalty: bool = True  # River's repetition penalty on looping turns [S]
+    threshold: float = 0.8  # Jaccard similarity above which a turn repeats an earlier one [S]
+    delta: float = 0.05  # penalty per repeated turn [S]
+    cap: float = 0.15  # the most penalty per episode (no partial penalty past it) [S]
+    # the simulated audit's quality, from the paper's re-judge: agreement, defect-flag and Clean precision [S]
+    audit_agreement: float = 0.833
+    audit_flag_precision: float = 0.895
+    audit_clean_precision: float = 0.40
+    oracle_tries: int = 2  # the oracle's attempts per task (pass@2) [S]
+    filter_seed: int = 0  # the audit's draws and the random subset: fixed, so every RL seed sees the same pool [I]
 
 
 class River(Method):
     Config = RiverConfig
-    # what scale=paper needs in method.paper_data (empty: nothing beyond the model), e.g.
-    # "download <data set> to a local folder and pass method.paper_data=<folder>"
-    paper_data_hint = ""
+    # scale=paper: River's synthetic environments and the terminal benchmarks are not public
+    paper_data_hint = ("River's 14,399 synthetic terminal environments and the Terminal-Bench / TerminalWorld tasks "
+                       "are not public (no code or data released): stage them in a local folder and pass method.paper_data=<folder>")
     cfg: RiverConfig
 
     def __init__(self, cfg: RiverConfig, run: RunConfig, env: Environment):
-        """Build what the method keeps across steps (running statistics, a pilot's result, counters);
-        whatever must survive a resume goes in `state_dict`."""
         super().__init__(cfg, run, env)
+        self._pool: list[int] | None = None
+        self.report: FilterReport | None = None
+        self.pool_stats: dict[str, float] = {}
 
-    # ---- before the run ---------------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise ValueError, saying how to fix it, for settings that make no sense together (called
-        before any run starts, for every cell of a replication).
-
-        Default: scale=paper needs `method.paper_data` on local disk when `paper_data_hint` is set.
-        """
         super().validate()
+        if not 0 <= self.cfg.threshold <= 1 or self.cfg.delta < 0 or self.cfg.cap < 0:
+            raise ValueError(f"method.threshold in [0, 1], method.delta >= 0 and method.cap >= 0; got "
+                             f"{self.cfg.threshold}, {self.cfg.delta}, {self.cfg.cap}")
+        if self.cfg.oracle_tries < 1:
+            raise ValueError(f"method.oracle_tries must be >= 1; got {self.cfg.oracle_tries}")
+        if self.cfg.pool != "full" and self.env.name != "terminal":
+            raise ValueError(f"method.pool={self.cfg.pool} filters terminal tasks by their audit labels; "
+                             f"env={self.env.name} has none: use env=terminal or method.pool=full")
+        audit_rates(self.cfg.audit_agreement, self.cfg.audit_flag_precision, self.cfg.audit_clean_precision)
 
-    def env_protocols(self) -> tuple[type, ...]:
-        """Environment features these settings need, as runtime-checkable protocols
-        (`common.envs.protocols`, e.g. SHARP's `CounterfactualReplay`); the run refuses an
-        environment without them before it starts.
+    # ---- the filter -------------------------------------------------------------------------------
+    def filter_report(self) -> FilterReport:
+        """River's filter over the train split, computed once and cached under work_dir (it plays the
+        oracle in the real sandbox: tens of seconds), keyed by everything it depends on."""
+        if self.report is None:
+            rows = self.env.task_set()["train"]
+            key = json.dumps([dataclasses.asdict(self.env.cfg), self.cfg.audit_agreement, self.cfg.audit_flag_precision,
+                              self.cfg.audit_clean_precision, self.cfg.oracle_tries, self.cfg.filter_seed],
+                             sort_keys=True, default=str)
+            path = Path(self.run.work_dir) / "river" / f"filter-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+            if path.exists():
+                self.report = FilterReport(**json.loads(path.read_text()))
+            else:
+                tasks = [json.loads(r["task"]) for r in rows]
+                rates = audit_rates(self.cfg.audit_agreement, self.cfg.audit_flag_precision, self.cfg.audit_clean_precision)
+                self.report = river_filter(tasks, self._oracle(), rates, self.cfg.filter_seed, self.cfg.oracle_tries)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(self.report.to_json(), sort_keys=True))
+                tmp.replace(path)
+        return self.report
 
-        Default: none.
-        """
-        return super().env_protocols()
+    def _oracle(self) -> Any:
+        """The scripted oracle: the environment's demonstrator without its injected errors, in the same sandbox."""
+        no_errors: dict[str, Any] = {"demo_shortcut": 0.0, "demo_slip": 0.0, "demo_loop": 0.0}
+        oracle_cfg = dataclasses.replace(self.env.cfg, **no_errors)
+        oracle_env = type(self.env)(oracle_cfg)
 
-    # ---- one RL step (the hook table of common/method.py) -------------------------------------------
+        def solves(task: dict[str, Any], attempt: int) -> bool:
+            state = oracle_env.new_episode(task, random.Random(f"oracle/{self.cfg.filter_seed}/{attempt}"))
+            obs: Observation | None = state.start()
+            result = None
+            while obs is not None:
+                result = state.step(state.expert_action())
+                obs = result.next
+            return bool(result is not None and result.reward > 0)
+
+        return solves
+
+    def pool(self, n_train: int) -> list[int]:
+        """The train indices this arm samples from."""
+        if self._pool is None:
+            if self.cfg.pool == "full":
+                self._pool = list(range(n_train))
+            else:
+                kept = self.filter_report().kept
+                if not kept:
+                    raise ValueError("River's filter kept no train task: raise env.train_size")
+                self._pool = kept if self.cfg.pool == "river" else random_subset(n_train, len(kept), self.cfg.filter_seed)
+            defects = [json.loads(self.env.task_set()["train"][i]["task"])["defect"] for i in self._pool]
+            self.pool_stats = {"pool_size": float(len(defects)),
+                               "pool_defective": float(np.mean([d != "clean" for d in defects])),
+                               "pool_shortcut": float(np.mean([d in ("leak", "weak") for d in defects]))}
+        return self._pool
+
     def tasks(self, pool: Dataset, step: int, rng: random.Random) -> list[dict[str, Any]]:
-        """This step's tasks: rows of the train split (`rng` is seeded by (run seed, step)).
+        """`trainer.tasks_per_step` tasks drawn uniformly, with replacement, from this arm's pool."""
+        indices = self.pool(len(pool))
+        return [pool[indices[rng.randrange(len(indices))]] for _ in range(self.run.trainer.tasks_per_step)]
 
-        Default: `trainer.tasks_per_step` tasks drawn uniformly at random, with replacement.
-        """
-        return super().tasks(pool, step, rng)
-
-    def group_size(self, task: dict[str, Any], mode: Mode = "train") -> int:
-        """Episodes per task (called by `play`).
-
-        Default: `trainer.group_size` in training, `eval.k` in evaluation.
-        """
-        return super().group_size(task, mode)
-
-    def play(self, rollout: Rollout, tasks: list[dict[str, Any]], step: int, mode: Mode = "train",
-             variant: str = "main") -> list[Group]:
-        """Every episode of this step (`mode="train"`) or of a held-out evaluation (`mode="eval"`):
-        what is played here is what gets evaluated. Extra plays (counterfactuals, solo plays) go in
-        `Group.extra[tag]`, played with `rollout.play_groups(..., tag=tag, trainable=False)`; they
-        are counted as compute under their tag and evaluated under `extra/<tag>`.
-
-        Default: `group_size(task, mode)` episodes of each task, one Group per task.
-        """
-        return super().play(rollout, tasks, step, mode, variant)
-
+    # ---- credit -----------------------------------------------------------------------------------
     def credit(self, groups: list[Group], step: int) -> Credit:
-        """What each agent of each episode earned, returned as a value (nothing is written into the
-        episodes): `Credit(kind, values, tokens, metrics)` with `values[g][i]` = agent key -> scalar
-        for episode i of group g. `kind="reward"`: the core normalizes each key within its group
-        with `estimator` (after the KL-in-reward penalty); `kind="advantage"`: used as they are.
-        Optional per-token advantages (`tokens`) and numbers to log (`metrics`).
+        """GRPO's group-normalized outcome A_i broadcast to every turn, plus, with `penalty`, s_{i,t} on the
+        tokens of each repeated turn (Ã_{i,t} = A_i + s_{i,t}); and the behaviour metrics of the step."""
+        values: list[list[dict[str, float]]] = []
+        tokens: dict[tuple[int, int, int], list[float]] = {}
+        penalized, turns_seen = 0, 0
+        for g, group in enumerate(groups):
+            kept = [i for i, e in enumerate(group.episodes) if not self.excluded(e)]
+            adv_G = self.estimator(np.array([group.episodes[i].reward for i in kept], dtype=np.float64))
+            advantage = dict(zip(kept, (float(a) for a in adv_G), strict=True))
+            values.append([{BROADCAST: advantage.get(i, 0.0)} for i in range(len(group.episodes))])
+            for i in kept:
+                episode = group.episodes[i]
+                record = episode.info.get("record") or {}
+                pairs = [tuple(p) for p in record.get("turns", [])]
+                if len(pairs) != len(episode.turns):  # a truncated episode has no record of its last turn
+                    continue
+                turns_seen += len(pairs)
+                if not self.cfg.penalty:
+                    continue
+                for t, s in enumerate(repetition_penalty(pairs, self.cfg.threshold, self.cfg.delta, self.cfg.cap)):
+                    if s:
+                        penalized += 1
+                        tokens[(g, i, t)] = [advantage[i] + s] * episode.turns[t].num_action_tokens
+        metrics = {**behaviour(groups), **self.pool_stats, "penalized_turn_rate": penalized / max(turns_seen, 1)}
+        return Credit("advantage", values, tokens, metrics)
 
-        Default (GRPO): each episode's outcome reward under the key "*", broadcast to every turn.
-        """
-        return super().credit(groups, step)
 
-    def agent_of(self, episode: Episode, index: int) -> str:
-        """The key under which turn `index` of `episode` reads its credit, and is normalized (e.g.
-        SHARP's `worker_<m>` for the m-th worker turn).
+def behaviour(groups: list[Group]) -> dict[str, float]:
+    """The step's episodes beyond the (possibly defective) reward: true success, memo use, loops."""
+    eps = [e for g in groups for e in g.episodes if e.info]
+    if not eps:
+        return {}
 
-        Default: the turn's role.
-        """
-        return super().agent_of(episode, index)
+    def mean(key: str) -> float:
+        return float(np.mean([float(e.info.get(key, 0.0)) for e in eps]))
 
-    def excluded(self, episode: Episode) -> bool:
-        """Episodes left out of group statistics and of training (never out of evaluation).
-
-        Default: faulted episodes (the environment failed), and truncated ones (the context ran out)
-        when `method.train_truncated=false`.
-        """
-        return super().excluded(episode)
-
-    def trainable_roles(self, step: int) -> set[str] | None:
-        """Roles whose adapters train this step (CCPO alternates its two roles).
-
-        Default: None, every role bound to a trainable adapter.
-        """
-        return super().trainable_roles(step)
-
-    def extra_loss(self, batch: LossBatch, step: int) -> torch.Tensor | None:
-        """A term added to the policy loss of one chunk of one adapter's rows (`common.loss.LossBatch`,
-        tensors `_B_T`). Return it at the minibatch scale, e.g. `batch.mean(x_B_T)` for a per-token
-        term: the chunks of a minibatch add up.
-
-        Default: None, no extra term.
-        """
-        return super().extra_loss(batch, step)
-
-    def credit_metrics(self, groups: list[Group], advantages: Advantages) -> dict[str, float]:
-        """Numbers to log that need the final advantages (e.g. how credit separated good actions from
-        bad ones: `advantages.scalar(turn)`).
-
-        Default: none.
-        """
-        return super().credit_metrics(groups, advantages)
-
-    # ---- checkpoints ------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint keeps of the method, so that a resumed run replays an uninterrupted one.
-
-        Default: nothing.
-        """
-        return super().state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore `state_dict()` on resume.
-
-        Default: nothing to restore.
-        """
-        super().load_state_dict(state)
+    return {"train_solved": mean("solved"), "train_read_memo": mean("read_memo"), "train_looped": mean("looped"),
+            "train_repeat_rate": mean("repeat_rate")}
