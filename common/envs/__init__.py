@@ -7,6 +7,7 @@ from common.envs.chain_tasks import ChainTasksEnv
 from common.envs.humaneval import HumanEvalEnv
 from common.envs.paper_math import PaperMathEnv, PaperMathTeamEnv
 from common.envs.reasoning_gym import ReasoningGymEnv
+from common.envs.service_desk import ServiceDeskEnv
 from common.envs.terminal import TerminalEnv
 from common.envs.thinker_solver import ThinkerSolverEnv
 from common.envs.toolplan import ToolPlanEnv
@@ -24,6 +25,7 @@ ENVS: dict[str, type[Environment]] = {
     "paper_math_team": PaperMathTeamEnv,  # the same, a Thinker's guidance then the Solver (CCPO's dyad)
     "terminal": TerminalEnv,  # shell tasks in bubblewrap, defective tasks in known shares (River)
     "braid": BraidEnv,  # DAGs of typed operations with contracts (InFlowOp's Braid-like benchmark)
+    "service_desk": ServiceDeskEnv,  # a multi-turn service agent with a simulated user, a trap and a delay knob (IAPO)
 }
 
 __all__ = ["ENVS", "EnvConfig", "Environment", "EpisodeState", "Observation", "StepResult"]

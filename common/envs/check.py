@@ -25,6 +25,7 @@ environment expects, so that the verifier, not the parser, has to reject it:
 | voting | ` #<v>`, v uniform in [0, num_values) |
 | reasoning_gym | `<answer><n>`, n uniform in [-1000, 1000] |
 | humaneval | a trivial body, uniform over `TRIVIAL_BODIES` (`return None`, `return 0`, `pass`, ...) |
+| service_desk | a call, the verb uniform (ask, lookup, ok, refund, transfer, end); a refund's method uniform, its id uniform in [10, 99] |
 | braid | a value of the asked type: an int in [0, 999], 1-5 items in [0, 99], or 1-8 letters, uniform |
 | terminal | a command of the task vocabulary, uniform (`ls`, `cat F`, `cp memo out`, `grep kN F`, `wc -l F`, `echo N > out` with N in [0, 99], `submit`) |
 | paper_math(_team) | Thinker: silent or a generic hint; Solver: `\boxed{n}`, n uniform in [-1000, 1000] (on sample rows when no data is staged) |
@@ -63,6 +64,7 @@ ORACLE_SETTINGS: dict[str, dict[str, Any]] = {
     "braid": {"demo_error": 0.0},
     "terminal": {"demo_shortcut": 0.0, "demo_slip": 0.0, "demo_loop": 0.0, "share_leak": 0.0, "share_weak": 0.0,
                  "share_reject": 0.0, "share_unsolvable": 0.0, "share_trivial": 0.0, "share_ambiguous": 0.0},
+    "service_desk": {"demo_trap": 0.0, "demo_repeat": 0.0},
 }
 
 # Environments whose demonstrator is not an oracle even without injected errors: the oracle's action.
@@ -123,6 +125,13 @@ def _random_terminal(env: Any, state: EpisodeState, obs: Observation, rng: rando
                              f"echo {rng.randint(0, 99)} > out", "submit"])
 
 
+def _random_service_desk(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+    from common.envs.service_desk import METHODS
+
+    verb = rng.choice(["ask", "lookup", "ok", "refund", "transfer", "end"])
+    return f"refund {rng.choice(METHODS)} {rng.randint(10, 99)}" if verb == "refund" else verb
+
+
 def _random_paper_math(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
     if obs.role == "thinker":
         return rng.choice(["", "Add the numbers.", "Use the quadratic formula."])
@@ -141,6 +150,7 @@ RANDOM_ACTIONS: dict[str, Policy] = {
     "paper_math_team": _random_paper_math,
     "braid": _random_braid,
     "terminal": _random_terminal,
+    "service_desk": _random_service_desk,
 }
 
 # Environments that read staged data: without a data folder in their config file they are checked on

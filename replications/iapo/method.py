@@ -1,171 +1,190 @@
-"""IAPO: <the paper's title> (<first author> et al. <year>, arXiv <id>).
+"""IAPO: Influence-Aware Policy Optimization (arXiv 2608.24588; no public code).
 
-<The paper's idea, readable in one sitting: what goes wrong with GRPO's broadcast outcome (the
-baseline, `replications/grpo`), what this method changes, and the equations it changes, cited by
-number as the paper numbers them, e.g.
+In a multi-turn service dialogue, the outcome hinges on a few actions: the lookup whose id a later
+refund consumed, the question whose answer set the refund's method, the call that used an example
+id and errored. GRPO broadcasts the trajectory's group-normalized advantage
 
-    A_{i,m} = (R_{i,m} - mean_G R_{.,m}) / (std_G R_{.,m} + eps)                          (eq. 4)
+    A_tau = (R_tau - mean_G R) / (std_G R + eps)                                  (GRPO, the baseline)
 
-Then which hooks below carry each part of the idea.>
+to every token of every action alike. IAPO builds a typed influence graph over the trajectory's
+assistant actions (support-use edges: `input`, `success_utilization`; failed-use edges:
+`failed_utilization`; error flags; direct user input) and routes the same advantage over the
+actions, keeping its total mass and its sign:
 
-Scaffolded by `make new-method NAME=iapo`. Every hook of `common.method.Method` is below (the
-hook table in `common/method.py` says when the core calls each), and each one calls the base class:
-until a hook is edited, this method is GRPO. Override the hooks the paper changes and delete the others (GRPO's
-own class overrides none). Formulas longer than a few lines go in a module of this folder as plain
-functions, tested against hand-computed cases (SHARP's `shapley.py`, CCPO's `counterfactual.py`,
-CANOPY's `signal.py`); an analysis of this method's own goes in `tables.py` (see paper/extras.py).
+    A_{i,l} = A_tau * w_i,   w_i > 0,   sum_i L_i w_i = L                         (paper, sec. 3)
+
+with w from bounded, L-weighted z-scored features of the graph (`routing.py`: phi+, phi-, the
+multipliers m, and the sign routing with beta+ and c). A success is credited toward the actions
+whose information was used, away from those that erred; a failure is blamed toward the actions that
+erred and whose errors were carried on. A graph that says nothing gives w = 1: GRPO.
+
+Hooks: only `credit` changes. It computes A_tau per episode (the method's estimator over the
+group's non-excluded episodes, as the core would), asks the annotator for each episode's graph
+(`graph.py`: the environment's provenance events by default; the paper's frozen-LLM annotator at
+the paper scale), and returns per-token advantages in `Credit.tokens`. Arms (`method.credit`):
+`broadcast` (GRPO itself), `iapo`, and `shuffled` (the control: the same episode's IAPO weights
+assigned to its actions in a random order, rescaled so that sum_i L_i w_i = L still holds: the same
+weight distribution without the graph's information). beta+ = 0 and c = 0.5 are the paper's
+ablations (`method.beta_plus`, `method.clip`).
+
+`routing_weights` (and the features, the graph, the annotators) are public and importable here.
 """
 
 from __future__ import annotations
 
+import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Literal
 
-from common.credit import Advantages, Credit
-from common.episode import Episode, Group
-from common.method import Method, MethodConfig, Mode
+import numpy as np
 
-if TYPE_CHECKING:
-    import random
+from common.config import RunConfig
+from common.credit import BROADCAST, Advantages, Credit
+from common.envs.base import Environment
+from common.episode import Episode, Group, info_means
+from common.method import Method, MethodConfig
+from common.rollout import derive_seed
+from replications.iapo.graph import (  # noqa: F401  (public API of this module too)
+    Annotator,
+    InfluenceGraph,
+    LLMAnnotator,
+    action_turns,
+    hf_greedy,
+    parse_annotation,
+    provenance_annotator,
+)
+from replications.iapo.routing import features, multipliers, routing_weights, routing_weights_reference  # noqa: F401
 
-    import torch
-    from datasets import Dataset
-
-    from common.config import RunConfig
-    from common.envs.base import Environment
-    from common.loss import LossBatch
-    from common.rollout import Rollout
+# the real benchmarks of the small and paper scales (common/envs/tau2.py, common/envs/bfcl.py)
+BENCHMARK_ENVS = ("tau2", "bfcl")
 
 
 @dataclass
 class IAPOConfig(MethodConfig):
-    """The `method.*` settings of iapo. Document every knob where it is declared, with the paper's
-    value and its mark: [P] the paper, [S] a secondary source, [I] our own choice."""
+    """The `method.*` settings of IAPO ([P] the paper, [I] ours)."""
 
     name: str = "iapo"
-    estimator: str = "grpo"  # group normalization (common.credit.CREDIT): grpo | drgrpo | rloo
-    # An arm is a typed field: a `Literal` accepts only its values, checked before anything runs, e.g.
-    # credit: Literal["broadcast", "iapo"] = "iapo"  # broadcast = GRPO (the baseline arm) | iapo
+    estimator: str = "grpo"  # A_tau: group normalization (common.credit.CREDIT), GRPO's (R - mean)/(std + eps) [P]
+    credit: Literal["broadcast", "iapo", "shuffled"] = "iapo"  # broadcast = GRPO | iapo | shuffled (control) [I]
+    beta_plus: float = 0.05  # beta+: errors cut an action's share of a positive advantage [P: 0.05; ablation 0]
+    clip: float = 0.25  # c: z-scores clipped to [-c, c] [P: 0.25; ablations 0.125, 0.5]
+    annotator: Literal["provenance", "llm"] = "provenance"  # the graph: environment events [I] | frozen LLM [P]
+    annotator_model: str | None = None  # annotator=llm: a local model folder, decoded greedily (temperature 0)
+
+
+def shuffle_weights(weights: Sequence[float], lengths: Sequence[int], rng: random.Random) -> list[float]:
+    """The control: the same weights in a random order over the actions, rescaled to sum_i L_i w_i = L.
+
+    >>> [round(x, 4) for x in shuffle_weights([2.0, 0.5], [1, 2], random.Random(1))]  # [0.5, 2.0] x 3 / 4.5
+    [0.3333, 1.3333]
+    """
+    w = list(weights)
+    rng.shuffle(w)
+    total = float(sum(lengths))
+    mass = sum(x * n for x, n in zip(w, lengths, strict=True))
+    return [x * total / mass for x in w]
 
 
 class IAPO(Method):
     Config = IAPOConfig
-    # what scale=paper needs in method.paper_data (empty: nothing beyond the model), e.g.
-    # "download <data set> to a local folder and pass method.paper_data=<folder>"
-    paper_data_hint = ""
+    paper_data_hint = ("the paper trains on tau2-bench's train split and evaluates on BFCL-v4 multi-turn: the "
+                       "environments tau2 and bfcl of common/envs, with their data staged locally")
     cfg: IAPOConfig
 
     def __init__(self, cfg: IAPOConfig, run: RunConfig, env: Environment):
-        """Build what the method keeps across steps (running statistics, a pilot's result, counters);
-        whatever must survive a resume goes in `state_dict`."""
         super().__init__(cfg, run, env)
+        self._annotator: Annotator | None = None
 
-    # ---- before the run ---------------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise ValueError, saying how to fix it, for settings that make no sense together (called
-        before any run starts, for every cell of a replication).
+        c, run = self.cfg, self.run
+        if run.scale in ("small", "paper"):
+            from common.envs import ENVS
 
-        Default: scale=paper needs `method.paper_data` on local disk when `paper_data_hint` is set.
-        """
+            missing = [name for name in BENCHMARK_ENVS if name not in ENVS]
+            if missing:
+                raise ValueError(f"scale={run.scale} trains on env=tau2 and evaluates on env=bfcl; {missing} not registered in "
+                                 f"common.envs.ENVS yet: use scale=cpu (env=service_desk) until they are")
         super().validate()
+        if c.clip <= 0 or c.beta_plus < 0:
+            raise ValueError(f"method.clip must be > 0 and method.beta_plus >= 0; got {c.clip}, {c.beta_plus}")
+        if c.credit == "broadcast" and (c.beta_plus != IAPOConfig.beta_plus or c.clip != IAPOConfig.clip):
+            raise ValueError("method.beta_plus and method.clip have no effect with method.credit=broadcast (GRPO); drop them")
+        if c.credit != "broadcast" and run.trainer.kl.placement == "reward":
+            raise ValueError("method.credit=iapo/shuffled returns advantages, so trainer.kl.placement=reward has no effect; "
+                             "use trainer.kl.placement=loss or none")
+        if c.annotator == "llm":
+            if run.scale not in ("small", "paper"):
+                raise ValueError(f"method.annotator=llm is the paper-scale annotator (a frozen model at temperature 0); at "
+                                 f"scale={run.scale} use method.annotator=provenance")
+            if not (c.annotator_model and Path(c.annotator_model).exists()):
+                raise ValueError(f"method.annotator=llm needs method.annotator_model, a local model folder; got "
+                                 f"{c.annotator_model!r}: download e.g. Qwen/Qwen3-8B and pass its folder")
+        elif c.annotator_model is not None:
+            raise ValueError("method.annotator_model has no effect with method.annotator=provenance; drop it")
 
-    def env_protocols(self) -> tuple[type, ...]:
-        """Environment features these settings need, as runtime-checkable protocols
-        (`common.envs.protocols`, e.g. SHARP's `CounterfactualReplay`); the run refuses an
-        environment without them before it starts.
+    def annotate(self, episode: Episode) -> InfluenceGraph:
+        """The episode's influence graph from the configured annotator."""
+        if self._annotator is None:
+            self._annotator = (provenance_annotator if self.cfg.annotator == "provenance"
+                               else LLMAnnotator(hf_greedy(str(self.cfg.annotator_model))))
+        return self._annotator(episode)
 
-        Default: none.
-        """
-        return super().env_protocols()
-
-    # ---- one RL step (the hook table of common/method.py) -------------------------------------------
-    def tasks(self, pool: Dataset, step: int, rng: random.Random) -> list[dict[str, Any]]:
-        """This step's tasks: rows of the train split (`rng` is seeded by (run seed, step)).
-
-        Default: `trainer.tasks_per_step` tasks drawn uniformly at random, with replacement.
-        """
-        return super().tasks(pool, step, rng)
-
-    def group_size(self, task: dict[str, Any], mode: Mode = "train") -> int:
-        """Episodes per task (called by `play`).
-
-        Default: `trainer.group_size` in training, `eval.k` in evaluation.
-        """
-        return super().group_size(task, mode)
-
-    def play(self, rollout: Rollout, tasks: list[dict[str, Any]], step: int, mode: Mode = "train",
-             variant: str = "main") -> list[Group]:
-        """Every episode of this step (`mode="train"`) or of a held-out evaluation (`mode="eval"`):
-        what is played here is what gets evaluated. Extra plays (counterfactuals, solo plays) go in
-        `Group.extra[tag]`, played with `rollout.play_groups(..., tag=tag, trainable=False)`; they
-        are counted as compute under their tag and evaluated under `extra/<tag>`.
-
-        Default: `group_size(task, mode)` episodes of each task, one Group per task.
-        """
-        return super().play(rollout, tasks, step, mode, variant)
+    def episode_weights(self, episode: Episode, advantage: float, rng: random.Random | None = None) -> dict[int, float]:
+        """Turn index -> w of each assistant action of `episode` under `advantage` (shuffled with `rng` for the control)."""
+        turns = action_turns(episode)
+        lengths = [episode.turns[t].num_action_tokens for t in turns]
+        if not turns or sum(lengths) == 0:
+            return {t: 1.0 for t in turns}
+        graph = self.annotate(episode)
+        w = routing_weights(lengths, *graph.degrees(), advantage, beta_plus=self.cfg.beta_plus, c=self.cfg.clip)
+        if rng is not None:
+            w = shuffle_weights(w, lengths, rng)
+        return dict(zip(turns, w, strict=True))
 
     def credit(self, groups: list[Group], step: int) -> Credit:
-        """What each agent of each episode earned, returned as a value (nothing is written into the
-        episodes): `Credit(kind, values, tokens, metrics)` with `values[g][i]` = agent key -> scalar
-        for episode i of group g. `kind="reward"`: the core normalizes each key within its group
-        with `estimator` (after the KL-in-reward penalty); `kind="advantage"`: used as they are.
-        Optional per-token advantages (`tokens`) and numbers to log (`metrics`).
-
-        Default (GRPO): each episode's outcome reward under the key "*", broadcast to every turn.
-        """
-        return super().credit(groups, step)
-
-    def agent_of(self, episode: Episode, index: int) -> str:
-        """The key under which turn `index` of `episode` reads its credit, and is normalized (e.g.
-        SHARP's `worker_<m>` for the m-th worker turn).
-
-        Default: the turn's role.
-        """
-        return super().agent_of(episode, index)
-
-    def excluded(self, episode: Episode) -> bool:
-        """Episodes left out of group statistics and of training (never out of evaluation).
-
-        Default: faulted episodes (the environment failed), and truncated ones (the context ran out)
-        when `method.train_truncated=false`.
-        """
-        return super().excluded(episode)
-
-    def trainable_roles(self, step: int) -> set[str] | None:
-        """Roles whose adapters train this step (CCPO alternates its two roles).
-
-        Default: None, every role bound to a trainable adapter.
-        """
-        return super().trainable_roles(step)
-
-    def extra_loss(self, batch: LossBatch, step: int) -> torch.Tensor | None:
-        """A term added to the policy loss of one chunk of one adapter's rows (`common.loss.LossBatch`,
-        tensors `_B_T`). Return it at the minibatch scale, e.g. `batch.mean(x_B_T)` for a per-token
-        term: the chunks of a minibatch add up.
-
-        Default: None, no extra term.
-        """
-        return super().extra_loss(batch, step)
+        # the environment's behaviour rates over this step's episodes (trap use, redundant lookups), for the curves
+        behaviour = info_means([e for g in groups for e in g.episodes])
+        if self.cfg.credit == "broadcast":
+            return Credit.outcome(groups, behaviour)
+        values: list[list[dict[str, float]]] = []
+        tokens: dict[tuple[int, int, int], list[float]] = {}
+        spread: list[float] = []
+        for g, group in enumerate(groups):
+            kept = [i for i, e in enumerate(group.episodes) if not self.excluded(e)]
+            advantages_G = self.estimator(np.array([group.episodes[i].reward for i in kept], dtype=np.float64))
+            values.append([{BROADCAST: 0.0} for _ in group.episodes])
+            for i, a in zip(kept, advantages_G, strict=True):
+                values[g][i] = {BROADCAST: float(a)}
+                if a == 0:
+                    continue
+                episode = group.episodes[i]
+                rng = random.Random(derive_seed(self.run.seed, step, g, i, "shuffle")) if self.cfg.credit == "shuffled" else None
+                weights = self.episode_weights(episode, float(a), rng)
+                for t, w in weights.items():
+                    tokens[(g, i, t)] = [float(a) * w] * episode.turns[t].num_action_tokens
+                if weights:
+                    spread.append(max(weights.values()) - min(weights.values()))
+        return Credit("advantage", values, tokens, {**behaviour, "weight_spread": float(np.mean(spread)) if spread else 0.0})
 
     def credit_metrics(self, groups: list[Group], advantages: Advantages) -> dict[str, float]:
-        """Numbers to log that need the final advantages (e.g. how credit separated good actions from
-        bad ones: `advantages.scalar(turn)`).
-
-        Default: none.
-        """
-        return super().credit_metrics(groups, advantages)
-
-    # ---- checkpoints ------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint keeps of the method, so that a resumed run replays an uninterrupted one.
-
-        Default: nothing.
-        """
-        return super().state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore `state_dict()` on resume.
-
-        Default: nothing to restore.
-        """
-        super().load_state_dict(state)
+        """Where the advantage went: the mean |advantage| per token of erroring actions and of actions whose
+        output was used, relative to the mean over the episode's actions (1 = GRPO's broadcast)."""
+        if self.cfg.credit == "broadcast":
+            return {}
+        share: dict[str, list[float]] = {"error": [], "used": []}
+        for group in groups:
+            for episode in group.episodes:
+                turns = action_turns(episode)
+                per_turn = [abs(advantages.scalar(episode.turns[t])) for t in turns]
+                if not turns or not any(per_turn):
+                    continue
+                mean = float(np.mean(per_turn))
+                d_plus, _, _, errors = provenance_annotator(episode).degrees()
+                for a, value in enumerate(per_turn):
+                    if errors[a]:
+                        share["error"].append(value / mean)
+                    if d_plus[a]:
+                        share["used"].append(value / mean)
+        return {f"credit_share_{k}": float(np.mean(v)) for k, v in share.items() if v}

@@ -1,0 +1,27 @@
+"""End to end: a real IAPO run (smoke scale) on service_desk, with the probes evaluated (marked e2e)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("arm", ["iapo", "shuffled"])
+def test_iapo_smoke_run(tmp_path, arm):
+    out, work = tmp_path / "out", tmp_path / "work"
+    args = [sys.executable, "-m", "replications.run", "method=iapo", "scale=smoke", f"arm={arm}", f"out_dir={out}",
+            f"work_dir={work}", "progress=false", "trainer.threads=1", "sft.steps=20"]
+    subprocess.run(args, cwd=ROOT, check=True, capture_output=True, timeout=300)
+    d = out / "iapo" / "service_desk" / arm / "seed-0"
+    rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert all("weight_spread" in r and "trap_use" in r and "redundant_lookup" in r for r in rows)
+    final = json.loads((d / "eval.json").read_text())["final"]
+    assert {"trap_use", "redundant_lookup", "out_of_turns"} <= set(final["metrics"])
+    assert set(final["per_tier"]) == {"0", "2", "4"}
+    assert "mean@k" in final["variants"]["probe"]
