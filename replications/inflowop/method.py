@@ -1,171 +1,222 @@
-"""InFlowOp: <the paper's title> (<first author> et al. <year>, arXiv <id>).
+"""InFlowOp: "Pay for the Fault, Not the Flow": cost-based decomposition, assignment and in-flow
+repair of multi-agent workflows (arXiv 2610.01017; no public code). Not an RL method.
 
-<The paper's idea, readable in one sitting: what goes wrong with GRPO's broadcast outcome (the
-baseline, `replications/grpo`), what this method changes, and the equations it changes, cited by
-number as the paper numbers them, e.g.
+The paper's idea. A multi-agent workflow must decide how finely to split a task and which agent
+takes each piece. InFlowOp gives every such decision one cost that weighs an agent's competence
+(a rubric match of the piece's demands against the agent's card and its profile, a record of its
+own past runs: no labels) against time and the cost of creating a new specialist:
 
-    A_{i,m} = (R_{i,m} - mean_G R_{.,m}) / (std_G R_{.,m} + eps)                          (eq. 4)
+    cost(S, a) = rel(S, a) + beta * lat(S, a) + gamma * create(a)                          (eq. C)
 
-Then which hooks below carry each part of the idea.>
+It decides granularity and assignment before execution with COALESCE (split top-down to atomic
+steps, merge bottom-up while the cost says merging is cheaper), checks every subtask's
+input/output contracts during execution, classifies a broken contract as an assignment or a
+decomposition fault, and repairs it in flow: re-assign first, then re-decompose, re-running only
+the faulty subtask and what depends on it (the rest is cached). The paper reports +7.15% to
++11.97% over single-agent baselines on its Braid benchmark (COALESCE +6.72 over greedy search,
+in-flow repair +1.59, profile updates +1.33).
 
-Scaffolded by `make new-method NAME=inflowop`. Every hook of `common.method.Method` is below (the
-hook table in `common/method.py` says when the core calls each), and each one calls the base class:
-until a hook is edited, this method is GRPO. Override the hooks the paper changes and delete the others (GRPO's
-own class overrides none). Formulas longer than a few lines go in a module of this folder as plain
-functions, tested against hand-computed cases (SHARP's `shapley.py`, CCPO's `counterfactual.py`,
-CANOPY's `signal.py`); an analysis of this method's own goes in `tables.py` (see paper/extras.py).
+Where each part is (the exact forms are not public: every concrete form is ours, CARD.md):
+- eq. C, COALESCE, the greedy split, the template and single-agent plans: `plan.py`;
+- cards, profiles, reliability (eq. R) and the scripted agent pool: `agents.py`;
+- contracts at run time, fault classification, repair and the cache: `execute.py`;
+- the arms and the evaluation: this file. Training-free: `trainer.steps=0`; the core calls `play`
+  once (`mode="eval"`) on the held-out tasks and records it like any run. Before that, the profiles
+  warm up on `warmup_tasks` train tasks, each step run by a random pool agent (exploration; the
+  contracts judge every run, no labels). Arms that keep updating profiles do so on held-out tasks
+  too, from the contracts only.
+
+The arms (`method.arm`): `single` (the best single agent runs the whole task in one call; which
+agent is chosen on the dev split), `template` (a fixed workflow: atomic steps, each to the first
+agent whose card declares its category, no repair), `rerun-all` (InFlowOp's plan; any fault re-runs
+everything), `greedy` (the greedy split instead of COALESCE, otherwise InFlowOp), `no-repair`,
+`no-profile` (reliability from the cards alone: no warm-up, no updates), `inflowop` (all of it).
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from common.credit import Advantages, Credit
-from common.episode import Episode, Group
+from common.envs.braid import DOMAINS, BraidEnv, BraidTask
+from common.episode import Episode, Group, Turn
 from common.method import Method, MethodConfig, Mode
+from replications.inflowop.agents import POOL, AgentCard, Prior, Profile, agents_by_name, reliability
+from replications.inflowop.execute import Executor, RepairMode, Trace, classify
+from replications.inflowop.plan import (
+    Subtask,
+    Weights,
+    best_agent,
+    coalesce,
+    cost,
+    greedy_split,
+    latency,
+    single_plan,
+    template_plan,
+)
 
 if TYPE_CHECKING:
-    import random
-
-    import torch
-    from datasets import Dataset
-
     from common.config import RunConfig
     from common.envs.base import Environment
-    from common.loss import LossBatch
     from common.rollout import Rollout
+
+__all__ = ["InFlowOp", "InFlowOpConfig", "Subtask", "Weights", "best_agent", "classify", "coalesce", "cost",
+           "greedy_split", "latency", "reliability", "solve", "warm_up"]
+
+Arm = Literal["single", "template", "rerun-all", "greedy", "no-repair", "no-profile", "inflowop"]
 
 
 @dataclass
 class InFlowOpConfig(MethodConfig):
-    """The `method.*` settings of inflowop. Document every knob where it is declared, with the paper's
-    value and its mark: [P] the paper, [S] a secondary source, [I] our own choice."""
+    """The `method.*` settings of inflowop. Marks: [P] the paper, [S] a secondary source, [I] ours.
+    beta, gamma, tau and single_agent were fixed on the dev split (tune.py), before any held-out run."""
 
     name: str = "inflowop"
-    estimator: str = "grpo"  # group normalization (common.credit.CREDIT): grpo | drgrpo | rloo
-    # An arm is a typed field: a `Literal` accepts only its values, checked before anything runs, e.g.
-    # credit: Literal["broadcast", "inflowop"] = "inflowop"  # broadcast = GRPO (the baseline arm) | inflowop
+    arm: Arm = "inflowop"  # which workflow plays (module docstring)
+    beta: float = 0.02  # eq. C: cost per second of latency [I: dev split, tune.py]
+    gamma: float = 0.0  # eq. C: cost of creating an on-demand specialist [I: dev split, tune.py]
+    tau: float = 0.85  # a merged subtask's agent rated >= tau at every step: a fault is a decomposition fault [I]
+    max_repairs: int = 4  # repairs (or re-runs) per task before the run goes on without repair [I]
+    warmup_tasks: int = 128  # train tasks run by random pool agents to build the profiles first [I]
+    prior_declared: float = 0.9  # eq. R: reliability prior of a category the card declares [I]
+    prior_undeclared: float = 0.5  # eq. R: ... of one it does not declare [I]
+    prior_strength: float = 4.0  # eq. R: the card prior is worth this many runs [I]
+    create: bool = True  # on-demand specialists may be created (gamma) [I]
+    single_agent: str = "generalist"  # the single-agent arm's agent: the best single agent on the dev split [I: tune.py]
+
+
+ARMS: dict[str, dict[str, Any]] = {  # arm -> planner, repair mode, profiles (warm-up and updates)
+    "single": {"planner": "single", "repair": "none", "profiles": False},
+    "template": {"planner": "template", "repair": "none", "profiles": False},
+    "rerun-all": {"planner": "coalesce", "repair": "rerun", "profiles": True},
+    "greedy": {"planner": "greedy", "repair": "local", "profiles": True},
+    "no-repair": {"planner": "coalesce", "repair": "none", "profiles": True},
+    "no-profile": {"planner": "coalesce", "repair": "local", "profiles": False},
+    "inflowop": {"planner": "coalesce", "repair": "local", "profiles": True},
+}
+
+
+def _task_rng(seed: int, tag: str) -> random.Random:
+    return random.Random(f"inflowop/{seed}/{tag}")
+
+
+def solve(task: BraidTask, cfg: InFlowOpConfig, profile: Profile | None, rng: random.Random) -> Trace:
+    """Plan and run one task under `cfg.arm`; `profile` is read for reliability and, when given, updated by the run."""
+    spec = ARMS[cfg.arm]
+    agents = agents_by_name(with_created=cfg.create)
+    cards: list[AgentCard] = [a.card for a in agents.values()]
+    prior = Prior(cfg.prior_declared, cfg.prior_undeclared, cfg.prior_strength)
+    rel = (lambda card, c: reliability(card, c, profile, prior))  # noqa: E731
+    w = Weights(cfg.beta, cfg.gamma)
+    planner = spec["planner"]
+    if planner == "single":
+        plan = single_plan(task, cfg.single_agent)
+    elif planner == "template":
+        plan = template_plan(task, cards)
+    elif planner == "greedy":
+        plan = greedy_split(task, cards, rel, w)
+    else:
+        plan = coalesce(task, cards, rel, w)
+    repair: RepairMode = spec["repair"]
+    return Executor(task, agents, cards, rel, w, rng, repair=repair, max_repairs=cfg.max_repairs, tau=cfg.tau,
+                    profile=profile).run(plan)
+
+
+def warm_up(tasks: list[BraidTask], profile: Profile, rng: random.Random) -> Profile:
+    """Build profiles from exploration runs: every step of every task to a uniformly random pool
+    agent, no repair; the contracts judge each run (no labels). Returns `profile`, updated."""
+    agents = agents_by_name(with_created=False)
+    cards = [a.card for a in POOL]
+    for task in tasks:
+        plan = [Subtask(frozenset({n.index}), rng.choice(POOL).name) for n in task.nodes]
+        Executor(task, agents, cards, lambda card, c: 0.5, Weights(0.0, 0.0), rng, repair="none", profile=profile).run(plan)
+    return profile
+
+
+def record(task: BraidTask, trace: Trace) -> dict[str, Any]:
+    """An episode's `info`: overall and per-domain numbers (evaluation averages each over the episodes reporting it)."""
+    truth = task.truth()
+    success = all(trace.values.get(i) == truth[i] for i in task.sinks)
+    d = DOMAINS[task.domain][0]
+    merged = sum(1 for s in trace.plan if len(s.nodes) > 1)
+    return {
+        "success": success, "latency": trace.latency, "repair_latency": trace.repair_latency,
+        "calls": trace.calls, "repair_calls": trace.repair_calls, "violations": trace.violations,
+        "faults_assignment": trace.faults["assignment"], "faults_decomposition": trace.faults["decomposition"],
+        "subtasks": len(trace.plan), "merged_share": merged / max(len(trace.plan), 1),
+        "created_share": sum(s.agent.startswith("new-") for s in trace.plan) / max(len(trace.plan), 1),
+        f"success_{d}": success, f"latency_{d}": trace.latency, f"repair_latency_{d}": trace.repair_latency,
+    }
 
 
 class InFlowOp(Method):
     Config = InFlowOpConfig
-    # what scale=paper needs in method.paper_data (empty: nothing beyond the model), e.g.
-    # "download <data set> to a local folder and pass method.paper_data=<folder>"
-    paper_data_hint = ""
+    paper_data_hint = ("the paper's Braid benchmark and its six LLM backbones are not public: stage Braid's tasks in a "
+                       "local folder and pass method.paper_data=<folder> (and model.path=<backbone>); not implemented yet")
     cfg: InFlowOpConfig
 
     def __init__(self, cfg: InFlowOpConfig, run: RunConfig, env: Environment):
-        """Build what the method keeps across steps (running statistics, a pilot's result, counters);
-        whatever must survive a resume goes in `state_dict`."""
         super().__init__(cfg, run, env)
+        self.profile = Profile()
 
-    # ---- before the run ---------------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise ValueError, saying how to fix it, for settings that make no sense together (called
-        before any run starts, for every cell of a replication).
-
-        Default: scale=paper needs `method.paper_data` on local disk when `paper_data_hint` is set.
-        """
+        """Training-free on `braid`, with settings in range; scale=small and paper refuse (no LLM agents here yet)."""
+        if self.run.scale == "small":
+            raise ValueError("scale=small would make SmolLM2 adapters pool agents (model=smollm2); InFlowOp's "
+                             "LLM agents are not implemented yet: run scale=cpu (scripted agents) instead")
         super().validate()
-
-    def env_protocols(self) -> tuple[type, ...]:
-        """Environment features these settings need, as runtime-checkable protocols
-        (`common.envs.protocols`, e.g. SHARP's `CounterfactualReplay`); the run refuses an
-        environment without them before it starts.
-
-        Default: none.
-        """
-        return super().env_protocols()
-
-    # ---- one RL step (the hook table of common/method.py) -------------------------------------------
-    def tasks(self, pool: Dataset, step: int, rng: random.Random) -> list[dict[str, Any]]:
-        """This step's tasks: rows of the train split (`rng` is seeded by (run seed, step)).
-
-        Default: `trainer.tasks_per_step` tasks drawn uniformly at random, with replacement.
-        """
-        return super().tasks(pool, step, rng)
-
-    def group_size(self, task: dict[str, Any], mode: Mode = "train") -> int:
-        """Episodes per task (called by `play`).
-
-        Default: `trainer.group_size` in training, `eval.k` in evaluation.
-        """
-        return super().group_size(task, mode)
+        if self.run.scale == "paper":
+            raise ValueError(f"scale=paper needs {self.paper_data_hint}")
+        if not isinstance(self.env, BraidEnv):
+            raise ValueError(f"inflowop plans DAGs of typed operations: set env=braid (got env={self.env.name})")
+        if self.run.trainer.steps != 0:
+            raise ValueError(f"inflowop is training-free: set trainer.steps=0 (got {self.run.trainer.steps})")
+        c = self.cfg
+        if c.beta < 0 or c.gamma < 0 or c.max_repairs < 0 or c.warmup_tasks < 0 or c.prior_strength <= 0:
+            raise ValueError("method.beta, gamma, max_repairs, warmup_tasks must be >= 0 and prior_strength > 0")
+        if not (0 < c.prior_undeclared < 1 and 0 < c.prior_declared < 1 and 0 < c.tau <= 1):
+            raise ValueError("method.prior_declared and prior_undeclared must be in (0, 1), tau in (0, 1]")
+        if c.single_agent not in {a.name for a in POOL}:
+            raise ValueError(f"method.single_agent must be a pool agent {[a.name for a in POOL]}; got {c.single_agent!r}")
 
     def play(self, rollout: Rollout, tasks: list[dict[str, Any]], step: int, mode: Mode = "train",
              variant: str = "main") -> list[Group]:
-        """Every episode of this step (`mode="train"`) or of a held-out evaluation (`mode="eval"`):
-        what is played here is what gets evaluated. Extra plays (counterfactuals, solo plays) go in
-        `Group.extra[tag]`, played with `rollout.play_groups(..., tag=tag, trainable=False)`; they
-        are counted as compute under their tag and evaluated under `extra/<tag>`.
+        """The held-out evaluation: warm up the profiles (profile arms), then solve every task
+        `eval.k` times in order, each with its own seeded randomness; one Group per task."""
+        if mode != "eval":
+            raise ValueError("inflowop is training-free: it only plays evaluations (trainer.steps=0)")
+        seed = self.run.seed
+        spec = ARMS[self.cfg.arm]
+        profile = Profile() if spec["profiles"] else None
+        if profile is not None and self.cfg.warmup_tasks:
+            train = self.env.task_set()["train"]
+            rows = [train[i] for i in _task_rng(seed, "warmup").sample(range(len(train)), min(self.cfg.warmup_tasks, len(train)))]
+            warm_up([BraidTask.parse(_json(r["task"])) for r in rows], profile, _task_rng(seed, "warmup-runs"))
+        groups = []
+        for row in tasks:
+            task = BraidTask.parse(_json(row["task"]))
+            episodes = []
+            for j in range(self.group_size(row, mode)):
+                trace = solve(task, self.cfg, profile, _task_rng(seed, f"{row['id']}/{j}"))
+                info = record(task, trace)
+                turns = [Turn(role="agent", adapter=None, prompt_ids=[], action_ids=[], logprobs=[], text=line,
+                              trainable=False) for line in trace.log if line.startswith("call")]
+                episodes.append(Episode(row["id"], row["tier"], turns=turns, reward=float(info["success"]),
+                                        success=bool(info["success"]), info=info, counts_for_training=False))
+            groups.append(Group(row["id"], row["tier"], episodes))
+        self.profile = profile or Profile()
+        return groups
 
-        Default: `group_size(task, mode)` episodes of each task, one Group per task.
-        """
-        return super().play(rollout, tasks, step, mode, variant)
-
-    def credit(self, groups: list[Group], step: int) -> Credit:
-        """What each agent of each episode earned, returned as a value (nothing is written into the
-        episodes): `Credit(kind, values, tokens, metrics)` with `values[g][i]` = agent key -> scalar
-        for episode i of group g. `kind="reward"`: the core normalizes each key within its group
-        with `estimator` (after the KL-in-reward penalty); `kind="advantage"`: used as they are.
-        Optional per-token advantages (`tokens`) and numbers to log (`metrics`).
-
-        Default (GRPO): each episode's outcome reward under the key "*", broadcast to every turn.
-        """
-        return super().credit(groups, step)
-
-    def agent_of(self, episode: Episode, index: int) -> str:
-        """The key under which turn `index` of `episode` reads its credit, and is normalized (e.g.
-        SHARP's `worker_<m>` for the m-th worker turn).
-
-        Default: the turn's role.
-        """
-        return super().agent_of(episode, index)
-
-    def excluded(self, episode: Episode) -> bool:
-        """Episodes left out of group statistics and of training (never out of evaluation).
-
-        Default: faulted episodes (the environment failed), and truncated ones (the context ran out)
-        when `method.train_truncated=false`.
-        """
-        return super().excluded(episode)
-
-    def trainable_roles(self, step: int) -> set[str] | None:
-        """Roles whose adapters train this step (CCPO alternates its two roles).
-
-        Default: None, every role bound to a trainable adapter.
-        """
-        return super().trainable_roles(step)
-
-    def extra_loss(self, batch: LossBatch, step: int) -> torch.Tensor | None:
-        """A term added to the policy loss of one chunk of one adapter's rows (`common.loss.LossBatch`,
-        tensors `_B_T`). Return it at the minibatch scale, e.g. `batch.mean(x_B_T)` for a per-token
-        term: the chunks of a minibatch add up.
-
-        Default: None, no extra term.
-        """
-        return super().extra_loss(batch, step)
-
-    def credit_metrics(self, groups: list[Group], advantages: Advantages) -> dict[str, float]:
-        """Numbers to log that need the final advantages (e.g. how credit separated good actions from
-        bad ones: `advantages.scalar(turn)`).
-
-        Default: none.
-        """
-        return super().credit_metrics(groups, advantages)
-
-    # ---- checkpoints ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint keeps of the method, so that a resumed run replays an uninterrupted one.
-
-        Default: nothing.
-        """
-        return super().state_dict()
+        return {"profile": {f"{a}|{c}": v for (a, c), v in self.profile.counts.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore `state_dict()` on resume.
+        self.profile = Profile({tuple(k.split("|", 1)): list(v) for k, v in state.get("profile", {}).items()})  # type: ignore[misc]
 
-        Default: nothing to restore.
-        """
-        super().load_state_dict(state)
+
+def _json(text: str) -> dict[str, Any]:
+    import json
+
+    task: dict[str, Any] = json.loads(text)
+    return task

@@ -40,14 +40,12 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
     "voting": [{}],
     "reasoning_gym": [{}],
     "humaneval": [{}],
+    "bfcl": [{"max_steps_per_turn": 2}, {"categories": ["miss_func", "long_context"], "max_steps_per_turn": 2,
+                                         "docs": "signatures", "max_result_chars": 200, "demo_slip": 0.5}],
     # hand-written rows in GSM8K's and MATH's published layouts (common/envs/paper_data.py)
     "paper_math": [{"path": sample_data(), "dev_size": 4}],
     "paper_math_team": [{"path": sample_data(), "train": ["math"], "heldout": ["math500", "aime24"], "dev_size": 4}],
     "braid": [{}, {"demo_error": 1.0}],
-    # the simulated shell (the real sandbox runs each command in bubblewrap, ~30 ms: its hostile commands
-    # are tested one by one in test_terminal.py)
-    "terminal": [{"backend": "sim"}, {"backend": "sim", "max_turns": 4, "demo_loop": 1.0, "demo_shortcut": 0.5}],
-    "service_desk": [{"delays": [0, 2, 4]}, {"delays": [8], "slack": 0, "demo_trap": 0.9, "demo_repeat": 0.9}],
 }
 # hostile actions per setting beyond the every-string-at-every-turn pass (humaneval runs each action
 # in the real sandbox, ~50 ms: its hostile programs are tested one by one in test_sandbox/test_humaneval)
@@ -63,11 +61,10 @@ TURN_CAPS: dict[str, Callable[[Environment, dict[str, Any]], int]] = {
     "voting": lambda env, task: 3,
     "reasoning_gym": lambda env, task: 1,
     "humaneval": lambda env, task: 1,
+    "bfcl": lambda env, task: len(task["question"]) * (env.cfg.max_steps_per_turn + 1),  # type: ignore[attr-defined]
     "paper_math": lambda env, task: 1,
     "paper_math_team": lambda env, task: 3,
     "braid": lambda env, task: len(task["nodes"]),
-    "terminal": lambda env, task: env.cfg.max_turns,  # type: ignore[attr-defined]
-    "service_desk": lambda env, task: (2 if task["intent"] == "human" else 4 + task["delay"]) + env.cfg.slack,  # type: ignore[attr-defined]
 }
 
 
