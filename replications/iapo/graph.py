@@ -16,6 +16,11 @@ An annotator is any `annotate(episode) -> InfluenceGraph`:
 - `provenance_annotator` (the default): reads the environment's provenance events
   (`Event("provenance", j, {"source": i, "kind": ...})`, source -1 for direct user input) and its
   `error` / `invalid_action` events. Deterministic, no model call.
+- `argument_annotator`: for environments without provenance events (tau2, BFCL): an edge i -> j
+  (`success_utilization`, or `failed_utilization` when j errored) when an argument of action j (a
+  token with a digit, an underscore or a hyphen: an id, a code, a date) first appeared in what
+  followed action i (the next observation) and not in the episode's first observation; direct user
+  input when the turn right before j is another role's (a simulated user). Deterministic.
 - `LLMAnnotator`: the paper's annotator, a frozen model at temperature 0 prompted with the
   transcript and the edge definitions; it answers one line per fact (`EDGE i -> j <kind>`,
   `ERROR i`, `USER j`), parsed by `parse_annotation` (malformed lines, self-loops, backward edges and
@@ -74,8 +79,9 @@ Annotator = Callable[[Episode], InfluenceGraph]
 
 
 def action_turns(episode: Episode) -> list[int]:
-    """Indices in `episode.turns` of its assistant actions (turns a model sampled)."""
-    return [t for t, turn in enumerate(episode.turns) if turn.adapter is not None]
+    """Indices in `episode.turns` of its assistant actions (turns a trained model sampled; a scripted
+    actor's or a frozen adapter's turns, e.g. a simulated user, are evidence)."""
+    return [t for t, turn in enumerate(episode.turns) if turn.adapter is not None and turn.trainable]
 
 
 def provenance_annotator(episode: Episode) -> InfluenceGraph:
@@ -95,6 +101,36 @@ def provenance_annotator(episode: Episode) -> InfluenceGraph:
                 graph.user_input.add(j)
             elif isinstance(source, int) and source in index:
                 graph.add_edge(index[source], j, str(event.data.get("kind")))
+    return graph
+
+
+_ARGUMENT = re.compile(r"[A-Za-z0-9_\-]*[0-9_\-][A-Za-z0-9_\-]*")
+
+
+def _arguments(text: str) -> set[str]:
+    return {a for a in _ARGUMENT.findall(text) if any(c.isalnum() for c in a)}
+
+
+def argument_annotator(episode: Episode) -> InfluenceGraph:
+    """The graph from argument provenance in the text (see the module docstring); errors from events."""
+    turns = action_turns(episode)
+    graph = InfluenceGraph(len(turns))
+    index = {t: a for a, t in enumerate(turns)}
+    for event in episode.events:
+        if event.kind in ("error", "invalid_action") and event.turn in index:
+            graph.errors.add(index[event.turn])
+    seen = _arguments(episode.turns[0].prompt_text) if episode.turns else set()
+    produced: dict[str, int] = {}  # argument -> the action whose following observation first showed it
+    for a, t in enumerate(turns):
+        if t > 0 and episode.turns[t - 1].role != episode.turns[t].role:
+            graph.user_input.add(a)
+        for arg in sorted(_arguments(episode.turns[t].text)):
+            if arg in produced:
+                graph.add_edge(produced[arg], a, "failed_utilization" if a in graph.errors else "success_utilization")
+        if t + 1 < len(episode.turns):
+            for arg in _arguments(episode.turns[t + 1].prompt_text) - seen:
+                produced.setdefault(arg, a)
+            seen |= _arguments(episode.turns[t + 1].prompt_text)
     return graph
 
 

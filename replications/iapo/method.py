@@ -20,8 +20,8 @@ erred and whose errors were carried on. A graph that says nothing gives w = 1: G
 
 Hooks: only `credit` changes. It computes A_tau per episode (the method's estimator over the
 group's non-excluded episodes, as the core would), asks the annotator for each episode's graph
-(`graph.py`: the environment's provenance events by default; the paper's frozen-LLM annotator at
-the paper scale), and returns per-token advantages in `Credit.tokens`. Arms (`method.credit`):
+(`graph.py`: the environment's provenance events by default; argument provenance in the text for
+environments without events (tau2, BFCL); the paper's frozen-LLM annotator at the paper scale), and returns per-token advantages in `Credit.tokens`. Arms (`method.credit`):
 `broadcast` (GRPO itself), `iapo`, and `shuffled` (the control: the same episode's IAPO weights
 assigned to its actions in a random order, rescaled so that sum_i L_i w_i = L still holds: the same
 weight distribution without the graph's information). beta+ = 0 and c = 0.5 are the paper's
@@ -51,6 +51,7 @@ from replications.iapo.graph import (  # noqa: F401  (public API of this module 
     InfluenceGraph,
     LLMAnnotator,
     action_turns,
+    argument_annotator,
     hf_greedy,
     parse_annotation,
     provenance_annotator,
@@ -70,7 +71,8 @@ class IAPOConfig(MethodConfig):
     credit: Literal["broadcast", "iapo", "shuffled"] = "iapo"  # broadcast = GRPO | iapo | shuffled (control) [I]
     beta_plus: float = 0.05  # beta+: errors cut an action's share of a positive advantage [P: 0.05; ablation 0]
     clip: float = 0.25  # c: z-scores clipped to [-c, c] [P: 0.25; ablations 0.125, 0.5]
-    annotator: Literal["provenance", "llm"] = "provenance"  # the graph: environment events [I] | frozen LLM [P]
+    # the graph: environment events [I] | argument provenance in the text (tau2, BFCL) [I] | frozen LLM [P]
+    annotator: Literal["provenance", "arguments", "llm"] = "provenance"
     annotator_model: str | None = None  # annotator=llm: a local model folder, decoded greedily (temperature 0)
 
 
@@ -122,13 +124,13 @@ class IAPO(Method):
                 raise ValueError(f"method.annotator=llm needs method.annotator_model, a local model folder; got "
                                  f"{c.annotator_model!r}: download e.g. Qwen/Qwen3-8B and pass its folder")
         elif c.annotator_model is not None:
-            raise ValueError("method.annotator_model has no effect with method.annotator=provenance; drop it")
+            raise ValueError(f"method.annotator_model has no effect with method.annotator={c.annotator}; drop it")
 
     def annotate(self, episode: Episode) -> InfluenceGraph:
         """The episode's influence graph from the configured annotator."""
         if self._annotator is None:
-            self._annotator = (provenance_annotator if self.cfg.annotator == "provenance"
-                               else LLMAnnotator(hf_greedy(str(self.cfg.annotator_model))))
+            self._annotator = {"provenance": provenance_annotator, "arguments": argument_annotator}.get(self.cfg.annotator) or \
+                LLMAnnotator(hf_greedy(str(self.cfg.annotator_model)))
         return self._annotator(episode)
 
     def episode_weights(self, episode: Episode, advantage: float, rng: random.Random | None = None) -> dict[int, float]:

@@ -4,9 +4,15 @@ annotator's parsing of fixed answers."""
 import random
 
 from common.envs.service_desk import ServiceDeskConfig, ServiceDeskEnv
-from common.episode import Episode, Turn
-from replications.iapo.method import InfluenceGraph, LLMAnnotator, parse_annotation, provenance_annotator
+from common.episode import Episode, Event, Turn
 from replications.iapo.graph import annotation_prompt
+from replications.iapo.method import (
+    InfluenceGraph,
+    LLMAnnotator,
+    argument_annotator,
+    parse_annotation,
+    provenance_annotator,
+)
 
 
 def played(actions, intent="refund", delay=2):
@@ -85,3 +91,26 @@ def test_llm_annotator_prompts_with_the_definitions_and_parses():
     assert prompts == [annotation_prompt(ep)]
     for word in ("failed_utilization", "success_utilization", "input", "[A2] refund cash 83", "tool: order 83"):
         assert word in prompts[0]
+
+
+def test_argument_annotator_on_service_desk_text():
+    # no provenance events: ids read from the text. The lookup (1) showed 83, the refund (4) used it;
+    # the trap id 47 was in the first observation (the schema), so it is no one's output
+    ep = played(["ask", "refund cash 47", "lookup", "ok", "ok", "refund cash 83", "end"])
+    ep.events = [e for e in ep.events if e.kind != "provenance"]
+    g = argument_annotator(ep)
+    assert g.edges == {(2, 5, "success_utilization")} and g.errors == {1} and g.user_input == set()
+
+
+def test_argument_annotator_with_a_simulated_user():
+    ep = Episode("t", 1)
+    turn = lambda role, text, prompt, adapter="policy", trainable=True: Turn(role, adapter, [1], [5], [0.0], text, prompt_text=prompt,  # noqa: E731
+                                                                             trainable=trainable)
+    ep.turns = [turn("agent", "hello", "tools: find_user(id)"), turn("user", "I am user_7", "hello", "user", False),
+                turn("agent", "find_user user_7", "I am user_7"), turn("agent", "cancel R-22", "ok: order R-22"),
+                turn("agent", "cancel R-22", "error: R-22 is shipped")]
+    ep.events = [Event("error", 3, {}), Event("error", 4, {})]
+    g = argument_annotator(ep)
+    # actions: 0 (turn 0), 1 (turn 2), 2 (turn 3), 3 (turn 4); user_7 came from the user, not an action
+    assert g.user_input == {1} and g.errors == {2, 3}
+    assert g.edges == {(1, 2, "failed_utilization"), (1, 3, "failed_utilization")}

@@ -30,7 +30,7 @@ def test_broadcast_is_grpo():
     gs = groups()
     adv, _ = credit_advantages(method(credit="broadcast"), gs)
     expected = grpo([e.reward for e in gs[0].episodes])
-    for e, a in zip(gs[0].episodes, expected):
+    for e, a in zip(gs[0].episodes, expected, strict=True):
         assert all(adv.tokens(t) == [pytest.approx(a)] * t.num_action_tokens for t in e.turns)
 
 
@@ -39,7 +39,7 @@ def test_iapo_routes_the_same_mass_by_hand():
     assert [e.reward for e in gs[0].episodes] == [1.0, 0.0, 1.0, 0.0]
     adv, metrics = credit_advantages(method(credit="iapo"), gs)
     a_G = grpo([1.0, 0.0, 1.0, 0.0])
-    for e, a in zip(gs[0].episodes, a_G):
+    for e, a in zip(gs[0].episodes, a_G, strict=True):
         per_token = [x for t in e.turns for x in adv.tokens(t)]
         assert sum(per_token) == pytest.approx(a * len(per_token))  # sum_i L_i A w_i = A L
         assert all(x * a > 0 for x in per_token)  # sign kept
@@ -67,7 +67,7 @@ def test_shuffled_keeps_the_distribution_not_the_placement():
         w_shuf = [c_shuf.tokens[(0, i, t)][0] / a for t in action_turns(e)] if a else []
         lengths = [e.turns[t].num_action_tokens for t in action_turns(e)]
         if a:
-            assert sum(w * n for w, n in zip(w_shuf, lengths)) == pytest.approx(sum(lengths))
+            assert sum(w * n for w, n in zip(w_shuf, lengths, strict=True)) == pytest.approx(sum(lengths))
             assert len(w_shuf) == len(w_iapo)
 
 

@@ -73,7 +73,7 @@ def test_invariants_and_reference(seed):
     w = routing_weights(lengths, d_plus, d_minus, d_in, errors, adv, beta, c)
     assert w == pytest.approx(routing_weights_reference(lengths, d_plus, d_minus, d_in, errors, adv, beta, c), rel=1e-9)
     assert all(x > 0 for x in w)
-    assert sum(n * x for n, x in zip(lengths, w)) == pytest.approx(sum(lengths), rel=1e-9)  # mass kept
+    assert sum(n * x for n, x in zip(lengths, w, strict=True)) == pytest.approx(sum(lengths), rel=1e-9)  # mass kept
     assert all(np.sign(adv * x) == np.sign(adv) for x in w)  # sign kept
     if adv < 0:  # bounded multipliers: each within e^{-2c}..e^{2c}
         assert all(math.exp(-2 * c) - 1e-12 <= x <= math.exp(2 * c) + 1e-12 for x in w)
