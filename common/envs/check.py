@@ -25,6 +25,7 @@ environment expects, so that the verifier, not the parser, has to reject it:
 | voting | ` #<v>`, v uniform in [0, num_values) |
 | reasoning_gym | `<answer><n>`, n uniform in [-1000, 1000] |
 | humaneval | a trivial body, uniform over `TRIVIAL_BODIES` (`return None`, `return 0`, `pass`, ...) |
+| bfcl | `[]` (end the turn) with probability 0.3, else one call of an offered function, uniform, its required arguments of their documented types (strings: words of the user's turn; numbers in [0, 100]) |
 | service_desk | a call, the verb uniform (ask, lookup, ok, refund, transfer, end); a refund's method uniform, its id uniform in [10, 99] |
 | braid | a value of the asked type: an int in [0, 999], 1-5 items in [0, 99], or 1-8 letters, uniform |
 | terminal | a command of the task vocabulary, uniform (`ls`, `cat F`, `cp memo out`, `grep kN F`, `wc -l F`, `echo N > out` with N in [0, 99], `submit`) |
@@ -38,6 +39,7 @@ import atexit
 import functools
 import json
 import random
+import re
 import shutil
 import string
 import tempfile
@@ -61,6 +63,7 @@ ORACLE_SETTINGS: dict[str, dict[str, Any]] = {
     "toolplan": {"demo_distractor": 0.0, "demo_wrong": 0.0},
     "chain_tasks": {"demo_slip": 0.0, "fault_rate": 0.0},
     "thinker_solver": {"expert_help": 1.0, "expert_silent": 0.0, "expert_wrong": 0.0},
+    "bfcl": {"demo_slip": 0.0},
     "braid": {"demo_error": 0.0},
     "terminal": {"demo_shortcut": 0.0, "demo_slip": 0.0, "demo_loop": 0.0, "share_leak": 0.0, "share_weak": 0.0,
                  "share_reject": 0.0, "share_unsolvable": 0.0, "share_trivial": 0.0, "share_ambiguous": 0.0},
@@ -132,6 +135,22 @@ def _random_service_desk(env: Any, state: EpisodeState, obs: Observation, rng: r
     return f"refund {rng.choice(METHODS)} {rng.randint(10, 99)}" if verb == "refund" else verb
 
 
+def _random_bfcl(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+    from common.envs.bfcl import END_TURN, Call
+
+    if rng.random() < 0.3:
+        return END_TURN
+    doc = rng.choice(state.offered)  # type: ignore[attr-defined]
+    words = re.findall(r"[A-Za-z0-9_.]+", state.user_text) or ["x"]  # type: ignore[attr-defined]
+    values = {"string": lambda: rng.choice(words), "integer": lambda: rng.randint(0, 100),
+              "float": lambda: round(rng.uniform(0, 100), 2), "boolean": lambda: rng.random() < 0.5,
+              "array": lambda: [rng.choice(words)], "dict": dict}
+    props = doc.get("parameters", {}).get("properties", {})
+    kwargs = {k: values.get(props.get(k, {}).get("type", "string"), values["string"])()
+              for k in doc.get("parameters", {}).get("required", [])}
+    return "[" + Call(doc["name"], kwargs).text() + "]"
+
+
 def _random_paper_math(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
     if obs.role == "thinker":
         return rng.choice(["", "Add the numbers.", "Use the quadratic formula."])
@@ -146,6 +165,7 @@ RANDOM_ACTIONS: dict[str, Policy] = {
     "voting": lambda env, state, obs, rng: f" #{rng.randrange(env.cfg.num_values)}",  # type: ignore[attr-defined]
     "reasoning_gym": lambda env, state, obs, rng: f"<answer>{rng.randint(-1000, 1000)}",
     "humaneval": lambda env, state, obs, rng: rng.choice(TRIVIAL_BODIES),
+    "bfcl": _random_bfcl,
     "paper_math": _random_paper_math,
     "paper_math_team": _random_paper_math,
     "braid": _random_braid,
