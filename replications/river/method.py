@@ -125,7 +125,9 @@ class River(Method):
         oracle_env = type(self.env)(oracle_cfg)
 
         def solves(task: dict[str, Any], attempt: int) -> bool:
-            state = oracle_env.new_episode(task, random.Random(f"oracle/{self.cfg.filter_seed}/{attempt}"))
+            # each task's tries draw their own choices (an ambiguous task's guess), independent of other tasks'
+            seed = f"oracle/{self.cfg.filter_seed}/{attempt}/{json.dumps(task, sort_keys=True)}"
+            state = oracle_env.new_episode(task, random.Random(hashlib.sha256(seed.encode()).hexdigest()))
             obs: Observation | None = state.start()
             result = None
             while obs is not None:
