@@ -8,6 +8,7 @@ from common.envs.chain_tasks import ChainTasksEnv
 from common.envs.humaneval import HumanEvalEnv
 from common.envs.paper_math import PaperMathEnv, PaperMathTeamEnv
 from common.envs.reasoning_gym import ReasoningGymEnv
+from common.envs.skill_families import SkillFamiliesEnv
 from common.envs.thinker_solver import ThinkerSolverEnv
 from common.envs.toolplan import ToolPlanEnv
 from common.envs.voting import VotingEnv
@@ -24,6 +25,7 @@ ENVS: dict[str, type[Environment]] = {
     "paper_math": PaperMathEnv,  # the papers' math data staged on local disk (env.path); the `envs` extra (math-verify)
     "paper_math_team": PaperMathTeamEnv,  # the same, a Thinker's guidance then the Solver (CCPO's dyad)
     "braid": BraidEnv,  # DAGs of typed operations with contracts (InFlowOp's Braid-like benchmark)
+    "skill_families": SkillFamiliesEnv,  # related tasks sharing an abstract step order, tools renamed per task (SkillRise)
 }
 
 __all__ = ["ENVS", "EnvConfig", "Environment", "EpisodeState", "Observation", "StepResult"]

@@ -29,6 +29,7 @@ environment expects, so that the verifier, not the parser, has to reject it:
 | service_desk | a call, the verb uniform (ask, lookup, ok, refund, transfer, end); a refund's method uniform, its id uniform in [10, 99] |
 | braid | a value of the asked type: an int in [0, 999], 1-5 items in [0, 99], or 1-8 letters, uniform |
 | terminal | a command of the task vocabulary, uniform (`ls`, `cat F`, `cp memo out`, `grep kN F`, `wc -l F`, `echo N > out` with N in [0, 99], `submit`) |
+| skill_families | solver: one of the task's tool names, uniform; curator: `<skill>` and 0 to 4 words from the steps and tool names `</skill>` |
 | paper_math(_team) | Thinker: silent or a generic hint; Solver: `\boxed{n}`, n uniform in [-1000, 1000] (on sample rows when no data is staged) |
 | any other | 0 to 12 characters, uniform over letters, digits, space, `#` and `=` |
 """
@@ -68,11 +69,14 @@ ORACLE_SETTINGS: dict[str, dict[str, Any]] = {
     "terminal": {"demo_shortcut": 0.0, "demo_slip": 0.0, "demo_loop": 0.0, "share_leak": 0.0, "share_weak": 0.0,
                  "share_reject": 0.0, "share_unsolvable": 0.0, "share_trivial": 0.0, "share_ambiguous": 0.0},
     "service_desk": {"demo_trap": 0.0, "demo_repeat": 0.0},
+    "skill_families": {"demo_slip": 0.0},
 }
 
 # Environments whose demonstrator is not an oracle even without injected errors: the oracle's action.
 ORACLE_ACTIONS: dict[str, Callable[[EpisodeState, Observation], str]] = {
     "voting": lambda state, obs: f" #{state.value}",  # type: ignore[attr-defined]  # the hidden right value
+    # the demonstrator searches where it has no skill document; the oracle calls the hidden next step
+    "skill_families": lambda state, obs: state.oracle_action(),  # type: ignore[attr-defined]
 }
 
 Policy = Callable[[Environment, EpisodeState, Observation, random.Random], str]
@@ -151,6 +155,14 @@ def _random_bfcl(env: Any, state: EpisodeState, obs: Observation, rng: random.Ra
     return "[" + Call(doc["name"], kwargs).text() + "]"
 
 
+def _random_skill_families(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+    from common.envs.skill_families import NAMES, ROLES
+
+    if obs.role == "curator":
+        return " <skill> " + " ".join(rng.choices([*ROLES, *NAMES], k=rng.randint(0, 4))) + " </skill>"
+    return " " + rng.choice([name for name, _ in state.tools])  # type: ignore[attr-defined]
+
+
 def _random_paper_math(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
     if obs.role == "thinker":
         return rng.choice(["", "Add the numbers.", "Use the quadratic formula."])
@@ -171,6 +183,7 @@ RANDOM_ACTIONS: dict[str, Policy] = {
     "braid": _random_braid,
     "terminal": _random_terminal,
     "service_desk": _random_service_desk,
+    "skill_families": _random_skill_families,
 }
 
 # Environments that read staged data: without a data folder in their config file they are checked on

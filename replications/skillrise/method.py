@@ -1,171 +1,279 @@
-"""SkillRise: <the paper's title> (<first author> et al. <year>, arXiv <id>).
+"""SkillRise: one policy solves a chain of related tasks and curates the skill document they share
+(arXiv 2607.26784; public reproduction of the official code: lyq1119/SkillRise-reproduction-and-refinement).
 
-<The paper's idea, readable in one sitting: what goes wrong with GRPO's broadcast outcome (the
-baseline, `replications/grpo`), what this method changes, and the equations it changes, cited by
-number as the paper numbers them, e.g.
+GRPO treats every task alone: what one task taught is gone by the next. SkillRise plays a *chain*
+of K related tasks (one family, ordered by plan length) and lets the same policy, between tasks,
+rewrite a skill document that lives only in the prompt:
 
-    A_{i,m} = (R_{i,m} - mean_G R_{.,m}) / (std_G R_{.,m} + eps)                          (eq. 4)
+    solve(0) -> curate(0) -> solve(1) -> curate(1) -> ... -> solve(K-1)
 
-Then which hooks below carry each part of the idea.>
+The document starts empty for every chain; each curate turn writes the whole revised document
+between `<skill>` tags (the environment bounds its length) and solve(p+1) reads it. N chains of the
+same K tasks form a chain group. Rewards (`chain.py`):
 
-Scaffolded by `make new-method NAME=skillrise`. Every hook of `common.method.Method` is below (the
-hook table in `common/method.py` says when the core calls each), and each one calls the base class:
-until a hook is edited, this method is GRPO. Override the hooks the paper changes and delete the others (GRPO's
-own class overrides none). Formulas longer than a few lines go in a module of this folder as plain
-functions, tested against hand-computed cases (SHARP's `shapley.py`, CCPO's `counterfactual.py`,
-CANOPY's `signal.py`); an analysis of this method's own goes in `tables.py` (see paper/extras.py).
+    solve p:   r_p                                   (the task's own reward, invalid actions penalized)
+    curate p:  R_p = sum_{j>p} decay^(j-p) r_j       (decay 0.6: later tasks, the only cross-task credit)
+    advantage: score - mean over its (chain group, position, role); no std division;
+               curate advantages x curate_loss_weight
+
+The arms (`method.arm`), on the same steps, learning rate, warm start and seeds:
+
+- `grpo`: no document, each task alone, group size `trainer.group_size` x K, so a step plays as many
+  tasks as a SkillRise step (`trainer.tasks_per_step` tasks, vs as many chain groups of K tasks with
+  `trainer.group_size` chains each);
+- `skillrise`: chains, curate rewarded by the later tasks (the paper);
+- `current`: chains, curate rewarded by the task it just watched (r_p), which nothing it writes can
+  change: the control for the curate reward.
+
+Hooks: `tasks` draws whole families (chain arms), `play` plays the chains position by position
+(every chain's solve p in one batch, then every chain's curate p), `credit` returns the chain
+advantages. Held-out evaluation plays chains too (`eval.k` chains per family; a task's k samples are
+its k chains), so per-tier scores are success by chain position; the curate plays are summarized
+under `extra/curate` (what the documents are: abstract, concrete, empty).
 """
 
 from __future__ import annotations
 
+import json
+from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from common.credit import Advantages, Credit
+import numpy as np
+
+from common.credit import Credit
 from common.episode import Episode, Group
 from common.method import Method, MethodConfig, Mode
+from common.rollout import PlaySpec
+from replications.skillrise.chain import curate_rewards, current_task_rewards, grouped_advantages
 
 if TYPE_CHECKING:
     import random
 
-    import torch
     from datasets import Dataset
 
     from common.config import RunConfig
     from common.envs.base import Environment
-    from common.loss import LossBatch
     from common.rollout import Rollout
+
+__all__ = ["SkillRise", "SkillRiseConfig", "curate_rewards", "current_task_rewards", "grouped_advantages"]
+
+# the real benchmarks of the small and paper scales (the real-benchmarks issue wraps TextWorld / ScienceWorld)
+BENCHMARK_ENVS = {"small": "textworld", "paper": "scienceworld"}
+DOC_KINDS = ("abstract", "concrete", "empty", "other")
 
 
 @dataclass
 class SkillRiseConfig(MethodConfig):
-    """The `method.*` settings of skillrise. Document every knob where it is declared, with the paper's
-    value and its mark: [P] the paper, [S] a secondary source, [I] our own choice."""
+    """The `method.*` settings of skillrise: [P] the paper (and its official code), [I] our own choice."""
 
     name: str = "skillrise"
-    estimator: str = "grpo"  # group normalization (common.credit.CREDIT): grpo | drgrpo | rloo
-    # An arm is a typed field: a `Literal` accepts only its values, checked before anything runs, e.g.
-    # credit: Literal["broadcast", "skillrise"] = "skillrise"  # broadcast = GRPO (the baseline arm) | skillrise
+    estimator: str = "grpo"  # the grpo arm's group normalization (chain arms return advantages themselves) [P: GRPO]
+    arm: Literal["grpo", "skillrise", "current"] = "skillrise"  # grpo (no document) | skillrise | current (control) [I]
+    decay: float = 0.6  # the curate reward's discount over later tasks (official traj_gamma) [P]
+    curate_loss_weight: float = 1.0  # multiplies curate advantages [P]
+
+
+@dataclass
+class Slot:
+    """Where an episode sits in a step's chains: family index, chain position, role, chain index."""
+
+    family: int
+    position: int
+    role: Literal["solve", "curate"]
+    chain: int
+
+
+def chains_of(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Consecutive rows of one family in rising plan length form one chain; a row of another family, or
+    one whose plan is not longer than the last, starts the next chain (the same family may come twice).
+
+    >>> fam = lambda f, t: {"id": f"{f}{t}", "tier": t, "task": json.dumps({"family": f})}
+    >>> [[r["id"] for r in c] for c in chains_of([fam("a", 2), fam("a", 3), fam("b", 2), fam("b", 3), fam("b", 2)])]
+    [['a2', 'a3'], ['b2', 'b3'], ['b2']]
+    """
+    chains: list[list[dict[str, Any]]] = []
+    last: tuple[str, int] | None = None
+    for row in rows:
+        family = json.loads(row["task"])["family"]
+        if last is None or family != last[0] or row["tier"] <= last[1]:
+            chains.append([])
+        chains[-1].append(row)
+        last = (family, row["tier"])
+    return chains
 
 
 class SkillRise(Method):
     Config = SkillRiseConfig
-    # what scale=paper needs in method.paper_data (empty: nothing beyond the model), e.g.
-    # "download <data set> to a local folder and pass method.paper_data=<folder>"
     paper_data_hint = ""
     cfg: SkillRiseConfig
 
     def __init__(self, cfg: SkillRiseConfig, run: RunConfig, env: Environment):
-        """Build what the method keeps across steps (running statistics, a pilot's result, counters);
-        whatever must survive a resume goes in `state_dict`."""
         super().__init__(cfg, run, env)
+        self.chain_length = len(env.tiers)  # K: one task per plan length
+        self._families: tuple[int, list[list[int]]] | None = None  # (id of the pool, row indices per family)
+        self._slots: dict[int, Slot] = {}  # id(episode) -> its slot, for the step being credited
 
-    # ---- before the run ---------------------------------------------------------------------------
+    @property
+    def chains(self) -> bool:
+        return self.cfg.arm != "grpo"
+
     def validate(self) -> None:
-        """Raise ValueError, saying how to fix it, for settings that make no sense together (called
-        before any run starts, for every cell of a replication).
+        c, run = self.cfg, self.run
+        if run.scale in BENCHMARK_ENVS:
+            from common.envs import ENVS
 
-        Default: scale=paper needs `method.paper_data` on local disk when `paper_data_hint` is set.
-        """
+            bench = BENCHMARK_ENVS[run.scale]
+            if bench not in ENVS:
+                raise ValueError(f"scale={run.scale} plays chains of env={bench}, which is not registered in common.envs.ENVS "
+                                 "yet: use scale=cpu (env=skill_families) until it is")
         super().validate()
+        if not 0 <= c.decay <= 1 or c.curate_loss_weight < 0:
+            raise ValueError(f"need method.decay in [0, 1] and method.curate_loss_weight >= 0; got {c.decay}, {c.curate_loss_weight}")
+        if not self.chains:
+            if c.decay != SkillRiseConfig.decay or c.curate_loss_weight != SkillRiseConfig.curate_loss_weight:
+                raise ValueError("method.decay and method.curate_loss_weight have no effect with method.arm=grpo; drop them")
+            return
+        if "curate" not in self.env.variants() or set(self.env.roles) != {"solver", "curator"}:
+            raise ValueError(f"method.arm={c.arm} plays chains of solve and curate turns: the environment needs roles solver and "
+                             f"curator and a 'curate' variant (env=skill_families); {self.env.name} has roles {self.env.roles}")
+        if self.chain_length < 2:
+            raise ValueError(f"a chain needs at least 2 tasks (the environment's plan lengths); {self.env.name} has tiers {self.env.tiers}")
+        if run.trainer.devices * run.trainer.num_nodes > 1:
+            raise ValueError("method.arm=skillrise/current plays whole chains in one process: use trainer.devices=1, trainer.num_nodes=1")
+        if run.trainer.kl.placement == "reward":
+            raise ValueError("the chain arms return advantages, so trainer.kl.placement=reward has no effect; use loss or none")
 
-    def env_protocols(self) -> tuple[type, ...]:
-        """Environment features these settings need, as runtime-checkable protocols
-        (`common.envs.protocols`, e.g. SHARP's `CounterfactualReplay`); the run refuses an
-        environment without them before it starts.
+    # ---- tasks ------------------------------------------------------------------------------------
+    def families(self, pool: Dataset) -> list[list[int]]:
+        """Row indices of each family of `pool`, each family's rows by plan length (cached per pool)."""
+        if self._families is None or self._families[0] != id(pool):
+            by_family: dict[str, list[tuple[int, int]]] = defaultdict(list)
+            for i, row in enumerate(pool):
+                by_family[json.loads(row["task"])["family"]].append((row["tier"], i))
+            self._families = (id(pool), [[i for _, i in sorted(v)] for v in by_family.values()])
+        return self._families[1]
 
-        Default: none.
-        """
-        return super().env_protocols()
-
-    # ---- one RL step (the hook table of common/method.py) -------------------------------------------
     def tasks(self, pool: Dataset, step: int, rng: random.Random) -> list[dict[str, Any]]:
-        """This step's tasks: rows of the train split (`rng` is seeded by (run seed, step)).
-
-        Default: `trainer.tasks_per_step` tasks drawn uniformly at random, with replacement.
-        """
-        return super().tasks(pool, step, rng)
+        """Chain arms: `trainer.tasks_per_step` distinct families at random, each family's K rows in
+        chain order; grpo: as many single tasks (drawn as GRPO draws them)."""
+        if not self.chains:
+            return super().tasks(pool, step, rng)
+        fams = self.families(pool)
+        if self.run.trainer.tasks_per_step > len(fams):
+            raise ValueError(f"trainer.tasks_per_step={self.run.trainer.tasks_per_step} families per step, but the train split "
+                             f"has {len(fams)}: raise env.train_size or lower trainer.tasks_per_step")
+        picked = rng.sample(fams, self.run.trainer.tasks_per_step)
+        return [pool[i] for fam in picked for i in fam]
 
     def group_size(self, task: dict[str, Any], mode: Mode = "train") -> int:
-        """Episodes per task (called by `play`).
-
-        Default: `trainer.group_size` in training, `eval.k` in evaluation.
-        """
+        """grpo: `trainer.group_size` x K episodes per task in training, so task plays match the chains."""
+        if mode == "train" and not self.chains:
+            return self.run.trainer.group_size * self.chain_length
         return super().group_size(task, mode)
 
+    # ---- play -------------------------------------------------------------------------------------
     def play(self, rollout: Rollout, tasks: list[dict[str, Any]], step: int, mode: Mode = "train",
              variant: str = "main") -> list[Group]:
-        """Every episode of this step (`mode="train"`) or of a held-out evaluation (`mode="eval"`):
-        what is played here is what gets evaluated. Extra plays (counterfactuals, solo plays) go in
-        `Group.extra[tag]`, played with `rollout.play_groups(..., tag=tag, trainable=False)`; they
-        are counted as compute under their tag and evaluated under `extra/<tag>`.
+        if not self.chains or variant != "main":
+            return super().play(rollout, tasks, step, mode, variant)
+        return self.play_chains(rollout, tasks, step, mode)
 
-        Default: `group_size(task, mode)` episodes of each task, one Group per task.
-        """
-        return super().play(rollout, tasks, step, mode, variant)
+    def play_chains(self, rollout: Rollout, tasks: list[dict[str, Any]], step: int, mode: Mode) -> list[Group]:
+        """N chains per family of `tasks` (rows grouped by family, in plan-length order), position by
+        position. Training returns one group per (family, position, role); evaluation returns the solve
+        groups with their curate plays under `extra["curate"]`."""
+        families = chains_of(tasks)
+        n = self.run.trainer.group_size if mode == "train" else self.run.eval.k
+        docs = [[""] * n for _ in families]
+        solve: dict[tuple[int, int], Group] = {}
+        curate: dict[tuple[int, int], Group] = {}
+        self._slots = {}
+        for p in range(max(len(f) for f in families)):
+            live = [(f, fam[p]) for f, fam in enumerate(families) if p < len(fam)]
+            specs = [self._spec(row, mode, "main", skill=docs[f][c]) for f, row in live for c in range(n)]
+            episodes = self._play(rollout, specs, step, mode, f"solve{p}")
+            for j, (f, row) in enumerate(live):
+                solve[f, p] = Group(row["id"], row["tier"], episodes[j * n:(j + 1) * n])
+                self._mark(solve[f, p], f, p, "solve")
+            live = [(f, row) for f, row in live if p + 1 < len(families[f])]
+            if not live:
+                continue
+            specs = [self._spec(row, mode, "curate", skill=docs[f][c], found=solve[f, p].episodes[c].info.get("found", []))
+                     for f, row in live for c in range(n)]
+            episodes = self._play(rollout, specs, step, mode, f"curate{p}")
+            for j, (f, row) in enumerate(live):
+                curate[f, p] = Group(f"{row['id']}/curate", row["tier"], episodes[j * n:(j + 1) * n])
+                self._mark(curate[f, p], f, p, "curate")
+                docs[f] = [str(e.info.get("skill", "")) for e in curate[f, p].episodes]
+        if mode == "eval":
+            for key, g in curate.items():
+                solve[key].extra["curate"] = g.episodes
+            return [solve[key] for key in sorted(solve)]
+        return [g for key in sorted(solve) for g in ([solve[key]] + ([curate[key]] if key in curate else []))]
 
+    def _spec(self, row: dict[str, Any], mode: Mode, variant: str, **extra: Any) -> PlaySpec:
+        task = {"id": row["id"], "tier": row["tier"], "task": json.dumps({**json.loads(row["task"]), **extra}, sort_keys=True)}
+        tag = ("eval" if variant == "main" else "eval/curate") if mode == "eval" else ("main" if variant == "main" else "curate")
+        return PlaySpec(task, variant, tag, trainable=mode == "train")
+
+    def _play(self, rollout: Rollout, specs: list[PlaySpec], step: int, mode: Mode, what: str) -> list[Episode]:
+        """`Rollout.play` with the seeds `play_groups` would use, one salt per chain position and role."""
+        salt = ("eval/main/chain/" if mode == "eval" else "train/chain/") + what + rollout.rank_salt
+        return rollout.play(specs, -1 if mode == "eval" else step, salt=salt)
+
+    def _mark(self, group: Group, family: int, position: int, role: Literal["solve", "curate"]) -> None:
+        for c, e in enumerate(group.episodes):
+            self._slots[id(e)] = Slot(family, position, role, c)
+
+    # ---- credit -----------------------------------------------------------------------------------
     def credit(self, groups: list[Group], step: int) -> Credit:
-        """What each agent of each episode earned, returned as a value (nothing is written into the
-        episodes): `Credit(kind, values, tokens, metrics)` with `values[g][i]` = agent key -> scalar
-        for episode i of group g. `kind="reward"`: the core normalizes each key within its group
-        with `estimator` (after the KL-in-reward penalty); `kind="advantage"`: used as they are.
-        Optional per-token advantages (`tokens`) and numbers to log (`metrics`).
+        """grpo: the outcome, broadcast (GRPO). Chain arms: every solve and curate episode's score
+        (r_p; R_p or, in `current`, r_p, plus the curate turn's own invalid-action penalty), mean-centered
+        within its (chain group, position, role), curate advantages x curate_loss_weight."""
+        metrics = self.play_metrics(groups)
+        if not self.chains:
+            return Credit.outcome(groups, metrics)
+        slots = [[self._slots[id(e)] for e in g.episodes] for g in groups]
+        solve_reward: dict[tuple[int, int, int], float] = {}  # (family, chain, position) -> r_p
+        for g, ss in zip(groups, slots, strict=True):
+            for e, s in zip(g.episodes, ss, strict=True):
+                if s.role == "solve":
+                    solve_reward[s.family, s.chain, s.position] = e.reward
+        curate_reward: dict[tuple[int, int, int], float] = {}
+        for f, c in {(f, c) for f, c, _ in solve_reward}:
+            r = [solve_reward[f, c, p] for p in range(self.chain_length) if (f, c, p) in solve_reward]
+            rs = curate_rewards(r, self.cfg.decay) if self.cfg.arm == "skillrise" else current_task_rewards(r)
+            for p, value in enumerate(rs):
+                curate_reward[f, c, p] = value
+        flat, scores, keys, weights = [], [], [], []
+        for gi, (g, ss) in enumerate(zip(groups, slots, strict=True)):
+            for i, (e, s) in enumerate(zip(g.episodes, ss, strict=True)):
+                if self.excluded(e):
+                    continue
+                is_curate = s.role == "curate"
+                flat.append((gi, i))
+                scores.append(curate_reward[s.family, s.chain, s.position] + e.reward if is_curate else e.reward)
+                keys.append((s.family, s.position, s.role))
+                weights.append(self.cfg.curate_loss_weight if is_curate else 1.0)
+        advantages = grouped_advantages(scores, keys, weights)
+        values: list[list[dict[str, float]]] = [[{} for _ in g.episodes] for g in groups]
+        for (gi, i), a in zip(flat, advantages, strict=True):
+            values[gi][i] = {"*": a}
+        curate_scores = [s for s, k in zip(scores, keys, strict=True) if k[2] == "curate"]
+        metrics["curate_reward_mean"] = float(np.mean(curate_scores)) if curate_scores else 0.0
+        return Credit("advantage", values, metrics=metrics)
 
-        Default (GRPO): each episode's outcome reward under the key "*", broadcast to every turn.
-        """
-        return super().credit(groups, step)
-
-    def agent_of(self, episode: Episode, index: int) -> str:
-        """The key under which turn `index` of `episode` reads its credit, and is normalized (e.g.
-        SHARP's `worker_<m>` for the m-th worker turn).
-
-        Default: the turn's role.
-        """
-        return super().agent_of(episode, index)
-
-    def excluded(self, episode: Episode) -> bool:
-        """Episodes left out of group statistics and of training (never out of evaluation).
-
-        Default: faulted episodes (the environment failed), and truncated ones (the context ran out)
-        when `method.train_truncated=false`.
-        """
-        return super().excluded(episode)
-
-    def trainable_roles(self, step: int) -> set[str] | None:
-        """Roles whose adapters train this step (CCPO alternates its two roles).
-
-        Default: None, every role bound to a trainable adapter.
-        """
-        return super().trainable_roles(step)
-
-    def extra_loss(self, batch: LossBatch, step: int) -> torch.Tensor | None:
-        """A term added to the policy loss of one chunk of one adapter's rows (`common.loss.LossBatch`,
-        tensors `_B_T`). Return it at the minibatch scale, e.g. `batch.mean(x_B_T)` for a per-token
-        term: the chunks of a minibatch add up.
-
-        Default: None, no extra term.
-        """
-        return super().extra_loss(batch, step)
-
-    def credit_metrics(self, groups: list[Group], advantages: Advantages) -> dict[str, float]:
-        """Numbers to log that need the final advantages (e.g. how credit separated good actions from
-        bad ones: `advantages.scalar(turn)`).
-
-        Default: none.
-        """
-        return super().credit_metrics(groups, advantages)
-
-    # ---- checkpoints ------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint keeps of the method, so that a resumed run replays an uninterrupted one.
-
-        Default: nothing.
-        """
-        return super().state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore `state_dict()` on resume.
-
-        Default: nothing to restore.
-        """
-        super().load_state_dict(state)
+    def play_metrics(self, groups: list[Group]) -> dict[str, float]:
+        """Solve success overall and per plan length, and what the curate turns wrote (shares)."""
+        solve = [e for g in groups for e in g.episodes if e.tag == "main"]
+        cur = [e for g in groups for e in g.episodes if e.tag == "curate"]
+        out = {"solve_success_rate": float(np.mean([e.success for e in solve])) if solve else 0.0}
+        for tier in self.env.tiers:
+            eps = [e for g in groups if g.tier == tier for e in g.episodes if e.tag == "main"]
+            if eps:
+                out[f"success_tier{tier}"] = float(np.mean([e.success for e in eps]))
+        if cur:
+            for kind in (*DOC_KINDS, "right"):
+                out[f"doc_{kind}"] = float(np.mean([bool(e.info.get(f"doc_{kind}", False)) for e in cur]))
+        return out

@@ -46,6 +46,7 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
     "paper_math": [{"path": sample_data(), "dev_size": 4}],
     "paper_math_team": [{"path": sample_data(), "train": ["math"], "heldout": ["math500", "aime24"], "dev_size": 4}],
     "braid": [{}, {"demo_error": 1.0}],
+    "skill_families": [{}, {"order_length": 3, "min_plan": 1, "distractors": 2, "max_misses": 0, "demo_slip": 0.5}],
 }
 # hostile actions per setting beyond the every-string-at-every-turn pass (humaneval runs each action
 # in the real sandbox, ~50 ms: its hostile programs are tested one by one in test_sandbox/test_humaneval)
@@ -65,6 +66,7 @@ TURN_CAPS: dict[str, Callable[[Environment, dict[str, Any]], int]] = {
     "paper_math": lambda env, task: 1,
     "paper_math_team": lambda env, task: 3,
     "braid": lambda env, task: len(task["nodes"]),
+    "skill_families": lambda env, task: task["plan"] + env.cfg.max_misses,  # type: ignore[attr-defined]
 }
 
 

@@ -1,0 +1,153 @@
+"""SkillRise's own tables (read by paper/, see paper/extras.py), for what the card's claims cannot express.
+
+Arms: `grpo` (no document), `skillrise`, `skillrise-current` (curate rewarded by the current task).
+Held-out evaluation plays chains in the chain arms, so tier L (plan length) is chain position
+L - 1; the grpo arm plays the same held-out tasks alone.
+
+- `positions`: held-out success by chain position per arm (final), and whether it *rises* with the
+  position: within an arm, position 3 minus position 1 (the later task is harder, so without a
+  document it falls), and across arms, the difference of differences
+  (SkillRise - GRPO at position 3) - (SkillRise - GRPO at position 1), paired by seed.
+- `documents`: what the curate turns write, at held-out evaluation (warm start and after RL) and over
+  training (the first and the last `WINDOW` steps): abstract order, of which right, concrete tool
+  names, empty, other. The figure of the same shares per step is the card's curves
+  (`doc_abstract`, `doc_concrete`, `doc_empty`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from common.stats import NAN, Interval, mean_ci, paired_seeds_needed, t_interval
+from paper.claims import pair_verdict
+from paper.extras import ExtraTable
+from paper.load import Run
+from paper.tables import CI, Table, fmt_ci
+
+ARMS = ("grpo", "skillrise", "skillrise-current")
+CHAIN_ARMS = ("skillrise", "skillrise-current")
+KINDS = ("abstract", "right", "concrete", "empty", "other")
+MARGIN = 0.05  # the smallest difference of success that matters (as the card's claims)
+SEEDS_FLOOR = 5
+WINDOW = 5  # training steps averaged at the start and at the end
+
+
+def _tiers(runs: list[Run]) -> list[str]:
+    return sorted({t for r in runs for t in r.evals["final"].get("per_tier", {})}, key=int)
+
+
+def _tier(run: Run, tier: str, stage: str = "final") -> float:
+    return float(run.evals.get(stage, {}).get("per_tier", {}).get(tier, {}).get("mean@k", NAN))
+
+
+def _doc(run: Run, kind: str, stage: str = "final") -> float:
+    return float(run.evals.get(stage, {}).get("extra", {}).get("curate", {}).get("metrics", {}).get(f"doc_{kind}", NAN))
+
+
+def _curve(run: Run, key: str, first: bool) -> float:
+    rows = [r[key] for r in run.metrics if r.get(key) is not None]
+    if not rows:
+        return NAN
+    return float(np.mean(rows[:WINDOW] if first else rows[-WINDOW:]))
+
+
+def _ci(values: list[float], digits: int = 3) -> str:
+    values = [v for v in values if v == v]
+    if not values:
+        return "—"
+    m, lo, hi = mean_ci(values, **CI)
+    return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]" if lo == lo else f"{m:.{digits}f} (no CI)"
+
+
+def verdict(iv: Interval, n: int, sd: float, margin: float = MARGIN) -> str:
+    """The card's four verdicts for a seed-paired difference (paper/claims.py), inconclusive whenever
+    there are fewer pairs than its power calculation needs."""
+    m = iv[0]
+    if m != m or n < 2:
+        return "inconclusive (not enough runs)"
+    alone = pair_verdict(iv, margin)
+    needed = max(SEEDS_FLOOR, paired_seeds_needed(sd, margin)) if np.isfinite(sd) else SEEDS_FLOOR
+    if n < needed:
+        return f"inconclusive (underpowered: n={n} < required {needed}; the interval alone says {alone})"
+    return alone
+
+
+def _paired(diffs: list[float]) -> tuple[Interval, int, float]:
+    diffs = [d for d in diffs if d == d]
+    if len(diffs) < 2:
+        return (NAN, NAN, NAN), len(diffs), NAN
+    return t_interval(diffs), len(diffs), float(np.std(diffs, ddof=1))
+
+
+def _by_arm(runs: list[Run]) -> dict[str, dict[int, Run]]:
+    out: dict[str, dict[int, Run]] = {}
+    for r in runs:
+        if r.arm in ARMS:
+            out.setdefault(r.arm, {})[r.seed] = r
+    return out
+
+
+def positions_table(runs: list[Run]) -> Table:
+    arms = _by_arm(runs)
+    tiers = _tiers([r for rs in arms.values() for r in rs.values()])
+    rows: list[list[str]] = []
+    for arm in [a for a in ARMS if a in arms]:
+        rs = list(arms[arm].values())
+        rows.append([arm, str(len(rs)), *[_ci([_tier(r, t) for r in rs]) for t in tiers], "", ""])
+    if len(tiers) >= 2:
+        first, last = tiers[0], tiers[-1]
+        for arm in [a for a in ARMS if a in arms]:
+            iv, n, sd = _paired([_tier(r, last) - _tier(r, first) for r in arms[arm].values()])
+            rows.append([f"{arm}: position {len(tiers)} - position 1", str(n), *[""] * len(tiers),
+                         fmt_ci(iv, signed=True), verdict(iv, n, sd)])
+        for arm in [a for a in CHAIN_ARMS if a in arms and "grpo" in arms]:
+            x, y = arms[arm], arms["grpo"]
+            seeds = sorted(set(x) & set(y))
+            iv, n, sd = _paired([(_tier(x[s], last) - _tier(y[s], last)) - (_tier(x[s], first) - _tier(y[s], first))
+                                 for s in seeds])
+            rows.append([f"({arm} - grpo) at position {len(tiers)} minus at position 1", str(n), *[""] * len(tiers),
+                         fmt_ci(iv, signed=True), verdict(iv, n, sd)])
+    headers = ["arm / effect", "seeds", *[f"position {i + 1} (plan {t})" for i, t in enumerate(tiers)],
+               "paired difference [95% t CI]", "verdict (margin 0.05)"]
+    return Table("skillrise-positions", "SkillRise: held-out success (mean@k) by chain position after RL, mean over seeds "
+                 "[95% t CI]; does it rise with the position? (paired by seed; verdicts as in paper/claims.py)", headers, rows)
+
+
+def documents_table(runs: list[Run]) -> Table:
+    arms = _by_arm(runs)
+    rows: list[list[str]] = []
+    for arm in [a for a in CHAIN_ARMS if a in arms]:
+        rs = list(arms[arm].values())
+        for label, get in (("held-out, warm start", lambda r, k: _doc(r, k, "initial")),
+                           ("held-out, after RL", lambda r, k: _doc(r, k, "final")),
+                           (f"training, first {WINDOW} steps", lambda r, k: _curve(r, f"doc_{k}", True)),
+                           (f"training, last {WINDOW} steps", lambda r, k: _curve(r, f"doc_{k}", False))):
+            rows.append([arm, label, str(len(rs)), *[_ci([get(r, k) for r in rs]) for k in KINDS]])
+    for arm in [a for a in CHAIN_ARMS if a in arms and a != "skillrise" and "skillrise" in arms]:
+        x, y = arms["skillrise"], arms[arm]
+        seeds = sorted(set(x) & set(y))
+        iv, n, sd = _paired([_doc(x[s], "abstract") - _doc(y[s], "abstract") for s in seeds])
+        rows.append([f"skillrise - {arm}", "held-out abstract share, after RL", str(n), fmt_ci(iv, signed=True),
+                     verdict(iv, n, sd, 0.10), "", "", ""])
+    headers = ["arm", "when", "seeds", *[f"doc {k}" for k in KINDS]]
+    return Table("skillrise-documents", "SkillRise: what the curate turns write, as shares of curate turns, mean over seeds "
+                 "[95% t CI] (abstract: only abstract steps; right: an abstract prefix of the true order; concrete: only "
+                 "tool numbers). The last row compares the abstract share of the two curate rewards (margin 0.10).",
+                 headers, rows)
+
+
+def summary(runs: list[Run]) -> dict[str, Any]:
+    """The numbers REPORT/CARD quote, per arm: success by position and document shares (means over seeds)."""
+    out: dict[str, Any] = {}
+    for arm, rs in _by_arm(runs).items():
+        tiers = _tiers(list(rs.values()))
+        out[arm] = {"seeds": sorted(rs), **{f"position_{i + 1}": float(np.nanmean([_tier(r, t) for r in rs.values()]))
+                                            for i, t in enumerate(tiers)}}
+        if arm in CHAIN_ARMS:
+            out[arm].update({f"doc_{k}": float(np.nanmean([_doc(r, k) for r in rs.values()])) for k in KINDS})
+    return out
+
+
+EXTRA_TABLES: dict[str, ExtraTable] = {"positions": positions_table, "documents": documents_table}
