@@ -21,7 +21,6 @@ import yaml
 pytest.importorskip("math_verify")  # the `envs` extra (make setup)
 
 from common.envs import ENVS  # noqa: E402
-from common.envs import ENVS  # noqa: E402
 from common.envs.paper_data import write_samples  # noqa: E402
 from replications import METHODS  # noqa: E402
 from replications.replicate import load_replication, main  # noqa: E402
@@ -35,9 +34,7 @@ FIRST_DATA_SET = {("grpo", "paper"): "GSM8K", ("ccpo", "paper"): "MATH", ("ccpo"
                   ("iapo", "paper"): "GSM8K", ("inflowop", "paper"): "braid_paper", ("river", "paper"): "GSM8K",
                   ("skillrise", "paper"): "scienceworld"}
 # paper scales whose environment is not registered yet: the dry run refuses, naming it, until it is
-UNREGISTERED_ENV = {("skillrise", "paper"): "scienceworld"}
-# paper scales whose environment is not registered yet: the dry run refuses, naming it, until it is
-UNREGISTERED_ENV = {("inflowop", "paper"): "braid_paper"}
+UNREGISTERED_ENV = {("skillrise", "paper"): "scienceworld", ("inflowop", "paper"): "braid_paper"}
 DIRECTIVE = re.compile(r"^#SBATCH --([a-z][a-z-]*)(?:=(\S+))?$")
 
 
