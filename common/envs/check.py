@@ -26,7 +26,7 @@ environment expects, so that the verifier, not the parser, has to reject it:
 | reasoning_gym | `<answer><n>`, n uniform in [-1000, 1000] |
 | humaneval | a trivial body, uniform over `TRIVIAL_BODIES` (`return None`, `return 0`, `pass`, ...) |
 | bfcl | `[]` (end the turn) with probability 0.3, else one call of an offered function, uniform, its required arguments of their documented types (strings: words of the user's turn; numbers in [0, 100]) |
-| service_desk | a call, the verb uniform (ask, lookup, ok, refund, transfer, end); a refund's method uniform, its id uniform in [10, 99] |
+| service_desk | a call, the verb uniform (ask, lookup, ok, refund, transfer, end); a refund's method uniform, its id a capital letter, uniform |
 | braid | a value of the asked type: an int in [0, 999], 1-5 items in [0, 99], or 1-8 letters, uniform |
 | terminal | a command of the task vocabulary, uniform (`ls`, `cat F`, `cp memo out`, `grep kN F`, `wc -l F`, `echo N > out` with N in [0, 99], `submit`) |
 | skill_families | solver: one of the task's tool names, uniform; curator: `<skill>` and 0 to 4 words from the steps and tool names `</skill>` |
@@ -133,10 +133,10 @@ def _random_terminal(env: Any, state: EpisodeState, obs: Observation, rng: rando
 
 
 def _random_service_desk(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
-    from common.envs.service_desk import METHODS
+    from common.envs.service_desk import IDS, METHODS
 
     verb = rng.choice(["ask", "lookup", "ok", "refund", "transfer", "end"])
-    return f"refund {rng.choice(METHODS)} {rng.randint(10, 99)}" if verb == "refund" else verb
+    return f"refund {rng.choice(METHODS)} {rng.choice(IDS)}" if verb == "refund" else verb
 
 
 def _random_bfcl(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:

@@ -6,32 +6,35 @@ action per turn; the whole dialogue so far stays in its context (observations ar
 replaced). One episode, the ideal way, at delay D = 2 (each line `> ` ends an observation; the
 agent's action follows it):
 
-    tools: ask | lookup | ok | refund <card|cash|credit> <id>, e.g. refund card 47 | transfer | end
+    tools: ask | lookup | ok | refund <card|cash|credit> <id>, e.g. refund card Q | transfer | end
     user: hello
     > ask
     user: refund to cash please
     > lookup
-    tool: order 83
+    tool: order K
     user: it was a gift
     > ok
     user: the box was blue
     > ok
     user: that is all
-    > refund cash 83
+    > refund cash K
     tool: refunded
     > end                                   (episode over; reward 1)
 
 | action | effect |
 | --- | --- |
 | `ask` | the customer states the intent (`refund to <method> please` or `i want a human`) |
-| `lookup` | `tool: order <id>`, the customer's order id (a second lookup returns the same id: redundant) |
+| `lookup` | `tool: order <id>`, the customer's order id, one capital letter (a second lookup returns the same id: redundant) |
 | `ok` | acknowledges what the customer just said (the customer goes on, or says `that is all`) |
 | `refund <method> <id>` | `tool: refunded` for the customer's order id; `tool: error ...` for another id (state unchanged) |
 | `transfer` | hands the customer to a human: the episode ends |
 | `end` | closes the conversation: the episode ends |
 
-**The trap.** The tool schema prints an example call whose id (drawn per task, two digits like a
-real one) is not the customer's: using it errors (`tool: error: example id`). **The delay knob D**
+**The trap.** The tool schema prints an example call whose id (drawn per task, a capital letter like
+a real one) is not the customer's: using it errors (`tool: error: example id`). Ids are one capital
+letter so that each is one token: copying it from D exchanges back is within reach of a tiny model
+(as `toolplan`'s one-letter codes); pilots with two-digit ids (two tokens) left the warm start unable
+to copy them at any D. **The delay knob D**
 (the task's tier, D in `delays`, by default {0, 2, 4}): after the first lookup the customer makes D
 remarks, each acknowledged by `ok`, before `that is all`; so D exchanges separate the lookup from
 the refund that uses its id. A remark not acknowledged is repeated after the next tool reply.
@@ -41,7 +44,7 @@ asks (refund: exactly one refund, of the right order, to the right method, then 
 customer said `that is all`; human: `transfer` with no refund), within a budget of the ideal number
 of actions (4 + D for a refund, 2 for a human) + `slack`; else 0. Running out of budget ends the
 episode with reward 0 (`out_of_turns`). Text that is none of the actions (an unknown verb, a method
-that is not one of the three, an id that is not 1 to 18 ASCII digits) is a bad call:
+that is not one of the three, an id that is not one capital letter A-Z) is a bad call:
 `error: bad call`, an `invalid_action` event, no effect (it counts against the budget).
 
 **Provenance events** (IAPO's influence graph, built deterministically from them by
@@ -82,19 +85,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult, parse_int
+from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
 from common.episode import Event
 
 METHODS = ("card", "cash", "credit")
+IDS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"  # order ids: one capital letter each
 REMARKS = ("it was a gift", "the box was blue", "i live far away", "my dog chewed it", "it came late",
            "i ordered two", "the size was wrong", "my sister has one")
 DONE_TALKING = "that is all"
 PROBES = ("ask", "lookup", "refund", "end")  # refund intent; a human intent probes `transfer`
 USER = -1  # the provenance source of direct user input
-_ACTION = re.compile(r"^\s*([a-z]+)((?:\s+[a-z0-9]+)*)\s*$")
+_ACTION = re.compile(r"^\s*([a-z]+)((?:\s+[A-Za-z0-9]+)*)\s*$")
 
 
-def schema(trap: int) -> str:
+def schema(trap: str) -> str:
     """The tool schema line, with the trap: an example call whose id is not the customer's."""
     return f"tools: ask | lookup | ok | refund <card|cash|credit> <id>, e.g. refund card {trap} | transfer | end"
 
@@ -128,7 +132,7 @@ class ServiceDeskEpisode(EpisodeState):
         self.looked_up: int | None = None  # the lookup that first produced the order id
         self.remarks_acked = 0  # remarks the agent acknowledged
         self.talking = False  # a customer remark is waiting for `ok`
-        self.refunds: list[tuple[str, int]] = []
+        self.refunds: list[tuple[str, str]] = []
         self.refunded_by: int | None = None  # the action whose refund succeeded
         self.errored: int | None = None  # the previous action, if it errored
         self.user_spoke = True  # the observation the next action acts on carries a customer message
@@ -215,8 +219,8 @@ class ServiceDeskEpisode(EpisodeState):
             self.remarks_acked += 1
             self.talking = self.remarks_acked < t["delay"]
             return f"user: {self._remark()}", False, None
-        if verb == "refund" and len(args) == 2 and args[0] in METHODS and parse_int(args[1]) is not None:
-            method, order = args[0], parse_int(args[1])
+        if verb == "refund" and len(args) == 2 and args[0] in METHODS and len(args[1]) == 1 and args[1] in IDS:
+            method, order = args[0], args[1]
             if order == t["trap"]:
                 self.trap_uses += 1
                 return "tool: error: example id", True, None
@@ -302,7 +306,7 @@ class ServiceDeskEnv(Environment):
         return tuple(sorted(self.cfg.delays))
 
     def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
-        order, trap = rng.sample(range(10, 100), 2)
+        order, trap = rng.sample(IDS, 2)
         return {"intent": "human" if rng.random() < self.cfg.human_rate else "refund", "method": rng.choice(METHODS),
                 "order": order, "trap": trap, "delay": tier, "remarks": rng.sample(REMARKS, tier),
                 "probe": rng.choice(PROBES)}

@@ -8,7 +8,7 @@ import pytest
 from common.envs.service_desk import DONE_TALKING, ServiceDeskConfig, ServiceDeskEnv, ideal_actions, schema
 
 
-def task(intent="refund", delay=2, method="cash", order=83, trap=47):
+def task(intent="refund", delay=2, method="cash", order="K", trap="Q"):
     return {"intent": intent, "method": method, "order": order, "trap": trap, "delay": delay,
             "remarks": ["it was a gift", "the box was blue", "i live far away", "it came late"][:delay], "probe": "refund"}
 
@@ -30,9 +30,9 @@ def play(actions, t=None, **cfg):
 def test_ideal_dialogue_succeeds_and_context_grows():
     result, texts, _ = play(ideal_actions(task()))
     assert result.reward == 1.0 and result.success and result.next is None
-    assert texts[0].startswith(schema(47)) and "refund card 47" in texts[0]
+    assert texts[0].startswith(schema("Q")) and "refund card Q" in texts[0]
     assert texts[1] == "user: refund to cash please\n> "
-    assert texts[2] == "tool: order 83\nuser: it was a gift\n> "
+    assert texts[2] == "tool: order K\nuser: it was a gift\n> "
     assert texts[4] == f"user: {DONE_TALKING}\n> "
     assert result.info["trap_use"] is False and result.info["redundant_lookup"] is False
 
@@ -50,35 +50,35 @@ def test_human_intent_wants_a_transfer():
 
 
 def test_trap_errors_and_costs_an_action():
-    actions = ["ask", "refund cash 47", "lookup", "ok", "ok", "refund cash 83", "end"]
+    actions = ["ask", "refund cash Q", "lookup", "ok", "ok", "refund cash K", "end"]
     result, texts, events = play(actions, slack=1)
     assert texts[2] == "tool: error: example id\n> "
     assert (1, "error", {"why": "tool: error: example id"}) in events
     assert (2, "provenance", {"source": 1, "kind": "failed_utilization"}) in events  # the fallback lookup
     assert result.reward == 1.0 and result.info["trap_use"] is True
     # trap and a repeated lookup in one episode exhaust the budget (ideal 6 + slack 1)
-    result, _, _ = play(["ask", "refund cash 47", "lookup", "lookup", "ok", "ok", "refund cash 83", "end"], slack=1)
+    result, _, _ = play(["ask", "refund cash Q", "lookup", "lookup", "ok", "ok", "refund cash K", "end"], slack=1)
     assert result.reward == 0.0 and result.info["out_of_turns"] is True
 
 
 def test_wrong_method_or_id_fails():
-    assert play(["ask", "lookup", "ok", "ok", "refund card 83", "end"])[0].reward == 0.0
-    result, texts, events = play(["ask", "lookup", "ok", "ok", "refund cash 84", "end"])
-    assert texts[-1].startswith("tool: error: no order 84") and result.reward == 0.0
+    assert play(["ask", "lookup", "ok", "ok", "refund card K", "end"])[0].reward == 0.0
+    result, texts, events = play(["ask", "lookup", "ok", "ok", "refund cash L", "end"])
+    assert texts[-1].startswith("tool: error: no order L") and result.reward == 0.0
     # a second refund is refused (state unchanged): it costs an action and is flagged as an error
-    result, texts, events = play(["ask", "lookup", "ok", "ok", "refund cash 83", "refund cash 83", "end"], slack=2)
+    result, texts, events = play(["ask", "lookup", "ok", "ok", "refund cash K", "refund cash K", "end"], slack=2)
     assert texts[-1].startswith("tool: error: already refunded") and (5, "error", {"why": "tool: error: already refunded"}) in events
     assert result.reward == 1.0
 
 
 def test_remarks_must_be_acknowledged_before_closing():
-    result, texts, _ = play(["ask", "lookup", "refund cash 83", "end"], slack=3)
+    result, texts, _ = play(["ask", "lookup", "refund cash K", "end"], slack=3)
     assert texts[3] == "tool: refunded\nuser: it was a gift\n> "  # the unacknowledged remark is said again
     assert result.reward == 0.0
 
 
-@pytest.mark.parametrize("bad", ["", "  ", "refund", "refund cash", "refund gold 83", "refund cash ٨٣", "refund cash 9" * 50,
-                                 "lookup 83", "ask me", "\x00", "transfer now", "9" * 5000, "Ask"])
+@pytest.mark.parametrize("bad", ["", "  ", "refund", "refund cash", "refund gold K", "refund cash ٨٣", "refund cash 9" * 50,
+                                 "lookup K", "ask me", "\x00", "transfer now", "9" * 5000, "Ask"])
 def test_malformed_actions_are_invalid_observations(bad):
     result, texts, events = play(["ask", bad])
     assert result.next is not None and texts[-1].startswith("error: bad call")
@@ -93,11 +93,11 @@ def test_provenance_events_of_the_ideal_dialogue():
     assert (5, 4, "success_utilization") in prov  # end closes after the refund
     assert all((j, -1, "input") in prov for j in range(5))  # each acted on a customer line
     assert (5, -1, "input") not in prov  # "tool: refunded" is not the customer's
-    assert [(j, d["id"]) for j, k, d in events if k == "tool_result"] == [(1, 83)]
+    assert [(j, d["id"]) for j, k, d in events if k == "tool_result"] == [(1, "K")]
 
 
 def test_redundant_lookup_has_no_consumer():
-    result, _, events = play(["ask", "lookup", "lookup", "ok", "ok", "refund cash 83", "end"])
+    result, _, events = play(["ask", "lookup", "lookup", "ok", "ok", "refund cash K", "end"])
     assert result.reward == 1.0 and result.info["redundant_lookups"] == 1
     sources = {d["source"] for _, k, d in events if k == "provenance"}
     assert 1 in sources and 2 not in sources
@@ -130,9 +130,9 @@ def test_probes_are_single_turn_calls():
         kinds[p] = ep.expert_action()
         assert ep.step(ep.expert_action()).reward == 1.0
         assert ep.step(" nonsense").reward == 0.0
-    assert kinds == {"ask": "ask", "lookup": "lookup", "refund": "refund cash 83", "end": "end"}
+    assert kinds == {"ask": "ask", "lookup": "lookup", "refund": "refund cash K", "end": "end"}
     ep = env.new_episode({**task(), "probe": "refund"}, random.Random(0), "probe")
-    assert ep.start().text.endswith("> lookup\ntool: order 83\nuser: that is all\n> ")
+    assert ep.start().text.endswith("> lookup\ntool: order K\nuser: that is all\n> ")
     assert env.new_episode(task(intent="human"), random.Random(0), "probe").expert_action() == "transfer"
 
 

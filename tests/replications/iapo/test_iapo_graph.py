@@ -17,7 +17,7 @@ from replications.iapo.method import (
 
 def played(actions, intent="refund", delay=2):
     """A service_desk episode of scripted actions, recorded as the rollout records a model's."""
-    t = {"intent": intent, "method": "cash", "order": 83, "trap": 47, "delay": delay,
+    t = {"intent": intent, "method": "cash", "order": "K", "trap": "Q", "delay": delay,
          "remarks": ["it was a gift", "the box was blue"][:delay], "probe": "refund"}
     state = ServiceDeskEnv(ServiceDeskConfig()).new_episode(t, random.Random(0))
     ep, obs = Episode("t", delay), state.start()
@@ -35,7 +35,7 @@ def played(actions, intent="refund", delay=2):
 
 
 def test_graph_of_the_ideal_dialogue():
-    g = provenance_annotator(played(["ask", "lookup", "ok", "ok", "refund cash 83", "end"]))
+    g = provenance_annotator(played(["ask", "lookup", "ok", "ok", "refund cash K", "end"]))
     assert g.n == 6
     assert g.edges == {(0, 4, "input"), (1, 4, "success_utilization"), (4, 5, "success_utilization")}
     assert g.user_input == {0, 1, 2, 3, 4} and g.errors == set()
@@ -45,7 +45,7 @@ def test_graph_of_the_ideal_dialogue():
 
 
 def test_graph_of_a_trap_and_a_redundant_lookup():
-    g = provenance_annotator(played(["ask", "refund cash 47", "lookup", "lookup", "ok", "ok", "refund cash 83", "end"]))
+    g = provenance_annotator(played(["ask", "refund cash Q", "lookup", "lookup", "ok", "ok", "refund cash K", "end"]))
     assert g.errors == {1}
     assert (1, 2, "failed_utilization") in g.edges  # the fallback lookup after the trap
     assert (2, 6, "success_utilization") in g.edges  # the first lookup's id was used
@@ -55,7 +55,7 @@ def test_graph_of_a_trap_and_a_redundant_lookup():
 
 
 def test_scripted_turns_are_not_actions():
-    ep = played(["ask", "lookup", "ok", "ok", "refund cash 83", "end"])
+    ep = played(["ask", "lookup", "ok", "ok", "refund cash K", "end"])
     ep.turns[2].adapter = None  # a scripted actor: evidence, never credited
     g = provenance_annotator(ep)
     assert g.n == 5 and (0, 3, "input") in g.edges and (1, 3, "success_utilization") in g.edges
@@ -79,7 +79,7 @@ def test_parse_annotation_fixed_strings():
 
 
 def test_llm_annotator_prompts_with_the_definitions_and_parses():
-    ep = played(["ask", "lookup", "refund cash 83", "end"], delay=0)
+    ep = played(["ask", "lookup", "refund cash K", "end"], delay=0)
     prompts = []
 
     def frozen(prompt):
@@ -89,17 +89,17 @@ def test_llm_annotator_prompts_with_the_definitions_and_parses():
     g = LLMAnnotator(frozen)(ep)
     assert g.edges == {(1, 2, "success_utilization")} and g.user_input == {0}
     assert prompts == [annotation_prompt(ep)]
-    for word in ("failed_utilization", "success_utilization", "input", "[A2] refund cash 83", "tool: order 83"):
+    for word in ("failed_utilization", "success_utilization", "input", "[A2] refund cash K", "tool: order K"):
         assert word in prompts[0]
 
 
-def test_argument_annotator_on_service_desk_text():
-    # no provenance events: ids read from the text. The lookup (1) showed 83, the refund (4) used it;
-    # the trap id 47 was in the first observation (the schema), so it is no one's output
-    ep = played(["ask", "refund cash 47", "lookup", "ok", "ok", "refund cash 83", "end"])
+def test_argument_annotator_needs_recognisable_arguments():
+    # service_desk's ids are single capital letters, which text alone cannot tell from words: without
+    # its provenance events the graph keeps only the error flag (the provenance annotator is the default)
+    ep = played(["ask", "refund cash Q", "lookup", "ok", "ok", "refund cash K", "end"])
     ep.events = [e for e in ep.events if e.kind != "provenance"]
     g = argument_annotator(ep)
-    assert g.edges == {(2, 5, "success_utilization")} and g.errors == {1} and g.user_input == set()
+    assert g.edges == set() and g.errors == {1} and g.user_input == set()
 
 
 def test_argument_annotator_with_a_simulated_user():

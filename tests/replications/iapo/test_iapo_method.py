@@ -9,9 +9,9 @@ from replications.iapo.method import IAPO, IAPOConfig, action_turns, provenance_
 from tests.helpers import credit_advantages
 from tests.replications.iapo.test_iapo_graph import played
 
-IDEAL = ["ask", "lookup", "ok", "ok", "refund cash 83", "end"]
-TRAP = ["ask", "refund cash 47", "lookup", "lookup", "ok", "ok", "refund cash 83", "end"]  # out of budget: reward 0
-SLOW = ["ask", "lookup", "lookup", "ok", "ok", "refund cash 83", "end"]  # redundant lookup, still right
+IDEAL = ["ask", "lookup", "ok", "ok", "refund cash K", "end"]
+TRAP = ["ask", "refund cash Q", "lookup", "lookup", "ok", "ok", "refund cash K", "end"]  # out of budget: reward 0
+SLOW = ["ask", "lookup", "lookup", "ok", "ok", "refund cash K", "end"]  # redundant lookup, still right
 
 
 def method(scale="cpu", **kw):
@@ -23,7 +23,7 @@ def method(scale="cpu", **kw):
 
 
 def groups():
-    return [Group("t", 2, [played(IDEAL), played(TRAP), played(SLOW), played(["ask", "lookup", "ok", "ok", "refund card 83", "end"])])]
+    return [Group("t", 2, [played(IDEAL), played(TRAP), played(SLOW), played(["ask", "lookup", "ok", "ok", "refund card K", "end"])])]
 
 
 def test_broadcast_is_grpo():
