@@ -97,3 +97,15 @@ def test_real_benchmark_scales_refuse_without_their_environments(monkeypatch):
     monkeypatch.setitem(envs.ENVS, "tau2", object)
     monkeypatch.setitem(envs.ENVS, "bfcl", object)
     method(scale="small")  # registered: no refusal from the method
+
+
+def test_gap_growth_by_hand():
+    from replications.iapo.tables import gap, gap_growth, verdict
+
+    runs = {"grpo": [{"seed": s, "final_0": 0.5, "final_4": 0.2 + 0.01 * s} for s in range(3)],
+            "iapo": [{"seed": s, "final_0": 0.52, "final_4": 0.3 + 0.02 * s} for s in range(3)]}
+    (m, lo, hi), n, sd = gap(runs, 4)
+    assert n == 3 and m == pytest.approx(0.11) and sd == pytest.approx(0.01)  # diffs 0.10, 0.11, 0.12
+    (m, _, _), n, _ = gap_growth(runs, 0, 4)
+    assert n == 3 and m == pytest.approx(0.11 - 0.02)
+    assert verdict((m, lo, hi), 3, sd).startswith("inconclusive (underpowered: n=3 < required 5")
