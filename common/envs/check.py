@@ -181,11 +181,11 @@ def _random_tau2(env: Any, state: EpisodeState, obs: Observation, rng: random.Ra
         return "###STOP###"
     if u < 0.6:
         return rng.choice(RANDOM_MESSAGES)
-    tool = rng.choice(list(state.tools.values()))  # type: ignore[attr-defined]
+    name, schema = rng.choice(sorted(state.tools.items()))  # type: ignore[attr-defined]
     words = re.findall(r"[A-Za-z0-9_]+", obs.text[-2000:]) or ["x"]
-    props = tool.openai_schema["function"]["parameters"].get("properties", {})
+    props = schema["function"]["parameters"].get("properties", {})
     args = {k: rng.randint(0, 100) if v.get("type") in ("integer", "number") else rng.choice(words) for k, v in props.items()}
-    return "<tool_call>" + json_.dumps({"name": tool.name, "arguments": args}) + "</tool_call>"
+    return "<tool_call>" + json_.dumps({"name": name, "arguments": args}) + "</tool_call>"
 
 
 def _random_textworld(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:

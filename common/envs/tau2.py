@@ -131,6 +131,13 @@ def fresh_environment(domain: str, solo_mode: bool = False) -> Any:
 
 
 @functools.cache
+def domain_tools(domain: str) -> tuple[dict[str, dict[str, Any]], str]:
+    """The domain's tools (name -> OpenAI schema) and policy text."""
+    env = domain_module(domain).get_environment()
+    return {t.name: t.openai_schema for t in env.get_tools()}, env.get_policy()
+
+
+@functools.cache
 def domain_tasks(domain: str) -> tuple[dict[str, Any], ...]:
     """Every task of `domain` with its package split (`train` / `test`), as JSON."""
     mod = domain_module(domain)
@@ -225,11 +232,11 @@ def evaluate(domain: str, task: dict[str, Any], trajectory: list[Any]) -> dict[s
 class Tau2Episode(EpisodeState):
     def __init__(self, task: dict[str, Any], cfg: Tau2Config, rng: random.Random):
         self.domain, self.task, self.cfg = task["domain"], task["task"], cfg
-        self.env = fresh_environment(self.domain)
-        self.tools = {t.name: t for t in self.env.get_tools()}
-        schemas = [t.openai_schema for t in self.tools.values()]
+        self._env: Any = None  # the episode's own environment, made at its first tool call (`env`)
+        self.tools, policy = domain_tools(self.domain)
+        schemas = list(self.tools.values())
         docs = json.dumps(schemas, indent=1) if cfg.tool_docs == "json" else "\n".join(tool_line(s) for s in schemas)
-        self.agent_prompt = (AGENT_PROMPT.format(agent_instruction=AGENT_INSTRUCTION, domain_policy=self.env.get_policy())
+        self.agent_prompt = (AGENT_PROMPT.format(agent_instruction=AGENT_INSTRUCTION, domain_policy=policy)
                              + f"\n<tools>\n{docs}\n</tools>\n{FORMAT}")
         scenario = self.task["user_scenario"]
         from tau2.data_model.tasks import UserScenario
@@ -316,7 +323,9 @@ class Tau2Episode(EpisodeState):
         if call is not None:
             self.calls += 1
             tool_call = ToolCall(id=f"call_{self.calls}", name=call["name"], arguments=call["arguments"], requestor="assistant")
-            response = self.env.get_response(tool_call)
+            if self._env is None:
+                self._env = fresh_environment(self.domain)
+            response = self._env.get_response(tool_call)
             self.trajectory += [AssistantMessage(role="assistant", tool_calls=[tool_call]), response]
             if self.done_actions < len(self.plan) and self.plan[self.done_actions]["name"] == call["name"] \
                     and self.plan[self.done_actions]["arguments"] == call["arguments"]:

@@ -42,8 +42,8 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
     "humaneval": [{}],
     "bfcl": [{"max_steps_per_turn": 2}, {"categories": ["miss_func", "long_context"], "max_steps_per_turn": 2,
                                          "docs": "signatures", "max_result_chars": 200, "demo_slip": 0.5}],
-    # retail (its database copies in ~0.04 s; airline's in ~0.25 s) and short conversations: each episode builds one
-    "tau2": [{"domains": ["retail"], "dev_size": 4, "max_messages": 3, "tool_docs": "signatures", "demo_slip": 0.5}],
+    # retail (its database copies in ~0.04 s; airline's in ~0.25 s) and short conversations: an episode copies it at its first tool call
+    "tau2": [{"domains": ["retail"], "dev_size": 4, "max_messages": 2, "tool_docs": "signatures", "demo_slip": 0.5}],
     "textworld": [{"max_steps": 6, "quest_lengths": [1, 3], "demo_slip": 0.5, "dev_size": 2}],
     # hand-written rows in GSM8K's and MATH's published layouts (common/envs/paper_data.py)
     "paper_math": [{"path": sample_data(), "dev_size": 4}],
@@ -53,7 +53,7 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
 }
 # hostile actions per setting beyond the every-string-at-every-turn pass (humaneval runs each action
 # in the real sandbox, ~50 ms: its hostile programs are tested one by one in test_sandbox/test_humaneval)
-MIXTURE_BUDGET: dict[str, int] = {"humaneval": 0, "tau2": 300}
+MIXTURE_BUDGET: dict[str, int] = {"humaneval": 0, "tau2": 200}
 
 # The most turns an episode of `task` may take (chain_tasks: busy refusals do not count against its
 # call budget but never come twice in a row).
