@@ -95,6 +95,9 @@ class River(Method):
             raise ValueError(f"method.pool={self.cfg.pool} filters terminal tasks by their audit labels; "
                              f"env={self.env.name} has none: use env=terminal or method.pool=full")
         audit_rates(self.cfg.audit_agreement, self.cfg.audit_flag_precision, self.cfg.audit_clean_precision)
+        if self.run.scale == "paper" and not (Path(self.cfg.paper_data or "") / "terminal_bench").is_dir():
+            raise ValueError(f"scale=paper needs {self.cfg.paper_data}/terminal_bench (no terminal_bench environment "
+                             f"is in common.envs yet): {self.paper_data_hint}")
 
     # ---- the filter -------------------------------------------------------------------------------
     def filter_report(self) -> FilterReport:

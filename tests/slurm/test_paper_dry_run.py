@@ -31,10 +31,11 @@ PAPER_SCALES = [(m, p.stem) for m in sorted(METHODS) for p in sorted((ROOT / "re
 FIRST_DATA_SET = {("grpo", "paper"): "GSM8K", ("ccpo", "paper"): "MATH", ("ccpo", "paper_v2"): "MATH",
                   ("sharp", "paper"): "MuSiQue", ("canopy", "paper"): "AppWorld", ("canopy", "paper_swe"): "SWE-bench Verified",
                   # scaffolded by make new-method: GRPO's paper data until the method states its own
-                  ("iapo", "paper"): "GSM8K", ("inflowop", "paper"): "braid_paper", ("river", "paper"): "GSM8K",
+                  ("iapo", "paper"): "GSM8K", ("inflowop", "paper"): "braid_paper", ("river", "paper"): "terminal_bench",
                   ("skillrise", "paper"): "scienceworld"}
 # paper scales whose environment is not registered yet: the dry run refuses, naming it, until it is
-UNREGISTERED_ENV = {("skillrise", "paper"): "scienceworld", ("inflowop", "paper"): "braid_paper"}
+UNREGISTERED_ENV = {("skillrise", "paper"): "scienceworld", ("inflowop", "paper"): "braid_paper",
+                    ("river", "paper"): "terminal_bench"}
 DIRECTIVE = re.compile(r"^#SBATCH --([a-z][a-z-]*)(?:=(\S+))?$")
 
 
