@@ -8,6 +8,7 @@ from common.envs.chain_tasks import ChainTasksEnv
 from common.envs.humaneval import HumanEvalEnv
 from common.envs.paper_math import PaperMathEnv, PaperMathTeamEnv
 from common.envs.reasoning_gym import ReasoningGymEnv
+from common.envs.terminal import TerminalEnv
 from common.envs.skill_families import SkillFamiliesEnv
 from common.envs.tau2 import Tau2Env
 from common.envs.textworld import TextWorldEnv
@@ -28,6 +29,7 @@ ENVS: dict[str, type[Environment]] = {
     "textworld": TextWorldEnv,  # TextWorld games made offline by its generator; needs textworld --no-deps (make setup)
     "paper_math": PaperMathEnv,  # the papers' math data staged on local disk (env.path); the `envs` extra (math-verify)
     "paper_math_team": PaperMathTeamEnv,  # the same, a Thinker's guidance then the Solver (CCPO's dyad)
+    "terminal": TerminalEnv,  # shell tasks in bubblewrap, defective tasks in known shares (River)
     "braid": BraidEnv,  # DAGs of typed operations with contracts (InFlowOp's Braid-like benchmark)
     "skill_families": SkillFamiliesEnv,  # related tasks sharing an abstract step order, tools renamed per task (SkillRise)
 }

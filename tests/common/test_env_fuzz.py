@@ -49,6 +49,9 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
     "paper_math": [{"path": sample_data(), "dev_size": 4}],
     "paper_math_team": [{"path": sample_data(), "train": ["math"], "heldout": ["math500", "aime24"], "dev_size": 4}],
     "braid": [{}, {"demo_error": 1.0}],
+    # the simulated shell (the real sandbox runs each command in bubblewrap, ~30 ms: its hostile commands
+    # are tested one by one in test_terminal.py)
+    "terminal": [{"backend": "sim"}, {"backend": "sim", "max_turns": 4, "demo_loop": 1.0, "demo_shortcut": 0.5}],
     "skill_families": [{}, {"order_length": 3, "min_plan": 1, "distractors": 2, "max_misses": 0, "demo_slip": 0.5}],
 }
 # hostile actions per setting beyond the every-string-at-every-turn pass (humaneval runs each action
@@ -71,6 +74,7 @@ TURN_CAPS: dict[str, Callable[[Environment, dict[str, Any]], int]] = {
     "paper_math": lambda env, task: 1,
     "paper_math_team": lambda env, task: 3,
     "braid": lambda env, task: len(task["nodes"]),
+    "terminal": lambda env, task: env.cfg.max_turns,  # type: ignore[attr-defined]
     "skill_families": lambda env, task: task["plan"] + env.cfg.max_misses,  # type: ignore[attr-defined]
 }
 
