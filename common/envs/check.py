@@ -27,6 +27,7 @@ environment expects, so that the verifier, not the parser, has to reject it:
 | humaneval | a trivial body, uniform over `TRIVIAL_BODIES` (`return None`, `return 0`, `pass`, ...) |
 | tau2 | agent: a tool call (probability 0.4: a tool uniform, each argument a word of the last observation or a number in [0, 100]), a message (0.4: uniform over `RANDOM_MESSAGES`) or `###STOP###` (0.2); the user is the scripted user |
 | textworld | a verb uniform over the game's verbs, with a direction (`go`) or an entity of the game, uniform |
+| scienceworld | one of the simulator's action templates, uniform, its object slots filled uniformly from its possible objects |
 | bfcl | `[]` (end the turn) with probability 0.3, else one call of an offered function, uniform, its required arguments of their documented types (strings: words of the user's turn; numbers in [0, 100]) |
 | service_desk | a call, the verb uniform (ask, lookup, ok, refund, transfer, end); a refund's method uniform, its id a capital letter, uniform |
 | braid | a value of the asked type: an int in [0, 999], 1-5 items in [0, 99], or 1-8 letters, uniform |
@@ -69,6 +70,7 @@ ORACLE_SETTINGS: dict[str, dict[str, Any]] = {
     "bfcl": {"demo_slip": 0.0},
     "tau2": {"demo_slip": 0.0},
     "textworld": {"demo_slip": 0.0},
+    "scienceworld": {"demo_slip": 0.0},
     "braid": {"demo_error": 0.0},
     "terminal": {"demo_shortcut": 0.0, "demo_slip": 0.0, "demo_loop": 0.0, "share_leak": 0.0, "share_weak": 0.0,
                  "share_reject": 0.0, "share_unsolvable": 0.0, "share_trivial": 0.0, "share_ambiguous": 0.0},
@@ -194,6 +196,13 @@ def _random_textworld(env: Any, state: EpisodeState, obs: Observation, rng: rand
     return f"{verb} {rng.choice(['north', 'south', 'east', 'west'] if verb == 'go' else game.entity_names or ['it'])}"
 
 
+def _random_scienceworld(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+    sim = state.sim  # type: ignore[attr-defined]
+    objects = sim.get_possible_objects() or ["it"]
+    template = rng.choice(sim.get_possible_actions() or ["look around"])
+    return re.sub(r"OBJ\d?", lambda m: rng.choice(objects), template)
+
+
 def _random_paper_math(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
     if obs.role == "thinker":
         return rng.choice(["", "Add the numbers.", "Use the quadratic formula."])
@@ -211,6 +220,7 @@ RANDOM_ACTIONS: dict[str, Policy] = {
     "bfcl": _random_bfcl,
     "tau2": _random_tau2,
     "textworld": _random_textworld,
+    "scienceworld": _random_scienceworld,
     "paper_math": _random_paper_math,
     "paper_math_team": _random_paper_math,
     "braid": _random_braid,

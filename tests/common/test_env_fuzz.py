@@ -45,6 +45,8 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
     # retail (its database copies in ~0.04 s; airline's in ~0.25 s) and short conversations: an episode copies it at its first tool call
     "tau2": [{"domains": ["retail"], "dev_size": 4, "max_messages": 2, "tool_docs": "signatures", "demo_slip": 0.5}],
     "textworld": [{"max_steps": 6, "quest_lengths": [1, 3], "demo_slip": 0.5, "dev_size": 2}],
+    # one JVM per live episode, ~0.1 s per command: two short task types, two commands per episode
+    "scienceworld": [{"task_names": ["lifespan-shortest-lived", "find-plant"], "max_steps": 2, "dev_size": 2, "demo_slip": 0.5}],
     # hand-written rows in GSM8K's and MATH's published layouts (common/envs/paper_data.py)
     "paper_math": [{"path": sample_data(), "dev_size": 4}],
     "paper_math_team": [{"path": sample_data(), "train": ["math"], "heldout": ["math500", "aime24"], "dev_size": 4}],
@@ -56,7 +58,7 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
 }
 # hostile actions per setting beyond the every-string-at-every-turn pass (humaneval runs each action
 # in the real sandbox, ~50 ms: its hostile programs are tested one by one in test_sandbox/test_humaneval)
-MIXTURE_BUDGET: dict[str, int] = {"humaneval": 0, "tau2": 200}
+MIXTURE_BUDGET: dict[str, int] = {"humaneval": 0, "tau2": 200, "scienceworld": 100}
 
 # The most turns an episode of `task` may take (chain_tasks: busy refusals do not count against its
 # call budget but never come twice in a row).
@@ -71,6 +73,7 @@ TURN_CAPS: dict[str, Callable[[Environment, dict[str, Any]], int]] = {
     "bfcl": lambda env, task: len(task["question"]) * (env.cfg.max_steps_per_turn + 1),  # type: ignore[attr-defined]
     "tau2": lambda env, task: 2 * env.cfg.max_messages,  # type: ignore[attr-defined]
     "textworld": lambda env, task: env.cfg.max_steps,  # type: ignore[attr-defined]
+    "scienceworld": lambda env, task: env.cfg.max_steps,  # type: ignore[attr-defined]
     "paper_math": lambda env, task: 1,
     "paper_math_team": lambda env, task: 3,
     "braid": lambda env, task: len(task["nodes"]),
