@@ -198,7 +198,7 @@ class Environment(ABC):
         longest, text = 0, ""
         tasks = self.task_set()
         for split in ("train", "heldout", "dev"):
-            for row in tasks[split] if split in tasks else []:
+            for row in tasks.get(split, []):
                 for variant in self.variants():
                     obs = self.new_episode(json.loads(row["task"]), random.Random(0), variant).start()
                     n = count_tokens(obs.text)
