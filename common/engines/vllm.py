@@ -36,7 +36,14 @@ What differs on GPU (vllm 0.33, the `gpu` extra; not run here, no GPU): the refe
 is off (the bug is in the CPU kernels), so one call serves every role; KV cache size comes from
 `gpu_memory_utilization` when `kv_cache_memory_bytes` is null (the CPU default here is 256 MiB);
 `enforce_eager=false` allows CUDA graphs. Full sync cost grows with the model (it copies every
-weight on the device); adapter sync stays small. One engine per run: `trainer.devices` must be 1.
+weight on the device); adapter sync stays small.
+
+Several ranks (`trainer.devices` > 1, Lightning's DDP): one engine per rank, colocated with that
+rank's training on its own GPU (`external_launcher_settings`, as TRL's colocate mode), each started
+at its first use (once the process group exists) and synced from its own rank's weights, which the
+gradient all-reduce keeps identical. Each engine takes `engine.gpu_memory_utilization` of its GPU;
+training takes the rest. Sizing (docs/DESIGN.md, "Sizing vLLM on GPUs"): an 8B model on 8 GPUs of
+80 GB at bf16 with LoRA: ~16 GB of weights per engine plus the KV cache its share allows.
 """
 
 from __future__ import annotations
@@ -128,21 +135,37 @@ class VLLMEngine(Engine):
         self.sync_mode = ("full" if base_trains else "adapter") if e.sync == "auto" else e.sync
         if self.sync_mode == "adapter" and base_trains:
             raise ValueError("engine.sync=adapter would serve stale base weights: base parameters are trainable; use full|auto")
-        if cfg.trainer.devices * cfg.trainer.num_nodes > 1:
-            raise NotImplementedError("engine=vllm runs one in-process engine per run: use trainer.devices=1, num_nodes=1")
+        self.ranks = cfg.trainer.devices * cfg.trainer.num_nodes
         self.tmp = Path(tempfile.mkdtemp(prefix="vllm-engine-"))
         self.sync_times: list[float] = []  # seconds per sync() call
         self._next_id = 1
         self._lora: dict[str, Any] = {}  # adapter name -> its current LoRARequest
         for k, v in _VLLM_ENV.items():
             os.environ.setdefault(k, v)
+        self._cfg = cfg
+        self.llm: Any = None  # started by _start(); None again after close()
+        self.on_cpu = True
+        self.check_stale = True  # tests turn it off to show what the explicit sync() does
+        self.late_syncs = 0  # syncs that generate() had to do itself
+        if self.ranks == 1:
+            self._start()
+        # Several ranks: each rank's engine starts at its first use, once Lightning's process group
+        # exists (vLLM's external launcher joins it; every rank starts its engine in the same step).
 
-        m = cfg.model
+    def _start(self) -> None:
+        """Start vLLM on this rank's device with the policy's current weights."""
+        cfg, policy = self._cfg, self.policy
+        e, m = cfg.engine, cfg.model
+        base_trains = trains_base(policy)
         if m.kind == "pretrained" and not cfg.sft.enabled and not m.gguf_file and not base_trains:
             model_dir = str(m.path)  # the weights are those on disk
         else:
             model_dir = str(self.tmp / "base")
-            self._export_base(model_dir)
+            if not Path(model_dir).exists():
+                self._export_base(model_dir)
+        extra: dict[str, Any] = {}
+        if self.ranks > 1:
+            extra.update(external_launcher_settings())
         with process_state_guard():
             from vllm import LLM
             from vllm.lora.request import LoRARequest
@@ -158,6 +181,7 @@ class VLLMEngine(Engine):
                 seed=cfg.seed, enforce_eager=e.enforce_eager, gpu_memory_utilization=e.gpu_memory_utilization,
                 logprobs_mode="processed_logprobs", enable_prefix_caching=True,
                 generation_config="vllm",  # no sampling defaults (top_k, penalties) from the model's files
+                **extra,
             )
             if kv is not None:
                 kwargs["kv_cache_memory_bytes"] = kv
@@ -166,13 +190,11 @@ class VLLMEngine(Engine):
             if policy.adapters:
                 kwargs.update(enable_lora=True, max_lora_rank=_lora_rank_bucket(m.lora_rank), max_loras=len(policy.adapters),
                               max_cpu_loras=2 * len(policy.adapters))
-            self.llm: Any = LLM(**kwargs)  # None after close()
+            self.llm = LLM(**kwargs)
             for adapter in policy.adapters:
                 self._push_adapter(adapter)
         # The CPU kernels give a request without LoRA, batched with LoRA requests, the last adapter.
         self.split_base = self.on_cpu
-        self.check_stale = True  # tests turn it off to show what the explicit sync() does
-        self.late_syncs = 0  # syncs that generate() had to do itself
         self._served = self._fingerprint()
 
     def _served_parameters(self) -> list[torch.Tensor]:
@@ -227,6 +249,8 @@ class VLLMEngine(Engine):
     def generate(self, requests: list[Request], params: SamplingParams, seed: int) -> list[Sample]:
         if not requests:
             return []
+        if self.llm is None:
+            self._start()
         if self.check_stale and self._fingerprint() != self._served:
             log.info("vLLM engine: weights changed since the last sync; syncing before generating")
             self.late_syncs += 1
@@ -272,6 +296,8 @@ class VLLMEngine(Engine):
 
     def sync(self) -> None:
         """Serve the policy's current weights: called by the trainer after every optimizer step."""
+        if self.llm is None:  # a rank's engine not started yet serves the current weights when it starts
+            return
         t0 = time.perf_counter()
         with process_state_guard():
             if self.sync_mode == "full":
@@ -296,6 +322,22 @@ class VLLMEngine(Engine):
                 llm.llm_engine.engine_core.shutdown()
             self.llm = None
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def external_launcher_settings() -> dict[str, Any]:
+    """vLLM inside each of several training ranks (TRL's "colocate" mode): the ranks' process group
+    exists already (Lightning's DDP), vLLM's `external_launcher` joins it with tensor parallel size 1,
+    so every rank serves its own share of the step's prompts with a full copy of the model on its own
+    device (LOCAL_RANK's GPU). vLLM reads who this rank is from the environment."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("engine=vllm with several ranks starts inside the training ranks' process group; "
+                           "it is not initialized yet (the engine is started at its first use, in the first step)")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local = int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", rank % max(1, torch.cuda.device_count() or 1))))
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local)})
+    return {"distributed_executor_backend": "external_launcher", "tensor_parallel_size": 1}
 
 
 def _request_seed(seed: int, position: int) -> int:

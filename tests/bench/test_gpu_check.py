@@ -25,12 +25,13 @@ def test_the_script_starts_and_plans_every_check(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     r = report(tmp_path)
-    assert r["mode"] == "dry-run" and [c["name"] for c in r["checks"]] == ["hf", "vllm", "smollm2", "ddp"]
+    assert r["mode"] == "dry-run" and [c["name"] for c in r["checks"]] == ["hf", "vllm", "smollm2", "ddp", "ddp-vllm"]
     assert all(c["status"] in ("planned", "skipped") and c["rc"] is None for c in r["checks"])
     hf = r["checks"][0]
     assert "engine=hf" in hf["overrides"] and "trainer.precision=bf16" in hf["overrides"]
     assert "engine=vllm" in r["checks"][1]["overrides"] and "model=smollm2" in r["checks"][2]["overrides"]
     assert "trainer.devices=2" in r["checks"][3]["overrides"]
+    assert {"trainer.devices=2", "engine=vllm"} <= set(r["checks"][4]["overrides"])
     assert r["provenance"]["git_sha"] and "torch" in r["provenance"]["packages"]  # what every manifest carries
 
 
