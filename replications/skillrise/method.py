@@ -127,6 +127,10 @@ class SkillRise(Method):
             if bench not in ENVS:
                 raise ValueError(f"scale={run.scale} plays chains of env={bench}, which is not registered in common.envs.ENVS "
                                  "yet: use scale=cpu (env=skill_families) until it is")
+        if self.chains and ("curate" not in self.env.variants() or set(self.env.roles) != {"solver", "curator"}):
+            raise ValueError(f"method.arm={c.arm} plays chains of solve and curate turns: the environment needs roles solver and "
+                             f"curator and a 'curate' variant (env=skill_families has them); {self.env.name} has roles "
+                             f"{self.env.roles} and variants {self.env.variants()}: it needs a curate turn first")
         super().validate()
         if not 0 <= c.decay <= 1 or c.curate_loss_weight < 0:
             raise ValueError(f"need method.decay in [0, 1] and method.curate_loss_weight >= 0; got {c.decay}, {c.curate_loss_weight}")
@@ -134,9 +138,6 @@ class SkillRise(Method):
             if c.decay != SkillRiseConfig.decay or c.curate_loss_weight != SkillRiseConfig.curate_loss_weight:
                 raise ValueError("method.decay and method.curate_loss_weight have no effect with method.arm=grpo; drop them")
             return
-        if "curate" not in self.env.variants() or set(self.env.roles) != {"solver", "curator"}:
-            raise ValueError(f"method.arm={c.arm} plays chains of solve and curate turns: the environment needs roles solver and "
-                             f"curator and a 'curate' variant (env=skill_families); {self.env.name} has roles {self.env.roles}")
         if self.chain_length < 2:
             raise ValueError(f"a chain needs at least 2 tasks (the environment's plan lengths); {self.env.name} has tiers {self.env.tiers}")
         if run.trainer.devices * run.trainer.num_nodes > 1:
