@@ -41,7 +41,8 @@ def test_every_committed_claim_has_a_margin_and_a_reason():
     cards, errors = load_cards([REPO / "replications"])
     assert errors == {} and {"grpo", "sharp", "ccpo", "canopy"} <= set(cards)
     for card in cards.values():
-        assert not card.margins_preregistered  # set after the cpu-scale runs existed (#16)
+        if card.method in ("grpo", "sharp", "ccpo", "canopy"):
+            assert not card.margins_preregistered  # set after their cpu-scale runs existed (#16); later cards may say so
         for claim in card.claims:
             assert claim.margin > 0 and claim.margin_why, (card.method, claim.id)
     ccpo = {c.id: c for c in cards["ccpo"].claims}
