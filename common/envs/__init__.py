@@ -9,9 +9,10 @@ from common.envs.humaneval import HumanEvalEnv
 from common.envs.paper_math import PaperMathEnv, PaperMathTeamEnv
 from common.envs.reasoning_gym import ReasoningGymEnv
 from common.envs.scienceworld import ScienceWorldEnv
-from common.envs.terminal import TerminalEnv
+from common.envs.service_desk import ServiceDeskEnv
 from common.envs.skill_families import SkillFamiliesEnv
 from common.envs.tau2 import Tau2Env
+from common.envs.terminal import TerminalEnv
 from common.envs.textworld import TextWorldEnv
 from common.envs.thinker_solver import ThinkerSolverEnv
 from common.envs.toolplan import ToolPlanEnv
@@ -32,6 +33,7 @@ ENVS: dict[str, type[Environment]] = {
     "paper_math": PaperMathEnv,  # the papers' math data staged on local disk (env.path); the `envs` extra (math-verify)
     "paper_math_team": PaperMathTeamEnv,  # the same, a Thinker's guidance then the Solver (CCPO's dyad)
     "terminal": TerminalEnv,  # shell tasks in bubblewrap, defective tasks in known shares (River)
+    "service_desk": ServiceDeskEnv,  # a multi-turn service agent with a simulated user, a trap and a delay knob (IAPO)
     "braid": BraidEnv,  # DAGs of typed operations with contracts (InFlowOp's Braid-like benchmark)
     "skill_families": SkillFamiliesEnv,  # related tasks sharing an abstract step order, tools renamed per task (SkillRise)
 }

@@ -30,9 +30,9 @@ environment expects, so that the verifier, not the parser, has to reject it:
 | scienceworld | one of the simulator's action templates, uniform, its object slots filled uniformly from its possible objects |
 | bfcl | `[]` (end the turn) with probability 0.3, else one call of an offered function, uniform, its required arguments of their documented types (strings: words of the user's turn; numbers in [0, 100]) |
 | service_desk | a call, the verb uniform (ask, lookup, ok, refund, transfer, end); a refund's method uniform, its id a capital letter, uniform |
+| skill_families | solver: one of the task's tool names, uniform; curator: `<skill>` and 0 to 4 words from the steps and tool names `</skill>` |
 | braid | a value of the asked type: an int in [0, 999], 1-5 items in [0, 99], or 1-8 letters, uniform |
 | terminal | a command of the task vocabulary, uniform (`ls`, `cat F`, `cp memo out`, `grep kN F`, `wc -l F`, `echo N > out` with N in [0, 99], `submit`) |
-| skill_families | solver: one of the task's tool names, uniform; curator: `<skill>` and 0 to 4 words from the steps and tool names `</skill>` |
 | paper_math(_team) | Thinker: silent or a generic hint; Solver: `\boxed{n}`, n uniform in [-1000, 1000] (on sample rows when no data is staged) |
 | any other | 0 to 12 characters, uniform over letters, digits, space, `#` and `=` |
 """
@@ -71,10 +71,10 @@ ORACLE_SETTINGS: dict[str, dict[str, Any]] = {
     "tau2": {"demo_slip": 0.0},
     "textworld": {"demo_slip": 0.0},
     "scienceworld": {"demo_slip": 0.0},
+    "service_desk": {"demo_trap": 0.0, "demo_repeat": 0.0},
     "braid": {"demo_error": 0.0},
     "terminal": {"demo_shortcut": 0.0, "demo_slip": 0.0, "demo_loop": 0.0, "share_leak": 0.0, "share_weak": 0.0,
                  "share_reject": 0.0, "share_unsolvable": 0.0, "share_trivial": 0.0, "share_ambiguous": 0.0},
-    "service_desk": {"demo_trap": 0.0, "demo_repeat": 0.0},
     "skill_families": {"demo_slip": 0.0},
 }
 
@@ -132,17 +132,25 @@ def _random_braid(env: Any, state: EpisodeState, obs: Observation, rng: random.R
     return " " + render(value)
 
 
-def _random_terminal(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
-    file, key = rng.choice(["a", "b", "memo"]), f"k{rng.randrange(10)}"
-    return " " + rng.choice(["ls", f"cat {file}", "cp memo out", f"grep {key} {file}", f"wc -l {file}",
-                             f"echo {rng.randint(0, 99)} > out", "submit"])
-
-
 def _random_service_desk(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
     from common.envs.service_desk import IDS, METHODS
 
     verb = rng.choice(["ask", "lookup", "ok", "refund", "transfer", "end"])
     return f"refund {rng.choice(METHODS)} {rng.choice(IDS)}" if verb == "refund" else verb
+
+
+def _random_skill_families(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+    from common.envs.skill_families import NAMES, ROLES
+
+    if obs.role == "curator":
+        return " <skill> " + " ".join(rng.choices([*ROLES, *NAMES], k=rng.randint(0, 4))) + " </skill>"
+    return " " + rng.choice([name for name, _ in state.tools])  # type: ignore[attr-defined]
+
+
+def _random_terminal(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+    file, key = rng.choice(["a", "b", "memo"]), f"k{rng.randrange(10)}"
+    return " " + rng.choice(["ls", f"cat {file}", "cp memo out", f"grep {key} {file}", f"wc -l {file}",
+                             f"echo {rng.randint(0, 99)} > out", "submit"])
 
 
 def _random_bfcl(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
@@ -159,14 +167,6 @@ def _random_bfcl(env: Any, state: EpisodeState, obs: Observation, rng: random.Ra
     kwargs = {k: values.get(props.get(k, {}).get("type", "string"), values["string"])()
               for k in doc.get("parameters", {}).get("required", [])}
     return "[" + Call(doc["name"], kwargs).text() + "]"
-
-
-def _random_skill_families(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
-    from common.envs.skill_families import NAMES, ROLES
-
-    if obs.role == "curator":
-        return " <skill> " + " ".join(rng.choices([*ROLES, *NAMES], k=rng.randint(0, 4))) + " </skill>"
-    return " " + rng.choice([name for name, _ in state.tools])  # type: ignore[attr-defined]
 
 
 RANDOM_MESSAGES = ("Sure, let me check that for you.", "Could you give me your user id?", "Is there anything else?",
@@ -223,9 +223,9 @@ RANDOM_ACTIONS: dict[str, Policy] = {
     "scienceworld": _random_scienceworld,
     "paper_math": _random_paper_math,
     "paper_math_team": _random_paper_math,
+    "service_desk": _random_service_desk,
     "braid": _random_braid,
     "terminal": _random_terminal,
-    "service_desk": _random_service_desk,
     "skill_families": _random_skill_families,
 }
 

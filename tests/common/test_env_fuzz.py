@@ -50,6 +50,7 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
     # hand-written rows in GSM8K's and MATH's published layouts (common/envs/paper_data.py)
     "paper_math": [{"path": sample_data(), "dev_size": 4}],
     "paper_math_team": [{"path": sample_data(), "train": ["math"], "heldout": ["math500", "aime24"], "dev_size": 4}],
+    "service_desk": [{"delays": [0, 2, 4]}, {"delays": [8], "slack": 0, "demo_trap": 0.9, "demo_repeat": 0.9}],
     "braid": [{}, {"demo_error": 1.0}],
     # the simulated shell (the real sandbox runs each command in bubblewrap, ~30 ms: its hostile commands
     # are tested one by one in test_terminal.py)
@@ -76,6 +77,7 @@ TURN_CAPS: dict[str, Callable[[Environment, dict[str, Any]], int]] = {
     "scienceworld": lambda env, task: env.cfg.max_steps,  # type: ignore[attr-defined]
     "paper_math": lambda env, task: 1,
     "paper_math_team": lambda env, task: 3,
+    "service_desk": lambda env, task: (2 if task["intent"] == "human" else 4 + task["delay"]) + env.cfg.slack,  # type: ignore[attr-defined]
     "braid": lambda env, task: len(task["nodes"]),
     "terminal": lambda env, task: env.cfg.max_turns,  # type: ignore[attr-defined]
     "skill_families": lambda env, task: task["plan"] + env.cfg.max_misses,  # type: ignore[attr-defined]
