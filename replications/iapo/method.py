@@ -91,8 +91,9 @@ def shuffle_weights(weights: Sequence[float], lengths: Sequence[int], rng: rando
 
 class IAPO(Method):
     Config = IAPOConfig
-    paper_data_hint = ("the paper trains on tau2-bench's train split and evaluates on BFCL-v4 multi-turn: the "
-                       "environments tau2 and bfcl of common/envs, with their data staged locally")
+    # nothing to stage: the paper's tau2-bench train split and BFCL-v4 multi-turn ship inside their packages
+    # (common/envs/tau2.py, common/envs/bfcl.py); UserBench and AgentChangeBench are not in the suite
+    paper_data_hint = ""
     cfg: IAPOConfig
 
     def __init__(self, cfg: IAPOConfig, run: RunConfig, env: Environment):
