@@ -106,8 +106,8 @@ def curves_figure(method: str, env: str, results: Results, card: Card | None, ou
     arms = arms_of(method, results, card)
     colors = palette(arms)
     runs_by_arm = {a: results.of(method, env, a) for a in arms if results.of(method, env, a)}
-    if not runs_by_arm:
-        return []
+    if not runs_by_arm or not any(r.metrics for rs in runs_by_arm.values() for r in rs):
+        return []  # no run has a training step (a training-free method): nothing to draw over steps
     keys = card.curves if card else ["success_rate"]
     eval_metric = card.eval_metric if card else "mean@k"
     k = eval_k([r for rs in runs_by_arm.values() for r in rs])

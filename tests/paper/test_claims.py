@@ -273,3 +273,21 @@ def test_budget_differences_travel_with_the_verdict(tmp_path, monkeypatch):
     from paper.tables import context_text
 
     assert f"budget differs: trainer.lr: a {lr_a}, b {2 * lr_a}" in context_text(cr)
+
+
+def test_a_training_free_method_draws_no_curves_and_keeps_its_tables(tmp_path, monkeypatch):
+    """Runs with zero RL steps (empty metrics.jsonl) have nothing to draw over steps: no curves figure,
+    and no build error that would drop the method's tables from the report."""
+    from paper import figures
+
+    monkeypatch.setattr(make_fixtures, "ROOT", tmp_path / "results")
+    import yaml
+
+    for seed in range(3):
+        path = make_fixtures.write_run("m", "e", "a", seed, 0.5, 0.5, steps=0)
+        config = yaml.safe_load((path / "config.yaml").read_text())
+        config["trainer"]["steps"] = 0
+        (path / "config.yaml").write_text(yaml.safe_dump(config))
+    results = load_results(tmp_path / "results")
+    assert [len(r.metrics) for r in results.of("m")] == [0, 0, 0]
+    assert figures.curves_figure("m", "e", results, None, tmp_path / "figures") == []
