@@ -284,7 +284,7 @@ def build(name: str) -> Environment:
     settings.update(ORACLE_SETTINGS.get(name, {}))
     if name in STAGED_DATA and not settings.get("path"):
         settings["path"] = sample_data()
-        settings["dev_size"] = 4  # a handful of sample rows: keep most of them for train
+        settings["dev_size"] = 0  # a handful of sample rows: every one checked (train and held-out), none set aside
     cls = ENVS[name]
     return cls(cls.config_class(**settings))
 
