@@ -38,6 +38,20 @@ is passed to the Solver as written and flagged with an `invalid_action` event; a
 without `#<integer>` is an invalid action and ends the episode with success 0. Numbers are ASCII
 digits, at most 18 of them (anything else is not a number).
 
+**The free-riding setting** (`common/conf/env/thinker_solver_freeride.yaml`, results under the env tag
+`thinker_solver-freeride`; #18), switched on by `see_probs` (empty: the tiers above, unchanged):
+- the asked value is derived, `question: sum`: `Q: F+C?` asks (F + C) mod `num_values` of the first
+  two facts, so the Thinker has a skill to learn (a copy is not enough);
+- the Solver is shown none of the facts; it *knows* the answer with a probability p drawn per episode
+  from the episode's rng (shown as `K=<value>`, else `K=?`), where p is a property of the task, one
+  of `see_probs` (tiers: largest p first). The Thinker's prompt does not say p nor the draw, so a
+  shared reward credits a silent or wrong Thinker whenever the Solver happened to know;
+- the demonstrator Solver follows a readable hint when it does not know, and also when it knows with
+  probability `follow_known` (drawn per episode), so wrong hints hurt;
+- binary reward (`cost_per_char: 0`). Episode `info` adds `knows` and `p_see`.
+Because the draws come from the episode's rng, a solo play seeded like a joint play (CCPO's `crn`)
+gets the same hidden draw.
+
 Scripted demonstrator (SFT warm start): the Thinker helps, stays silent or lies with the fixed
 probabilities `expert_help`, `expert_silent`, `expert_wrong` (drawn once per episode from the
 episode's rng; its message is the bare value, ` 1`), so the warm-started Thinker starts from a mix
@@ -50,7 +64,7 @@ from __future__ import annotations
 import random
 import re
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult, parse_int
@@ -72,6 +86,10 @@ class ThinkerSolverConfig(EnvConfig):
     expert_help: float = 0.5  # the demonstrator Thinker's mix (sums to 1): reveal the asked fact,
     expert_silent: float = 0.3  # stay silent,
     expert_wrong: float = 0.2  # or state a wrong value for it
+    # the free-riding setting (#18; module docstring); the defaults keep the tiers above, unchanged
+    question: str = "copy"  # copy: `Q: F?` asks the first fact | sum: `Q: F+C?` asks (F + C) mod num_values
+    see_probs: list[float] = field(default_factory=list)  # per task, P(the Solver knows the answer), drawn per episode; [] = tiers
+    follow_known: float = 0.0  # see_probs only: P(the demonstrator Solver follows a readable hint although it knows)
 
 
 def read_message(message: str) -> tuple[str | None, int] | None:
@@ -101,8 +119,11 @@ class ThinkerSolverEpisode(EpisodeState):
     def __init__(self, task: dict[str, Any], cfg: ThinkerSolverConfig, rng: random.Random, variant: str):
         self.facts: list[tuple[str, int]] = [(k, int(v)) for k, v in task["facts"]]
         self.asked: str = task["asked"]
-        self.value = dict(self.facts)[self.asked]
+        self.summed: str | None = task.get("summed")  # question sum: the second addend
+        values = dict(self.facts)
+        self.value = values[self.asked] if self.summed is None else (values[self.asked] + values[self.summed]) % cfg.num_values
         self.shown: list[str] = list(task["shown"])  # facts the Solver sees
+        self.p_see: float | None = task.get("p_see")  # the free-riding setting: P(the Solver knows the answer)
         self.cfg, self.rng, self.variant = cfg, rng, variant
         self.message: str | None = None  # the Thinker's message as written
         self.solo_correct: bool | None = None
@@ -112,6 +133,12 @@ class ThinkerSolverEpisode(EpisodeState):
                             "silent" if u < cfg.expert_help + cfg.expert_silent else "wrong")
         self.expert_wrong_value = rng.choice([v for v in range(cfg.num_values) if v != self.value])
         self.expert_guess = rng.randrange(cfg.num_values)
+        # the free-riding setting's hidden draws, after the others (the tiers' draws are unchanged)
+        self.knows = self.asked in self.shown if self.p_see is None else rng.random() < self.p_see
+        self.follows = self.p_see is not None and rng.random() < cfg.follow_known
+        if self.summed is not None:  # a plausible slip: one addend instead of the sum
+            slips = [v for v in (values[self.asked], values[self.summed]) if v != self.value]
+            self.expert_wrong_value = slips[0] if slips else self.expert_wrong_value
         phases = {"main": [THINKER, SOLVER], "solo": [SOLVER], "empty_guidance": [THINKER, SOLVER],
                   "paired": [SOLVER, THINKER, SOLVER]}
         self.phases = phases[variant]
@@ -119,7 +146,7 @@ class ThinkerSolverEpisode(EpisodeState):
 
     # ---- prompts ----------------------------------------------------------------------------
     def question(self) -> str:
-        return f"Q: {self.asked}?"
+        return f"Q: {self.asked}?" if self.summed is None else f"Q: {self.asked}+{self.summed}?"
 
     def thinker_prompt(self) -> str:
         facts = " ".join(f"{k}={v}" for k, v in self.facts)
@@ -127,7 +154,8 @@ class ThinkerSolverEpisode(EpisodeState):
 
     def solver_prompt(self, guidance: str) -> str:
         facts = " ".join(f"{k}={v if k in self.shown else '?'}" for k, v in self.facts)
-        return f"Facts: {facts}. {self.question()}\nT:{guidance}\nA:"
+        known = "" if self.p_see is None else f" K={self.value if self.knows else '?'}"
+        return f"Facts: {facts}. {self.question()}{known}\nT:{guidance}\nA:"
 
     def guidance(self) -> str:
         """The Thinker line the Solver receives (empty in `solo`, `empty_guidance`, and before the Thinker spoke)."""
@@ -150,12 +178,11 @@ class ThinkerSolverEpisode(EpisodeState):
             if self.expert_kind == "silent":
                 return ""
             return f" {self.value if self.expert_kind == 'help' else self.expert_wrong_value}"
-        if self.asked in self.shown:
-            return f" #{self.value}"
         said = read_message(self.guidance())
-        if said is not None and said[0] in (None, self.asked):
-            return f" #{said[1]}"
-        return f" #{self.expert_guess}"
+        hint = said[1] if said is not None and said[0] in (None, self.asked) else None
+        if self.knows and not (self.follows and hint is not None):
+            return f" #{self.value}"
+        return f" #{hint if hint is not None else self.expert_guess}"
 
     # ---- the rules --------------------------------------------------------------------------
     def cost(self) -> float:
@@ -179,7 +206,9 @@ class ThinkerSolverEpisode(EpisodeState):
         return StepResult(None, reward=float(correct) - self.cost(), success=correct, events=events, info=self._info(correct))
 
     def _info(self, correct: bool) -> dict[str, Any]:
-        info: dict[str, Any] = {"hard": self.asked not in self.shown}
+        info: dict[str, Any] = {"hard": not self.knows}
+        if self.p_see is not None:
+            info.update(knows=self.knows, p_see=self.p_see)
         if self.message is not None:
             kind = classify(self.message, self.asked, self.value)
             info.update({f"msg_{k}": kind == k for k in MESSAGE_KINDS})
@@ -202,11 +231,21 @@ class ThinkerSolverEnv(Environment):
             raise ValueError(f"env.expert_help + expert_silent + expert_wrong must be a distribution; got sum {mix}")
         if not 2 <= cfg.num_facts <= cfg.num_letters <= 26 or cfg.num_values < 2:
             raise ValueError("need 2 <= env.num_facts <= env.num_letters <= 26 and env.num_values >= 2")
+        if cfg.question not in ("copy", "sum"):
+            raise ValueError(f"env.question must be copy or sum; got {cfg.question!r}")
+        if cfg.question == "sum" and not cfg.see_probs:
+            raise ValueError("env.question=sum needs env.see_probs (the free-riding setting); the tiers ask a copy")
+        if any(not 0 <= p <= 1 for p in cfg.see_probs) or len(set(cfg.see_probs)) != len(cfg.see_probs):
+            raise ValueError(f"env.see_probs must be distinct probabilities in [0, 1] (e.g. [0.1, 0.5, 0.9]); got {cfg.see_probs}")
+        if not 0 <= cfg.follow_known <= 1:
+            raise ValueError(f"env.follow_known must be a probability; got {cfg.follow_known}")
         super().__init__(cfg)
         self.cfg: ThinkerSolverConfig = cfg
 
     @property
     def tiers(self) -> tuple[int, ...]:
+        if self.cfg.see_probs:  # the free-riding setting: tier i has the i-th largest P(the Solver knows)
+            return tuple(range(1, len(self.cfg.see_probs) + 1))
         return (1, 2, 3)  # 1: Solver sees all; 2: sees the asked fact and some others; 3: asked fact hidden
 
     def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
@@ -214,6 +253,10 @@ class ThinkerSolverEnv(Environment):
         facts = [[k, rng.randrange(self.cfg.num_values)] for k in letters]
         asked = letters[0]  # the asked fact comes first: the tiny model needs no search, only copying
         others = letters[1:]
+        if self.cfg.see_probs:  # the free-riding setting: the Solver sees no fact, knows the answer with p_see
+            p_see = sorted(self.cfg.see_probs, reverse=True)[tier - 1]
+            return {"facts": facts, "asked": asked, "shown": [], "p_see": p_see,
+                    **({"summed": letters[1]} if self.cfg.question == "sum" else {})}
         if tier == 1:
             shown = letters
         elif tier == 2:

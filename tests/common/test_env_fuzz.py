@@ -36,7 +36,7 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
     "arith": [{"mode": "single"}, {"mode": "stepwise", "max_ops": 4}],
     "chain_tasks": [{}, {"busy_rate": 0.5, "fault_rate": 0.5, "demo_slip": 0.5}],
     "toolplan": [{"k": 2}, {"k": 5}],
-    "thinker_solver": [{}],
+    "thinker_solver": [{}, {"question": "sum", "see_probs": [0.1, 0.5, 0.9], "follow_known": 0.3, "cost_per_char": 0.0}],
     "voting": [{}],
     "reasoning_gym": [{}],
     "humaneval": [{}],

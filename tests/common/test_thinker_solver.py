@@ -121,3 +121,126 @@ def test_numbers_are_bounded_ascii():
     for answer in [" #١", " #" + "1" * 5000]:
         _, r = play(env, TASK_EASY, [" F=1", answer])
         assert not r.success and [e.kind for e in r.events] == ["invalid_action"]
+
+
+# ---- the free-riding setting (#18) -------------------------------------------------------------------
+FREERIDE = {"question": "sum", "see_probs": [0.1, 0.5, 0.9], "follow_known": 0.3, "cost_per_char": 0.0,
+            "expert_help": 0.6, "expert_silent": 0.2, "expert_wrong": 0.2}
+TASK_SUM = {"facts": [["F", 7], ["C", 5], ["A", 2]], "asked": "F", "summed": "C", "shown": [], "p_see": 0.5}
+
+
+def episode_with(task, knows, variant="main", **kw):
+    """A free-riding episode whose hidden draw came out `knows` (the first seed that gives it)."""
+    env = make(**{**FREERIDE, **kw})
+    for seed in range(100):
+        ep = env.new_episode(task, random.Random(seed), variant)
+        if ep.knows == knows:
+            return ep
+    raise AssertionError("no seed gave the draw")
+
+
+def finish(ep, actions):
+    obs, seen, r = ep.start(), [], None
+    for a in actions:
+        seen.append(obs)
+        r = ep.step(a)
+        obs = r.next
+    assert obs is None
+    return seen, r
+
+
+def test_freeride_tasks_tiers_and_derived_answer():
+    env = make(**FREERIDE)
+    assert env.tiers == (1, 2, 3)
+    for row in env.task_set()["train"]:
+        task = json.loads(row["task"])
+        letters = [k for k, _ in task["facts"]]
+        assert task["p_see"] == {1: 0.9, 2: 0.5, 3: 0.1}[row["tier"]] and task["shown"] == []
+        assert task["asked"] == letters[0] and task["summed"] == letters[1]
+    ep = env.new_episode(TASK_SUM, random.Random(0))
+    assert ep.value == (7 + 5) % 10 == 2
+
+
+def test_freeride_prompts_hide_the_draw_from_the_thinker():
+    knows, lacks = episode_with(TASK_SUM, True), episode_with(TASK_SUM, False)
+    (t1, s1), r1 = finish(knows, [" 2", " #2"])
+    (t2, s2), r2 = finish(lacks, [" 2", " #2"])
+    assert t1.text == t2.text == "Facts: F=7 C=5 A=2. Q: F+C?\nT:"  # the Thinker cannot tell
+    assert s1.text == "Facts: F=? C=? A=?. Q: F+C? K=2\nT: 2\nA:"
+    assert s2.text == "Facts: F=? C=? A=?. Q: F+C? K=?\nT: 2\nA:"
+    assert r1.reward == r2.reward == 1.0 and r1.success  # binary: no message cost
+    assert r1.info["knows"] and not r2.info["knows"] and r2.info["hard"] and r1.info["p_see"] == 0.5
+    assert r1.info["msg_help"] and finish(episode_with(TASK_SUM, True), [" 7", " #7"])[1].info["msg_wrong"]
+
+
+def test_freeride_knows_with_the_tasks_probability_per_episode():
+    env = make(**FREERIDE)
+    for p in (0.1, 0.5, 0.9):
+        draws = [env.new_episode({**TASK_SUM, "p_see": p}, random.Random(s)).knows for s in range(3000)]
+        assert abs(sum(draws) / 3000 - p) < 0.03
+
+
+def test_freeride_demonstrator_solver_follows_hints():
+    env = make(**FREERIDE)
+    # knows: answers what it knows, but follows a (wrong) hint 30% of the time; lacks: follows, else guesses
+    follows, lacks_right = [], []
+    for seed in range(3000):
+        ep = env.new_episode(TASK_SUM, random.Random(seed))
+        ep.start()
+        ep.step(" 7")  # a wrong hint (an addend)
+        answer = ep.expert_action()
+        if ep.knows:
+            follows.append(answer == " #7")
+            assert answer in (" #7", " #2")
+        else:
+            assert answer == " #7"
+        silent = env.new_episode(TASK_SUM, random.Random(seed))
+        silent.start()
+        silent.step("")
+        if not silent.knows:
+            lacks_right.append(silent.expert_action() == " #2")
+        else:
+            assert silent.expert_action() == " #2"
+    assert abs(sum(follows) / len(follows) - 0.3) < 0.04
+    assert abs(sum(lacks_right) / len(lacks_right) - 0.1) < 0.03  # alone, a 1-in-10 guess
+
+
+def test_freeride_demonstrator_thinker_mix_and_slips():
+    env = make(**FREERIDE)
+    kinds = []
+    for seed in range(3000):
+        ep = env.new_episode(TASK_SUM, random.Random(seed))
+        ep.start()
+        message = ep.expert_action()
+        kinds.append(classify(message, "F", 2) if message else "silent")
+        if kinds[-1] == "wrong":
+            assert message in (" 7", " 5")  # one addend instead of the sum
+    for kind, share in (("help", 0.6), ("silent", 0.2), ("wrong", 0.2)):
+        assert abs(kinds.count(kind) / 3000 - share) < 0.03
+
+
+def test_freeride_oracle_and_random():
+    """`check`'s bar on this setting: the oracle (the demonstrator that always helps) wins every
+    episode; a random policy (check.py's) wins about 1 in 10."""
+    from common.envs.check import _random_thinker_solver
+
+    oracle = make(**{**FREERIDE, "expert_help": 1.0, "expert_silent": 0.0, "expert_wrong": 0.0})
+    rng, wins = random.Random(0), {"oracle": [], "random": []}
+    for i, row in enumerate(oracle.task_set()["heldout"]):
+        task = json.loads(row["task"])
+        for who in wins:
+            ep = oracle.new_episode(task, random.Random(i))
+            obs, r = ep.start(), None
+            while obs is not None:
+                r = ep.step(ep.expert_action() if who == "oracle" else _random_thinker_solver(oracle, ep, obs, rng))
+                obs = r.next
+            wins[who].append(r.reward)
+    assert sum(wins["oracle"]) / len(wins["oracle"]) == 1.0
+    assert sum(wins["random"]) / len(wins["random"]) <= 0.2
+
+
+def test_freeride_settings_are_checked():
+    for bad in ({"question": "sum"}, {"question": "max", "see_probs": [0.5]}, {"see_probs": [0.5, 1.5]},
+                {"see_probs": [0.5, 0.5]}, {"see_probs": [0.5], "follow_known": 2.0}):
+        with pytest.raises(ValueError, match="env\\."):
+            make(**bad)
