@@ -82,12 +82,16 @@ class Rollout:
 
     # ---- the public entry points --------------------------------------------------------------
     def play_groups(self, tasks: list[dict[str, Any]], sizes: list[int], step: int, mode: str = "train",
-                    variant: str = "main", tag: str = "main", trainable: bool | None = None) -> list[Group]:
+                    variant: str = "main", tag: str = "main", trainable: bool | None = None,
+                    seed_tag: str | None = None) -> list[Group]:
         """`sizes[i]` episodes of `tasks[i]`, played together; one Group per task.
 
         `mode="train"` seeds from (run seed, step, tag); `mode="eval"` plays the same environment
         seeds at every evaluation (step -1) and never trains. `tag` names the play for compute
         accounting (`main`, or a counterfactual such as `solo`); only `main` plays train by default.
+        `seed_tag` (training only): episode k takes the environment seed of episode k of the plays
+        tagged `seed_tag` at this step (common random numbers: a counterfactual play paired with the
+        play it is the counterfactual of); the model's sampling seeds stay the play's own.
         """
         if mode == "eval":
             salt = f"eval/{variant}" if tag == "main" else f"eval/{variant}/{tag}"
@@ -96,8 +100,9 @@ class Rollout:
             salt, acct = f"train/{tag}", tag
             trainable = tag == "main" if trainable is None else trainable
         salt += self.rank_salt
+        episode_salt = f"train/{seed_tag}{self.rank_salt}" if seed_tag is not None and mode != "eval" else None
         specs = [PlaySpec(t, variant, acct, trainable) for t, n in zip(tasks, sizes, strict=True) for _ in range(n)]
-        episodes = self.play(specs, step, salt=salt)
+        episodes = self.play(specs, step, salt=salt, episode_salt=episode_salt)
         groups, k = [], 0
         for task, n in zip(tasks, sizes, strict=True):
             groups.append(Group(task["id"], task["tier"], episodes[k : k + n]))
@@ -105,12 +110,13 @@ class Rollout:
         return groups
 
     def play(self, specs: list[PlaySpec], step: int, salt: str = "train",
-             params: SamplingParams | None = None) -> list[Episode]:
-        """Play every spec to the end; returns episodes in spec order."""
+             params: SamplingParams | None = None, episode_salt: str | None = None) -> list[Episode]:
+        """Play every spec to the end; returns episodes in spec order. Episode k's environment rng is
+        seeded from (run seed, step, `episode_salt` or `salt`, k); the model's sampling from `salt`."""
         params = params or self.params
         live: list[_Live] = []
         for k, spec in enumerate(specs):
-            rng = random.Random(derive_seed(self.seed, step, salt, k))
+            rng = random.Random(derive_seed(self.seed, step, episode_salt or salt, k))
             state = self.env.new_episode(json.loads(spec.task["task"]), rng, spec.variant)
             episode = Episode(spec.task["id"], spec.task["tier"], tag=spec.tag, counts_for_training=spec.trainable)
             live.append(_Live(state, episode, state.start(), {}))

@@ -11,17 +11,49 @@ from typing import Any
 import numpy as np
 
 
-def v2_rewards(joint: Any, solo: Any, bonus: float = 0.2) -> tuple[np.ndarray, np.ndarray]:
+def v2_rewards(joint: Any, solo: Any, bonus: float = 0.2, baseline: str = "group") -> tuple[np.ndarray, np.ndarray]:
     """CCPO v2 rewards of one group (before mean-centering).
 
-    `joint[k]`, `solo[k]` in [−1, +1] (±1 for a verifier). Solo baseline b = mean(solo);
-    event_k = 1[joint_k > 0 and b < 0] (helped) − 1[joint_k < 0 and b > 0] (hurt).
+    `joint[k]`, `solo[k]` in [−1, +1] (±1 for a verifier). Solo baseline b_k = mean(solo) for every k
+    (`baseline="group"`, v2's default) or b_k = solo[k], the paired solo play (`baseline="sample"`);
+    event_k = 1[joint_k > 0 and b_k < 0] (helped) − 1[joint_k < 0 and b_k > 0] (hurt).
     Returns (Thinker r_T = joint + bonus·event, Solver r_S = joint).
+
+    With binary outcomes and the group baseline, r_T is an affine map of joint (b is one number per
+    group), so after mean-centering the Thinker's advantage is a positive multiple of the shared one:
+    >>> from common.credit import drgrpo
+    >>> drgrpo(v2_rewards([1, -1, -1, 1], [-1, -1, 1, -1])[0]) / drgrpo([1, -1, -1, 1])
+    array([1.1, 1.1, 1.1, 1.1])
     """
+    if baseline not in ("group", "sample"):
+        raise ValueError(f"v2's solo baseline is group or sample; got {baseline!r}")
     joint_G = np.asarray(joint, dtype=np.float64)
-    b = float(np.mean(np.asarray(solo, dtype=np.float64)))
-    event_G = ((joint_G > 0) & (b < 0)).astype(np.float64) - ((joint_G < 0) & (b > 0)).astype(np.float64)
+    solo_G = np.asarray(solo, dtype=np.float64)
+    if solo_G.shape != joint_G.shape:
+        raise ValueError(f"v2 pairs joint and solo plays by index: {joint_G.shape} joint, {solo_G.shape} solo")
+    b_G = np.full_like(joint_G, solo_G.mean()) if baseline == "group" else solo_G
+    event_G = ((joint_G > 0) & (b_G < 0)).astype(np.float64) - ((joint_G < 0) & (b_G > 0)).astype(np.float64)
     return joint_G + bonus * event_G, joint_G.copy()
+
+
+def vote_counterfactuals(correct: Any) -> np.ndarray:
+    """Each voter's counterfactual credit in a majority vote, recomputed from the same votes:
+    Δ_i = 1[majority of all votes right] − 1[majority of the votes without voter i right].
+
+    `correct[i]`: whether voter i's vote was right (an invalid vote counts as cast and wrong). A team
+    is right when more than half of the cast votes are right (`common.envs.voting.majority_correct`),
+    so the outcome depends on the correctness vector only, and the counterfactual of voter i needs no
+    extra play: it is paired with the joint outcome by construction (the paper's vote setting).
+    >>> vote_counterfactuals([True, True, False]).tolist()   # the two right voters are pivotal
+    [1.0, 1.0, 0.0]
+    """
+    correct_V = np.asarray(correct, dtype=bool)
+    n, right = correct_V.size, int(correct_V.sum())
+    if n < 2:
+        raise ValueError(f"a vote counterfactual needs at least 2 voters; got {n}")
+    team = float(2 * right > n)
+    without_V = (2 * (right - correct_V.astype(int)) > n - 1).astype(np.float64)
+    return team - without_V
 
 
 def _sigmoid(x: float) -> float:

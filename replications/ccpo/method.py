@@ -18,8 +18,20 @@ Per task: G joint episodes (Thinker -> Solver) and G solo episodes (Solver only)
 - `credit: v2` (CCPO v2, official code `two_model_trainer.py`): rewards in {−1, +1}; solo baseline
     b = mean_k R^S_k over the group; bonus_k = 1[R^J_k > 0 ∧ b < 0] − 1[R^J_k < 0 ∧ b > 0];
     Thinker r_T = R^J + λ bonus (λ = 0.2), Solver r_S = R^J; mean-centering only (no std division).
+    With binary rewards this group baseline makes r_T affine in R^J within a group: after
+    mean-centering it is the shared reward's advantage times 1 or 1 + λ/2 (an identity; see
+    `v2_rewards`). `solo_baseline: sample` uses b_k = R^S_k, the paired solo play, instead.
 
-The formulas live in `counterfactual.py` (`v2_rewards`, `V1Credit`), importable from here too.
+Counterfactual pairing (`crn`, #18): when on, solo play k of a task uses the environment seed of
+joint play k (common random numbers: the same hidden draws), so Δ_k compares the same episode with
+and without the Thinker; when off, solo plays draw their own episodes (unpaired).
+
+- `credit: vote` (the paper's majority-vote setting, env `voting`): voter i is credited with
+    Δ_i = 1[the majority is right] − 1[the majority without voter i is right], recomputed from the
+    same votes (`vote_counterfactuals`: paired by construction, no extra plays); GRPO per voter.
+
+The formulas live in `counterfactual.py` (`v2_rewards`, `V1Credit`, `vote_counterfactuals`),
+importable from here too.
 In both versions only one role trains at a time, switching every `alternate_every` steps (10 in
 the paper). The team reward here is the environment's episode reward (in `thinker_solver`:
 success − the Thinker's message cost); v2 maps it affinely to [−1, +1] (2r − 1).
@@ -38,13 +50,13 @@ from common.envs.base import Environment
 from common.episode import Group, info_means
 from common.method import Method, MethodConfig, Mode
 from common.rollout import Rollout
-from replications.ccpo.counterfactual import V1Credit, v2_rewards  # noqa: F401  (public API of this module too)
+from replications.ccpo.counterfactual import V1Credit, v2_rewards, vote_counterfactuals  # noqa: F401  (public API of this module too)
 
 
 @dataclass
 class CCPOConfig(MethodConfig):
     name: str = "ccpo"
-    credit: Literal["shared", "v1", "v2"] = "v1"  # shared (GRPO on the team reward, the baseline) | v1 | v2 (CCPO)
+    credit: Literal["shared", "v1", "v2", "vote"] = "v1"  # shared (GRPO on the team reward, the baseline) | v1 | v2 (CCPO) | vote (voting)
     estimator: str = "auto"  # group normalization: auto = grpo for shared and v1, drgrpo (mean-centering) for v2
     thinker_role: str = "thinker"  # the role credited with the counterfactual difference
     solver_role: str = "solver"  # the role that can also play alone (the `solo` variant)
@@ -56,6 +68,8 @@ class CCPOConfig(MethodConfig):
     eta: float = 1.0  # v1: sharpness of the Solver's gate
     eps: float = 1e-6  # v1: added to every std
     bonus: float = 0.2  # v2: λ, weight of the help/hurt event bonus
+    solo_baseline: Literal["group", "sample"] = "group"  # v2: b = the group's mean solo reward, or each play's paired solo reward
+    crn: bool = False  # solo play k reuses joint play k's environment seed (paired counterfactuals, #18); false: its own
 
 
 class CCPO(Method):
@@ -72,6 +86,12 @@ class CCPO(Method):
     def validate(self) -> None:
         super().validate()
         c, roles = self.cfg, set(self.env.roles)
+        if c.credit == "vote":
+            missing = [f"without{i}" for i in range(len(self.env.roles)) if f"without{i}" not in self.env.variants()]
+            if missing:
+                raise ValueError(f"method.credit=vote credits voters of a majority vote (env voting); {self.env.name} "
+                                 f"has no variants {missing}")
+            return
         for key in ("thinker_role", "solver_role", "first_role"):
             if getattr(c, key) not in roles:
                 raise ValueError(f"method.{key}={getattr(c, key)!r} is not a role of {self.env.name}; roles: {sorted(roles)}")
@@ -87,16 +107,17 @@ class CCPO(Method):
         """G joint plays per task and, paired by index, G solo plays of the Solver (scored, never
         trained; compute tag `solo`). Evaluation plays them in every arm: the Solver's own skill."""
         groups = super().play(rollout, tasks, step, mode, variant)
-        if variant == "main" and (mode == "eval" or self.cfg.credit != "shared"):
+        if variant == "main" and "solo" in self.env.variants() and (mode == "eval" or self.cfg.credit in ("v1", "v2")):
             sizes = [len(g.episodes) for g in groups]
-            solo = rollout.play_groups(tasks, sizes, step, mode=mode, variant="solo", tag="solo", trainable=False)
+            solo = rollout.play_groups(tasks, sizes, step, mode=mode, variant="solo", tag="solo", trainable=False,
+                                       seed_tag="main" if self.cfg.crn else None)
             for g, s in zip(groups, solo, strict=True):
                 g.extra["solo"] = s.episodes
         return groups
 
     def trainable_roles(self, step: int) -> set[str] | None:
         n, c = self.cfg.alternate_every, self.cfg
-        if n == 0:
+        if n == 0 or c.credit == "vote":  # the voters train together
             return None
         order = [c.first_role, c.solver_role if c.first_role == c.thinker_role else c.thinker_role]
         return {order[(step // n) % 2]}
@@ -109,6 +130,14 @@ class CCPO(Method):
                    "trains_thinker": float(roles is None or c.thinker_role in roles)}
         if c.credit == "shared":
             return Credit.outcome(groups, metrics)
+        if c.credit == "vote":
+            roles = self.env.roles
+            deltas = [[vote_counterfactuals([bool(e.info.get(f"{r}_correct", False)) for r in roles]) for e in g.episodes]
+                      for g in groups]
+            flat_V = np.concatenate([d for g in deltas for d in g]) if groups else np.zeros(0)
+            metrics.update(vote_pivotal_rate=float(flat_V.mean()) if flat_V.size else 0.0)
+            return Credit("reward", [[dict(zip(roles, map(float, d), strict=True)) for d in g] for g in deltas],
+                          metrics=metrics)
         joint_N = np.array([e.reward for g in groups for e in g.episodes])
         solo_N = np.array([e.reward for g in groups for e in g.extra["solo"]])
         bounds = np.cumsum([0] + [len(g.episodes) for g in groups])
@@ -118,7 +147,7 @@ class CCPO(Method):
             metrics.update(v1_mu_delta=self.v1.delta.mean, v1_sigma_delta=self.v1.delta.std(self.v1.eps),
                            **({} if self.v1.applied_gate is None else {"v1_gate": self.v1.applied_gate}))  # the gate applied
         else:
-            pairs = [v2_rewards(2 * joint_N[a:b] - 1, 2 * solo_N[a:b] - 1, c.bonus) for a, b in spans]
+            pairs = [v2_rewards(2 * joint_N[a:b] - 1, 2 * solo_N[a:b] - 1, c.bonus, c.solo_baseline) for a, b in spans]
             thinker_N = np.concatenate([p[0] for p in pairs]) if pairs else joint_N
             solver_N = np.concatenate([p[1] for p in pairs]) if pairs else joint_N
         flat = [{c.thinker_role: float(t), c.solver_role: float(s)} for t, s in zip(thinker_N, solver_N, strict=True)]

@@ -6,6 +6,10 @@ with the Thinker's message, on the same task): help = P(joint right and solo wro
 P(joint wrong and solo right), contribution = joint - solo accuracy. "drop (emptied)" is mean@k
 minus mean@k of the `empty_guidance` variant (the message replaced by an empty one). The message
 mix is the share of messages that state the right answer, say nothing, or state a wrong one.
+
+The compute table: per arm, the training steps and what the run generated, per play tag (`main`:
+the trained joint plays; `solo`: CCPO's counterfactual Solver-alone plays), in tokens and model
+calls (one call = one sampled action), from the last training step's cumulative counters.
 """
 
 from __future__ import annotations
@@ -48,4 +52,24 @@ def thinker_table(runs: list[Run]) -> Table:
                  "mean@k with the message emptied)", ["env", "arm", "stage", "seeds", *COLUMNS], rows)
 
 
-EXTRA_TABLES: dict[str, ExtraTable] = {"thinker": thinker_table}
+COMPUTE = ("generated_tokens_total", "generated_tokens_total/main", "generated_tokens_total/solo",
+           "model_calls_total", "model_calls_total/main", "model_calls_total/solo")
+
+
+def compute_table(runs: list[Run]) -> Table:
+    """Per env and arm: steps, and generated tokens and model calls in total and per play tag
+    (mean over seeds; training only, evaluation not counted)."""
+    rows = []
+    for (env, arm), group in groupby(runs, key=lambda r: (r.env, r.arm)):
+        last = [r.metrics[-1] for r in group if r.metrics]
+        if last:
+            steps = sorted({int(m["step"]) + 1 for m in last})
+            rows.append([env, arm, str(len(last)), "/".join(map(str, steps)),
+                         *(f"{sum(m.get(k, 0) for m in last) / len(last):,.0f}" for k in COMPUTE)])
+    return Table("ccpo-compute", "CCPO: training compute per arm, mean over seeds (tokens generated and model "
+                 "calls; main: the trained joint plays, solo: the Solver-alone counterfactual plays)",
+                 ["env", "arm", "seeds", "steps", "tokens", "tokens main", "tokens solo", "calls", "calls main",
+                  "calls solo"], rows)
+
+
+EXTRA_TABLES: dict[str, ExtraTable] = {"thinker": thinker_table, "compute": compute_table}

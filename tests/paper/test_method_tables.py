@@ -43,6 +43,24 @@ def test_ccpo_thinker_table():
     assert one["hurt"] == "0.010 (no CI)"  # one seed: the mean, without an interval
 
 
+def test_ccpo_compute_table():
+    from replications.ccpo.tables import compute_table
+
+    def metrics(tokens_main, tokens_solo, calls_main, calls_solo):
+        last = {"step": 1, "generated_tokens_total": tokens_main + tokens_solo, "generated_tokens_total/main": tokens_main,
+                "model_calls_total": calls_main + calls_solo, "model_calls_total/main": calls_main}
+        if calls_solo:
+            last.update({"generated_tokens_total/solo": tokens_solo, "model_calls_total/solo": calls_solo})
+        return [{"step": 0}, last]
+
+    runs = [run("ccpo", "ts", "ccpo-v1", 0, {}, metrics(100, 50, 20, 10)), run("ccpo", "ts", "ccpo-v1", 1, {}, metrics(120, 70, 20, 10)),
+            run("ccpo", "ts", "grpo", 0, {}, metrics(90, 0, 20, 0))]
+    ccpo, grpo = rows(compute_table(runs))
+    assert (ccpo["arm"], ccpo["seeds"], ccpo["steps"]) == ("ccpo-v1", "2", "2")
+    assert (ccpo["tokens"], ccpo["tokens main"], ccpo["tokens solo"], ccpo["calls solo"]) == ("170", "110", "60", "10")
+    assert (grpo["tokens"], grpo["tokens solo"], grpo["calls"]) == ("90", "0", "20")
+
+
 # ---- SHARP ---------------------------------------------------------------------------------------
 def sharp_runs() -> list[Run]:
     finals = {("grpo", 2): (0.58, 0.6, 0.59), ("sharp-exact", 2): (0.6, 0.62, 0.61),
@@ -62,7 +80,8 @@ def test_sharp_compute_table():
     from replications.sharp.tables import compute_table
 
     table = rows(compute_table(sharp_runs()))
-    assert [(r["K"], r["arm"]) for r in table] == [("2", "grpo"), ("2", "sharp-exact"), ("4", "grpo"), ("4", "sharp-exact")]
+    assert [(r["variant"], r["K"], r["arm"]) for r in table] == [("toolplan", "2", "grpo"), ("toolplan", "2", "sharp-exact"),
+                                                                 ("toolplan", "4", "grpo"), ("toolplan", "4", "sharp-exact")]
     exact4 = table[3]
     assert exact4["mean@k after RL"] == "0.510 [0.485, 0.535]"  # t: 0.51 +- 4.303 x 0.01 / sqrt(3)
     assert exact4["distractor rate, mean over steps"].startswith("0.150")  # (0.2 + 0.1) / 2
@@ -73,7 +92,9 @@ def test_sharp_compute_table():
 def test_sharp_gap_growth_table():
     from replications.sharp.tables import gap_growth_table
 
-    k2, k4, growth = rows(gap_growth_table(sharp_runs()))
+    table = rows(gap_growth_table(sharp_runs()))
+    assert {r["variant"] for r in table} == {"toolplan"}
+    k2, k4, growth = [r for r in table if r["metric"] == "held-out mean@k"]  # runs without success_rate: no curve rows
     assert k2["estimate"].startswith("+0.020 [") and k2["estimate"].endswith(", 3 pairs")
     assert k4["estimate"].startswith("+0.300 [")
     # every seed gives the same gap: the interval alone says holds, but 3 seeds are fewer than the floor of 5

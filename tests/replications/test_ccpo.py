@@ -8,7 +8,7 @@ import pytest
 from common.batch import build_rows
 from common.config import build_dataclass
 from common.episode import Episode, Group, Turn
-from replications.ccpo.method import CCPO, CCPOConfig, V1Credit, v2_rewards
+from replications.ccpo.method import CCPO, CCPOConfig, V1Credit, v2_rewards, vote_counterfactuals
 from tests.helpers import credit_advantages
 
 
@@ -161,13 +161,21 @@ def test_paper_scales_refuse_without_models_and_data(tmp_path):
 
 
 def test_cpu_scale_arms_compose():
-    from replications.replicate import cell_config, plan
+    from replications.replicate import cell_config, load_replication, plan
 
-    cells = plan("ccpo", "cpu")
-    assert {c.arm for c in cells} == {"grpo", "grpo-center", "ccpo-v1", "ccpo-v2"} and len(cells) == 12
-    assert {c.env for c in cells} == {"thinker_solver"}
-    center = cell_config(next(c for c in cells if c.arm == "grpo-center"))
+    cells = plan("ccpo", "cpu", seeds=[0])  # composing every seed's cells too would only repeat these
+    arms = {"grpo", "grpo-center", "grpo-center-tokens", "ccpo-v2", "ccpo-v2ps", "ccpo-v2ps-nocrn", "ccpo-v1", "ccpo-v1-nocrn"}
+    assert {c.arm for c in cells} == arms and len(load_replication("ccpo").seeds["cpu"]) == 5
+    assert {c.env for c in cells} == {"thinker_solver-freeride"}
+    configs = {c.arm: cell_config(c) for c in cells}
+    center = configs["grpo-center"]
     assert center.method["credit"] == "shared" and center.method["estimator"] == "drgrpo"
+    assert center.env["see_probs"] == [0.9, 0.5, 0.1] and center.env["cost_per_char"] == 0.0
+    # every arm alternates the trained role on the same schedule; only the counterfactual knobs differ
+    assert {cfg.method["alternate_every"] for cfg in configs.values()} == {10}
+    assert configs["ccpo-v2ps"].method["solo_baseline"] == "sample" and configs["ccpo-v2ps"].method["crn"]
+    assert not configs["ccpo-v2ps-nocrn"].method["crn"] and not configs["ccpo-v1-nocrn"].method["crn"]
+    assert configs["grpo-center-tokens"].trainer.steps > configs["grpo-center"].trainer.steps
 
 
 def test_v2_thinker_advantage_is_a_positive_multiple_of_the_mean_centered_shared_one():
@@ -191,3 +199,160 @@ def test_v2_thinker_advantage_is_a_positive_multiple_of_the_mean_centered_shared
         assert scale > 0 and np.allclose(v2_adv, scale * shared_adv)
         b = (2 * solo - 1).mean()
         assert scale == pytest.approx(1.0 if b == 0 else 1 + bonus / 2)
+
+
+def test_v2_identity_on_hand_computed_groups():
+    """The identity on groups worked by hand: joint [+1, -1, -1, +1] (shared advantage after
+    mean-centering [1, -1, -1, 1]). Solo mostly wrong (b = -0.5): Thinker [1.2, -1, -1, 1.2], mean 0.1,
+    centered [1.1, -1.1, -1.1, 1.1] = 1.1 x shared. Solo mostly right (b = +0.5): [1, -1.2, -1.2, 1],
+    centered [1.1, -1.1, -1.1, 1.1]. b = 0: no event, 1 x shared."""
+    from common.credit import drgrpo
+
+    joint = [1, -1, -1, 1]
+    shared = drgrpo(joint)
+    assert shared.tolist() == [1, -1, -1, 1]
+    for solo, expected in (([-1, -1, 1, -1], [1.1, -1.1, -1.1, 1.1]), ([1, 1, -1, 1], [1.1, -1.1, -1.1, 1.1]),
+                           ([1, -1, 1, -1], [1, -1, -1, 1])):
+        assert drgrpo(v2_rewards(joint, solo)[0]).tolist() == pytest.approx(expected)
+
+
+# ---- v2 with a per-sample solo baseline -------------------------------------------------------------
+def test_v2_per_sample_baseline_hand_cases():
+    # each play against its own paired solo play: help where joint right and solo wrong, hurt the reverse
+    rt, rs = v2_rewards([1, 1, -1, -1], [-1, 1, 1, -1], bonus=0.2, baseline="sample")
+    assert rt.tolist() == pytest.approx([1.2, 1, -1.2, -1]) and rs.tolist() == [1, 1, -1, -1]
+    # the group baseline on the same plays: b = 0, no event at all
+    assert v2_rewards([1, 1, -1, -1], [-1, 1, 1, -1], bonus=0.2)[0].tolist() == [1, 1, -1, -1]
+    with pytest.raises(ValueError, match="group or sample"):
+        v2_rewards([1], [1], baseline="mean")
+    with pytest.raises(ValueError, match="pairs"):
+        v2_rewards([1, -1], [1])
+
+
+def test_v2_per_sample_baseline_breaks_the_identity():
+    """With the paired solo play as baseline the Thinker's advantage is no longer a multiple of the
+    shared one: two joint successes earn different credit when only one of them was a help."""
+    from common.credit import drgrpo
+
+    thinker, _ = v2_rewards([1, 1, -1, -1], [-1, 1, 1, -1], baseline="sample")
+    v2_adv, shared_adv = drgrpo(thinker), drgrpo(np.array([1.0, 1, -1, -1]))
+    scale = np.dot(v2_adv, shared_adv) / np.dot(shared_adv, shared_adv)
+    assert not np.allclose(v2_adv, scale * shared_adv)
+    assert v2_adv[0] > v2_adv[1] and v2_adv[2] < v2_adv[3]
+
+
+def test_credit_v2_per_sample_through_the_method():
+    m = method(credit="v2", solo_baseline="sample", alternate_every=1)
+    joint = [_episode(1.0, True), _episode(1.0, True), _episode(0.0, False)]
+    solo = [_episode(0.0, False, trainable=False), _episode(1.0, True, trainable=False), _episode(0.0, False, trainable=False)]
+    adv, _ = credit_advantages(m, [Group("t", 3, joint, extra={"solo": solo})])
+    # Thinker rewards [1.2, 1, -1], mean 0.4 -> [0.8, 0.6, -1.4]
+    assert [adv.scalar(e.turns[0]) for e in joint] == pytest.approx([0.8, 0.6, -1.4])
+
+
+# ---- voting: the counterfactual recomputed from the same votes -------------------------------------
+def test_vote_counterfactuals_hand_cases():
+    # 2 of 3 right: the two right voters are pivotal, the wrong one is not (the others still win)
+    assert vote_counterfactuals([True, True, False]).tolist() == [1, 1, 0]
+    assert vote_counterfactuals([False, True, True]).tolist() == [0, 1, 1]
+    # unanimous or lost: nobody is pivotal
+    assert vote_counterfactuals([True, True, True]).tolist() == [0, 0, 0]
+    assert vote_counterfactuals([True, False, False]).tolist() == [0, 0, 0]
+    assert vote_counterfactuals([False, False, False]).tolist() == [0, 0, 0]
+    # five voters, 3 right: each right voter is pivotal (2 of 4 is no strict majority)
+    assert vote_counterfactuals([True, True, True, False, False]).tolist() == [1, 1, 1, 0, 0]
+    with pytest.raises(ValueError):
+        vote_counterfactuals([True])
+
+
+def test_vote_counterfactuals_match_replaying_without_each_voter():
+    """The slow reference: play the environment's `without<i>` variant with the same votes."""
+    import random
+
+    from common.envs.voting import VotingConfig, VotingEnv
+
+    env = VotingEnv(VotingConfig(train_size=8, heldout_size=4))
+    task = {"facts": [["F", 1], ["C", 3]], "asked": "F", "shown": [["F"], [], ["F", "C"]]}
+    for votes in ([1, 1, 2], [1, 2, 3], [1, 1, 1], [2, 2, 1], [1, None, 1], [None, 2, 1]):
+        def outcome(variant, votes=votes):
+            ep = env.new_episode(task, random.Random(0), variant)
+            ep.start()
+            r = None
+            for i in ep.voters:
+                r = ep.step(" #x" if votes[i] is None else f" #{votes[i]}")
+            return r.reward, r.info
+        team, info = outcome("main")
+        expected = [team - outcome(f"without{i}")[0] for i in range(3)]
+        assert vote_counterfactuals([info[f"voter{i}_correct"] for i in range(3)]).tolist() == expected
+
+
+def test_credit_vote_through_the_method():
+    class _Voting:
+        name, roles = "voting", ("voter0", "voter1", "voter2")
+
+        def variants(self):
+            return ("main", "without0", "without1", "without2")
+
+    m = CCPO(build_dataclass(CCPOConfig, {"credit": "vote"}, "method"), _Run(), _Voting())
+    m.validate()
+    assert m.trainable_roles(3) is None
+
+    def ep(correct):
+        e = Episode("t", 1)
+        for i in range(3):
+            e.turns.append(Turn(f"voter{i}", f"voter{i}", [1], [2], [-0.1], " #1"))
+        e.info = {f"voter{i}_correct": c for i, c in enumerate(correct)}
+        e.reward = float(sum(correct) >= 2)
+        return e
+
+    eps = [ep([True, True, False]), ep([True, True, True])]  # voter 0: pivotal, then not: rewards [1, 0]
+    adv, metrics = credit_advantages(m, [Group("t", 1, eps)])
+    assert [adv.scalar(e.turns[0]) for e in eps] == pytest.approx([1 / math.sqrt(2), -1 / math.sqrt(2)], rel=1e-5)
+    assert [adv.scalar(e.turns[2]) for e in eps] == [0.0, 0.0]  # never pivotal: no signal
+    assert metrics["vote_pivotal_rate"] == pytest.approx(2 / 6)
+    with pytest.raises(ValueError, match="without"):
+        CCPO(build_dataclass(CCPOConfig, {"credit": "vote"}, "method"), _Run(), _Env()).validate()
+
+
+# ---- paired counterfactuals (crn) --------------------------------------------------------------------
+class _CharTokenizer:
+    chat_template = None
+
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
+
+
+def _freeride_plays(crn: bool):
+    """One training step of CCPO on the free-riding setting with scripted roles (no model)."""
+    from common.envs.thinker_solver import ThinkerSolverConfig, ThinkerSolverEnv
+    from common.rollout import Rollout
+
+    env = ThinkerSolverEnv(ThinkerSolverConfig(train_size=16, heldout_size=4, dev_size=0, question="sum",
+                                               see_probs=[0.5], follow_known=0.3, cost_per_char=0.0))
+    rollout = Rollout(env, None, _CharTokenizer(), {"thinker": "scripted", "solver": "scripted"}, [], None, 10_000, seed=7)
+
+    class _Run:
+        scale = "cpu"
+
+        class trainer:  # noqa: N801
+            group_size = 8
+
+    m = CCPO(build_dataclass(CCPOConfig, {"credit": "v1", "crn": crn}, "method"), _Run(), env)
+    m.validate()
+    tasks = list(env.task_set()["train"])[:6]
+    return m.play(rollout, tasks, step=3)
+
+
+def test_crn_pairs_the_solo_plays_hidden_draws_with_the_joint_ones():
+    for crn in (True, False):
+        groups = _freeride_plays(crn)
+        joint = [e.info["knows"] for g in groups for e in g.episodes]
+        solo = [e.info["knows"] for g in groups for e in g.extra["solo"]]
+        assert len(joint) == len(solo) == 48 and 0 < sum(joint) < 48
+        if crn:
+            assert solo == joint
+        else:
+            assert solo != joint  # 48 independent draws at p = 0.5 agree with chance 2^-48
+    # crn changes only the solo plays: the joint plays are the same either way
+    assert [e.info for g in _freeride_plays(True) for e in g.episodes] == \
+           [e.info for g in _freeride_plays(False) for e in g.episodes]
