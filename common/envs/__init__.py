@@ -15,12 +15,14 @@ from common.envs.tau2 import Tau2Env
 from common.envs.terminal import TerminalEnv
 from common.envs.textworld import TextWorldEnv
 from common.envs.thinker_solver import ThinkerSolverEnv
+from common.envs.toolhops import ToolHopsEnv
 from common.envs.toolplan import ToolPlanEnv
 from common.envs.voting import VotingEnv
 
 ENVS: dict[str, type[Environment]] = {
     "arith": ArithEnv,
     "toolplan": ToolPlanEnv,
+    "toolhops": ToolHopsEnv,  # toolplan with dependent hops, redundant workers, hidden contexts (SHARP #17)
     "chain_tasks": ChainTasksEnv,
     "thinker_solver": ThinkerSolverEnv,
     "voting": VotingEnv,

@@ -20,6 +20,7 @@ environment expects, so that the verifier, not the parser, has to reject it:
 | --- | --- |
 | arith | ` #<n>` (stepwise: `<n>`), n uniform in [0, max_value] |
 | toolplan | planner: k attributes, each uniform; worker: a tool, uniform; answer: k value letters, each uniform |
+| toolhops | planner: as many attributes as the plan needs, each uniform; worker: a tool, uniform; answer: k entity letters, each uniform |
 | chain_tasks | a call: the verb uniform, its arguments uniform (items, names, days, quantities 1-5, ids 1-99) |
 | thinker_solver | Thinker: silent or one value, uniform over the num_values + 1; Solver: ` #<v>`, v uniform |
 | voting | ` #<v>`, v uniform in [0, num_values) |
@@ -65,6 +66,7 @@ MAX_TURNS = 1000  # a guard: every environment caps its own turns far below this
 ORACLE_SETTINGS: dict[str, dict[str, Any]] = {
     "arith": {"demo_shortcut": 0.0},
     "toolplan": {"demo_distractor": 0.0, "demo_wrong": 0.0},
+    "toolhops": {"demo_distractor": 0.0, "demo_wrong": 0.0},
     "chain_tasks": {"demo_slip": 0.0, "fault_rate": 0.0},
     "thinker_solver": {"expert_help": 1.0, "expert_silent": 0.0, "expert_wrong": 0.0},
     "bfcl": {"demo_slip": 0.0},
@@ -101,6 +103,17 @@ def _random_toolplan(env: Any, state: EpisodeState, obs: Observation, rng: rando
     if obs.role == "worker":
         return " " + rng.choice(TOOLS)
     return " " + " ".join(rng.choices(ATTRIBUTES if obs.text.endswith("PLAN:") else VALUES, k=env.cfg.k))
+
+
+def _random_toolhops(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+    from common.envs.toolhops import ATTRIBUTES, ENTITIES, TOOLS
+
+    if obs.role == "worker":
+        return " " + rng.choice(TOOLS)
+    if obs.text.endswith("PLAN:"):
+        n = env.cfg.k + (env.cfg.extra_workers if env.cfg.mode == "parallel" else 0)
+        return " " + " ".join(rng.choices(ATTRIBUTES, k=n))
+    return " " + " ".join(rng.choices(ENTITIES, k=env.cfg.k))
 
 
 def _random_chain_tasks(env: Any, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
@@ -212,6 +225,7 @@ def _random_paper_math(env: Any, state: EpisodeState, obs: Observation, rng: ran
 RANDOM_ACTIONS: dict[str, Policy] = {
     "arith": _random_arith,
     "toolplan": _random_toolplan,
+    "toolhops": _random_toolhops,
     "chain_tasks": _random_chain_tasks,
     "thinker_solver": _random_thinker_solver,
     "voting": lambda env, state, obs, rng: f" #{rng.randrange(env.cfg.num_values)}",  # type: ignore[attr-defined]

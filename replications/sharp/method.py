@@ -14,8 +14,10 @@ valid result, then normalizes per agent within one query's G rollouts:
     A_{i,m} = (R_{i,m} - mean_G R_{.,m}) / (std_G R_{.,m} + eps)                            (card)
 
 The planner (not a player of the game: without its plan there is no answer) gets R^b, normalized
-within its own role. Arms (`method.credit`): `broadcast` (GRPO), `loo` (Delta_m = v(M) - v(M\\m)
-in place of phi), `exact` (exact Shapley, 2^K coalitions), `mc` (permutation sampling).
+within its own role. Arms (`method.credit`): `broadcast` (GRPO), `local` (the control of #17: phi
+replaced by worker m's own-slot reward, 1 if its result is the true value of the fact it was sent
+for, no coalition and no replay), `loo` (Delta_m = v(M) - v(M\\m) in place of phi), `exact` (exact
+Shapley, 2^K coalitions), `mc` (permutation sampling).
 
 v(S) is measured by the environment's deterministic replay (the `CounterfactualReplay` protocol,
 required before the run starts): the planner's composition is replayed with the masked workers'
@@ -43,6 +45,7 @@ from common.method import Method, MethodConfig
 from replications.sharp.shapley import (  # noqa: F401  (the formulas are public API of this module too)
     agent_rewards,
     leave_one_out,
+    own_slot,
     per_agent_advantages,
     shapley_values,
     shapley_values_mc,
@@ -53,8 +56,8 @@ from replications.sharp.shapley import (  # noqa: F401  (the formulas are public
 class SHARPConfig(MethodConfig):
     name: str = "sharp"
     estimator: str = "grpo"  # normalization within (query, agent): grpo = (r - mean) / (std + eps) (card)
-    credit: Literal["broadcast", "loo", "exact", "mc"] = "exact"  # broadcast = GRPO; loo; exact Shapley; mc = permutation Shapley
-    lambda_s: float = 0.9  # weight of the Shapley (or leave-one-out) term [S: 0.9]
+    credit: Literal["broadcast", "local", "loo", "exact", "mc"] = "exact"  # broadcast = GRPO; local = own slot; loo; exact Shapley; mc = permutation Shapley
+    lambda_s: float = 0.9  # weight of the Shapley (or leave-one-out, or own-slot) term [S: 0.9]
     lambda_p: float = 0.1  # weight of the tool-process reward [S: 0.1]
     permutations: int = 32  # credit=mc only: orderings sampled per episode (>= 2, for the standard error)
 
@@ -79,7 +82,7 @@ class SHARP(Method):
             raise ValueError(f"method.permutations must be >= 2 (the Monte-Carlo standard error needs two); got {self.cfg.permutations}")
 
     def env_protocols(self) -> tuple[type, ...]:
-        return () if self.cfg.credit == "broadcast" else (CounterfactualReplay,)
+        return () if self.cfg.credit in ("broadcast", "local") else (CounterfactualReplay,)
 
     def agent_of(self, episode: Episode, index: int) -> str:
         """The planner is one agent; the m-th worker turn of the episode is worker m."""
@@ -91,6 +94,8 @@ class SHARP(Method):
         players = list(range(n_workers))
         if record is None or not players:
             return {m: 0.0 for m in players}, 0, 0.0
+        if self.cfg.credit == "local":
+            return own_slot(record, n_workers), 0, 0.0
         seen: set[frozenset] = set()
         env = cast(CounterfactualReplay, self.env)  # env_protocols() made sure of it before the run
 
@@ -148,6 +153,9 @@ class SHARP(Method):
         out: dict[str, float] = {}
         if kinds:
             out["distractor_rate"] = kinds.count("distractor") / len(kinds)
+            if firsts := [ep.info["record"]["tool_kinds"][0] for ep in episodes
+                          if ep.info.get("record") and ep.info["record"]["tool_kinds"]]:
+                out["distractor_rate_first"] = firsts.count("distractor") / len(firsts)  # the most upstream worker
             out["tool_error_rate"] = (kinds.count("error") + kinds.count("invalid")) / len(kinds)
             right = [a for a, k in zip(advs, kinds, strict=True) if k == "value"]
             bad = [a for a, k in zip(advs, kinds, strict=True) if k == "distractor"]

@@ -1,5 +1,6 @@
 """SHARP's formulas, as plain functions (no torch): exact and Monte-Carlo Shapley values,
-leave-one-out credit, each agent's reward and its per-agent normalization (arXiv 2602.08335).
+leave-one-out credit, the local arm's own-slot signal, each agent's reward and its per-agent
+normalization (arXiv 2602.08335).
 Each is tested against hand-computed cases (tests/replications/test_sharp.py)."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import math
 import random
 from collections.abc import Callable, Hashable, Sequence
 from itertools import combinations
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -87,6 +88,15 @@ def leave_one_out(players: Sequence[Player], value: Value) -> dict[Player, float
     grand = frozenset(players)
     full = float(value(grand))
     return {m: full - float(value(grand - {m})) for m in players}
+
+
+def own_slot(record: dict[str, Any], n_workers: int) -> dict[int, float]:
+    """The `local` arm's per-worker signal: 1 if worker m's tool result is the true value of the fact
+    it was sent for (`record["worker_truth"][m]`; environments without it, like `toolplan`, send
+    worker m to fact m), else 0. A downstream worker of a broken chain gets 0 however it chose."""
+    truth = record.get("worker_truth", record["truth"])
+    results = record["results"]
+    return {m: float(m < len(results) and m < len(truth) and results[m] == truth[m]) for m in range(n_workers)}
 
 
 def agent_rewards(outcome: float, contribution: dict[Player, float], tool: dict[Player, float],

@@ -1,18 +1,19 @@
 """SHARP's own tables (read by paper/, see paper/extras.py), for what the card's claims cannot express.
 
-Arms are `<base>-k<K>` (grpo, sharp-loo, sharp-exact) on env `toolplan-k<K>`.
+Runs are grouped by variant (the env tag without its `-k<K>`: `toolplan`, the easy variant;
+`toolhops-chain`, dependent hops; `toolhops-redundant`, redundant workers), K and base arm (the arm
+without its variant prefix and `-k<K>`: `grpo`, `local`, `sharp-loo`, `sharp-exact`).
 
-- `compute`: per K and arm, held-out accuracy and distractor-call rate, the distractor rate's mean
-  over training steps (the area under its curve), SHARP's credit gap, and the compute each arm
-  spent: model calls, generated tokens, coalition re-scorings, credit and training time. The
+- `compute`: per variant, K and arm: held-out accuracy, the training success curve's area (its mean
+  over steps) and the steps to reach 0.5 success, the distractor-call rate (after RL, its mean over
+  steps, and the most upstream worker's mean over steps), SHARP's credit gap, and the compute each
+  arm spent: model calls, generated tokens, coalition re-scorings, credit and training time. The
   coalition values v(S) are deterministic replays of the environment (no sampling), so SHARP spends
-  no extra model calls or tokens; it re-scores 2^K coalitions per episode (exact) or K + 1
-  (leave-one-out).
-- `gap-growth`: the claim that the SHARP - GRPO gap grows with K, a difference of differences:
-  (SHARP - GRPO at the largest K) - (SHARP - GRPO at the smallest K) on final mean@k, every arm-K
-  cell's seeds resampled independently (95% bootstrap interval). It holds when the interval lies
-  above 0, is inconclusive when the estimate is positive but the interval reaches 0, and does not
-  hold otherwise.
+  no extra model calls or tokens; it re-scores 2^N coalitions per episode (exact) or N + 1 (loo).
+- `gap-growth`: per variant, each contrast (SHARP - GRPO, SHARP - local, SHARP exact - leave-one-out)
+  at each K, paired by seed, on final mean@k, on the success curve's area and on steps to 0.5 (fewer
+  is better: GRPO - SHARP), and for SHARP - GRPO the difference of differences between the largest
+  and the smallest K (does the gap grow with K?), every verdict as in paper/claims.py.
 """
 
 from __future__ import annotations
@@ -28,25 +29,51 @@ from paper.extras import ExtraTable
 from paper.load import Run
 from paper.tables import CI, Table, fmt_ci
 
-ARMS = ("grpo", "sharp-loo", "sharp-exact")
-_ARM = re.compile(r"^(?P<base>.+)-k(?P<k>\d+)$")
+ARMS = ("grpo", "local", "sharp-loo", "sharp-exact")
+_ENV = re.compile(r"^(?P<variant>.+)-k(?P<k>\d+)$")
+_ARM = re.compile(r"^(?:(?P<prefix>[a-z]+)-)??(?P<base>grpo|local|sharp-loo|sharp-exact)-k(?P<k>\d+)$")
+HALF = 0.5  # the success level of "steps to 0.5"
+SMOOTH = 3  # steps to 0.5: the first step whose mean success over the last SMOOTH steps reaches HALF
 
-Summaries = dict[tuple[int, str], list[dict[str, Any]]]  # (K, base arm) -> one summary per seed
+Key = tuple[str, int, str]  # (variant, K, base arm)
+Summaries = dict[Key, list[dict[str, Any]]]  # one summary per seed
+
+
+def steps_to(success: list[float], level: float = HALF, window: int = SMOOTH) -> float:
+    """The first step (0-based) whose trailing mean success over `window` steps reaches `level`; a run
+    that never does counts as len(success) (censored at its budget). Hand-checked in the tests."""
+    for t in range(len(success)):
+        if np.mean(success[max(0, t - window + 1): t + 1]) >= level:
+            return float(t)
+    return float(len(success))
+
+
+def parse(run: Run) -> Key | None:
+    env, arm = _ENV.match(run.env), _ARM.match(run.arm)
+    if env is None or arm is None or arm.group("k") != env.group("k"):
+        return None
+    return env.group("variant"), int(env.group("k")), arm.group("base")
 
 
 def summarize(runs: list[Run]) -> Summaries:
-    """(K, base arm) -> the numbers of each finished seed."""
+    """(variant, K, base arm) -> the numbers of each finished seed."""
     out: Summaries = {}
     for run in runs:
-        m = _ARM.match(run.arm)
-        if m is None or m.group("base") not in ARMS:
+        if (key := parse(run)) is None:
             continue
         ev, rows = run.evals, run.metrics
         last = rows[-1] if rows else {}
-        out.setdefault((int(m.group("k")), m.group("base")), []).append({
+
+        def curve(name: str, rows: list[dict[str, Any]] = rows) -> float:
+            values = [r[name] for r in rows if name in r and r[name] is not None]
+            return float(np.mean(values)) if values else NAN
+
+        out.setdefault(key, []).append({
             "seed": run.seed, "initial": ev["initial"]["mean@k"] if "initial" in ev else NAN, "final": ev["final"]["mean@k"],
+            "success_auc": curve("success_rate"),
+            "steps_to_half": steps_to(success) if (success := [r["success_rate"] for r in rows if "success_rate" in r]) else NAN,
             "distractor_final": ev["final"]["metrics"]["distractor_rate"],
-            "distractor_auc": float(np.mean([r["distractor_rate"] for r in rows])) if rows else NAN,
+            "distractor_auc": curve("distractor_rate"), "distractor_first_auc": curve("distractor_rate_first"),
             "credit_gap": float(np.nanmean([r.get("credit_gap", NAN) for r in rows])) if rows else NAN,
             "model_calls": last.get("model_calls_total", 0), "tokens": last.get("generated_tokens_total", 0),
             "rescores": last.get("rescores_total", 0.0),
@@ -56,7 +83,8 @@ def summarize(runs: list[Run]) -> Summaries:
     return out
 
 
-MARGIN = 0.05  # the smallest gap (mean@k) that matters, as in the card's claims
+MARGIN = 0.05  # the smallest gap (mean@k, success area) that matters, as in the card's claims
+STEPS_MARGIN = 3.0  # steps to 0.5: the smallest difference that matters (a tenth of the 30-step budget)
 SEEDS_FLOOR = 5  # the card's rule: never fewer seeds, whatever the power calculation says
 
 
@@ -67,32 +95,41 @@ def verdict(iv: Interval, n: int, sd: float, margin: float = MARGIN) -> str:
     if m != m or n < 2:
         return "inconclusive (not enough runs)"
     alone = pair_verdict(iv, margin)
-    needed = max(SEEDS_FLOOR, paired_seeds_needed(sd, margin)) if np.isfinite(sd) else SEEDS_FLOOR
+    needed = max(SEEDS_FLOOR, paired_seeds_needed(sd, margin)) if np.isfinite(sd) and sd > 0 else SEEDS_FLOOR
     if n < needed:
         return f"inconclusive (underpowered: n={n} < required {needed}; the interval alone says {alone})"
     return alone
 
 
-def _by_seed(runs: Summaries, key: tuple[int, str]) -> dict[int, float]:
-    return {r["seed"]: r["final"] for r in runs.get(key, [])}
+def _by_seed(runs: Summaries, key: Key, field: str = "final") -> dict[int, float]:
+    return {r["seed"]: r[field] for r in runs.get(key, [])}
 
 
 def _paired(diffs: list[float]) -> tuple[Interval, int, float]:
+    diffs = [d for d in diffs if d == d]  # a metric these runs did not log is no pair
     if len(diffs) < 2:
         return (NAN, NAN, NAN), len(diffs), NAN
     return t_interval(diffs), len(diffs), float(np.std(diffs, ddof=1))
 
 
-def gap(runs: Summaries, k: int) -> tuple[Interval, int, float]:
-    """SHARP (exact) - GRPO at K=k on final mean@k, paired by seed: (t interval, pairs, SD of the differences)."""
-    x, y = _by_seed(runs, (k, "sharp-exact")), _by_seed(runs, (k, "grpo"))
+def contrast(runs: Summaries, variant: str, k: int, better: str, worse: str,
+             field: str = "final") -> tuple[Interval, int, float]:
+    """better - worse at (variant, K) on `field`, paired by seed: (t interval, pairs, SD of the differences)."""
+    x, y = _by_seed(runs, (variant, k, better), field), _by_seed(runs, (variant, k, worse), field)
     return _paired([x[s] - y[s] for s in sorted(set(x) & set(y))])
 
 
-def gap_growth(runs: Summaries, k_lo: int, k_hi: int) -> tuple[Interval, int, float]:
+def gap(runs: Summaries, k: int, variant: str = "toolplan") -> tuple[Interval, int, float]:
+    """SHARP (exact) - GRPO at K=k on final mean@k, paired by seed."""
+    return contrast(runs, variant, k, "sharp-exact", "grpo")
+
+
+def gap_growth(runs: Summaries, k_lo: int, k_hi: int, variant: str = "toolplan",
+               field: str = "final") -> tuple[Interval, int, float]:
     """(SHARP - GRPO at k_hi) - (SHARP - GRPO at k_lo), per seed present in all four cells (a seed's
     runs share nothing across K, but pairing within K removes the shared warm start)."""
-    cells = [_by_seed(runs, key) for key in ((k_hi, "sharp-exact"), (k_hi, "grpo"), (k_lo, "sharp-exact"), (k_lo, "grpo"))]
+    keys = ((variant, k_hi, "sharp-exact"), (variant, k_hi, "grpo"), (variant, k_lo, "sharp-exact"), (variant, k_lo, "grpo"))
+    cells = [_by_seed(runs, key, field) for key in keys]
     seeds = sorted(set.intersection(*(set(c) for c in cells)))
     return _paired([(cells[0][s] - cells[1][s]) - (cells[2][s] - cells[3][s]) for s in seeds])
 
@@ -100,42 +137,65 @@ def gap_growth(runs: Summaries, k_lo: int, k_hi: int) -> tuple[Interval, int, fl
 def compute_table(runs: list[Run]) -> Table:
     summaries = summarize(runs)
     rows = []
-    for k, arm in sorted(summaries, key=lambda ka: (ka[0], ARMS.index(ka[1]))):
-        rs = summaries[k, arm]
+    for variant, k, arm in sorted(summaries, key=lambda key: (key[0], key[1], ARMS.index(key[2]))):
+        rs = summaries[variant, k, arm]
 
         def iv(key: str, digits: int = 3, rs: list[dict[str, Any]] = rs) -> str:
-            m, lo, hi = mean_ci([r[key] for r in rs], **CI)
-            if m != m:
+            values = [r[key] for r in rs if r[key] == r[key]]
+            if not values:
                 return "—"
+            m, lo, hi = mean_ci(values, **CI)
             return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]" if lo == lo else f"{m:.{digits}f} (no CI)"
 
         def mean(key: str, digits: int = 0, rs: list[dict[str, Any]] = rs) -> str:
             return f"{np.mean([r[key] for r in rs]):.{digits}f}"
 
-        rows.append([str(k), arm, str(len(rs)), iv("initial"), iv("final"), iv("distractor_final"), iv("distractor_auc"),
-                     iv("credit_gap", 2), mean("model_calls"), mean("tokens"), mean("rescores"), mean("time_credit_s", 2),
-                     mean("time_s")])
-    headers = ["K", "arm", "seeds", "mean@k warm start", "mean@k after RL", "distractor rate after RL",
-               "distractor rate, mean over steps", "credit gap (right - distractor)", "model calls", "generated tokens",
-               "coalition re-scorings", "credit time (s)", "train time (s)"]
-    return Table("sharp-compute", "SHARP per K and arm: held-out accuracy, distractor calls, credit gap and the compute "
-                 "spent (re-scorings are deterministic replays: no extra model calls or tokens), mean over seeds "
-                 "[95% t CI]", headers, rows)
+        rows.append([variant, str(k), arm, str(len(rs)), iv("initial"), iv("final"), iv("success_auc"), iv("steps_to_half", 1),
+                     iv("distractor_final"), iv("distractor_auc"), iv("distractor_first_auc"), iv("credit_gap", 2),
+                     mean("model_calls"), mean("tokens"), mean("rescores"), mean("time_credit_s", 2), mean("time_s")])
+    headers = ["variant", "K", "arm", "seeds", "mean@k warm start", "mean@k after RL", "training success, mean over steps",
+               f"steps to {HALF} (censored at the budget)", "distractor rate after RL", "distractor rate, mean over steps",
+               "first worker's distractor rate, mean over steps", "credit gap (right - distractor)", "model calls",
+               "generated tokens", "coalition re-scorings", "credit time (s)", "train time (s)"]
+    return Table("sharp-compute", "SHARP per variant, K and arm: held-out accuracy, the training success curve, distractor "
+                 "calls, credit gap and the compute spent (re-scorings are deterministic replays: no extra model calls or "
+                 "tokens), mean over seeds [95% bootstrap CI]", headers, rows)
+
+
+# (better, worse, what it asks), per variant; rows appear only where both arms have runs
+CONTRASTS = (("sharp-exact", "grpo", "SHARP (exact) - GRPO"), ("sharp-exact", "local", "SHARP (exact) - local (own slot)"),
+             ("sharp-exact", "sharp-loo", "SHARP exact - leave-one-out"), ("sharp-loo", "grpo", "SHARP (loo) - GRPO"))
 
 
 def gap_growth_table(runs: list[Run]) -> Table:
     summaries = summarize(runs)
-    ks = sorted({k for k, _ in summaries})
     rows = []
-    for k in ks:
-        iv, n, sd = gap(summaries, k)
-        rows.append([f"SHARP (exact) - GRPO at K={k}", fmt_ci(iv, signed=True) + f", {n} pairs", verdict(iv, n, sd)])
-    if len(ks) >= 2:
-        iv, n, sd = gap_growth(summaries, ks[0], ks[-1])
-        rows.append([f"gap at K={ks[-1]} minus gap at K={ks[0]} (the gap grows with K)", fmt_ci(iv, signed=True) + f", {n} pairs",
-                     verdict(iv, n, sd)])
-    return Table("sharp-gap-growth", "SHARP: does the SHARP - GRPO gap on held-out mean@k grow with K? "
-                 "(paired by seed, 95% t CI; margin 0.05; verdicts as in paper/claims.py)", ["effect", "estimate", "verdict"], rows)
+    for variant in sorted({v for v, _, _ in summaries}):
+        ks = sorted({k for v, k, _ in summaries if v == variant})
+        for k in ks:
+            for better, worse, what in CONTRASTS:
+                if (variant, k, better) not in summaries or (variant, k, worse) not in summaries:
+                    continue
+                for field, label, margin, sign in (("final", "held-out mean@k", MARGIN, 1),
+                                                   ("success_auc", "training success, mean over steps", MARGIN, 1),
+                                                   ("steps_to_half", f"steps to {HALF} (fewer is better)", STEPS_MARGIN, -1)):
+                    (m, lo, hi), n, sd = contrast(summaries, variant, k, better, worse, field)
+                    if m != m:  # not logged by these runs (e.g. #16's runs have no steps to 0.5 below their budget)
+                        continue
+                    iv = (sign * m, sign * hi, sign * lo) if sign < 0 else (m, lo, hi)
+                    name = f"{what}, K={k}" if sign > 0 else f"{what}, K={k}: steps saved"
+                    rows.append([variant, name, label, fmt_ci(iv, signed=True) + f", {n} pairs", verdict(iv, n, sd, margin)])
+        if len(ks) >= 2 and all((variant, k, a) in summaries for k in (ks[0], ks[-1]) for a in ("grpo", "sharp-exact")):
+            for field, label in (("final", "held-out mean@k"), ("success_auc", "training success, mean over steps")):
+                iv, n, sd = gap_growth(summaries, ks[0], ks[-1], variant, field)
+                if iv[0] != iv[0]:
+                    continue
+                rows.append([variant, f"gap at K={ks[-1]} minus gap at K={ks[0]} (the gap grows with K)", label,
+                             fmt_ci(iv, signed=True) + f", {n} pairs", verdict(iv, n, sd)])
+    return Table("sharp-gap-growth", "SHARP: each credit against its controls per variant and K, and whether the SHARP - "
+                 f"GRPO gap grows with K (paired by seed, 95% t CI; margins {MARGIN} on mean@k and the success area, "
+                 f"{STEPS_MARGIN:.0f} steps; verdicts as in paper/claims.py)", ["variant", "effect", "metric", "estimate", "verdict"],
+                 rows)
 
 
 EXTRA_TABLES: dict[str, ExtraTable] = {"compute": compute_table, "gap-growth": gap_growth_table}

@@ -36,6 +36,7 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
     "arith": [{"mode": "single"}, {"mode": "stepwise", "max_ops": 4}],
     "chain_tasks": [{}, {"busy_rate": 0.5, "fault_rate": 0.5, "demo_slip": 0.5}],
     "toolplan": [{"k": 2}, {"k": 5}],
+    "toolhops": [{"k": 2}, {"k": 5, "classes": 8}, {"mode": "parallel", "k": 3, "extra_workers": 3, "classes": 1}],
     "thinker_solver": [{}, {"question": "sum", "see_probs": [0.1, 0.5, 0.9], "follow_known": 0.3, "cost_per_char": 0.0}],
     "voting": [{}],
     "reasoning_gym": [{}],
@@ -67,6 +68,7 @@ TURN_CAPS: dict[str, Callable[[Environment, dict[str, Any]], int]] = {
     "arith": lambda env, task: len(task["steps"]),
     "chain_tasks": lambda env, task: 2 * (len(task_steps(task)) + env.cfg.slack),  # type: ignore[attr-defined]
     "toolplan": lambda env, task: len(task["queries"]) + 2,
+    "toolhops": lambda env, task: len(task["attrs"]) + env.cfg.extra_workers + 2,  # type: ignore[attr-defined]
     "thinker_solver": lambda env, task: 3,
     "voting": lambda env, task: 3,
     "reasoning_gym": lambda env, task: 1,
