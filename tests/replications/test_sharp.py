@@ -233,7 +233,7 @@ def test_every_cpu_cell_composes_and_resolves():
     from replications.replicate import plan, validate_cells
 
     cells = plan("sharp", "cpu")
-    envs = {"toolplan-k2", "toolplan-k4", "toolhops-chain-k2", "toolhops-chain-k4", "toolhops-redundant-k2"}
+    envs = {"toolplan-k2", "toolplan-k4", "toolhops-chain-k2", "toolhops-chain-k5", "toolhops-redundant-k2"}
     assert {c.env for c in cells} == envs
     cfgs = validate_cells(cells)
     budgets = {(c.trainer.steps, c.trainer.tasks_per_step, c.trainer.group_size, c.trainer.lr, c.sft.steps) for c in cfgs}
@@ -384,7 +384,7 @@ def worker_advantages(env, groups, credit):
 
 def test_dependent_hops_separate_shapley_from_broadcast_more_than_toolplan():
     """Correlation of SHARP's and broadcast worker advantages on a batch sampled at warm-start error rates
-    (32 tasks x G=8, K=4). When written: toolplan 0.88 (the issue's 0.87), dependent hops 0.78; at K=2 the
+    (32 tasks x G=8, K=4). When written: toolplan 0.88 (the issue's 0.87), dependent hops 0.78 (K=5: 0.63); at K=2 the
     chain gives 0.99 (a downstream worker contributes only when everything upstream is right), see CARD."""
     from common.envs.toolhops import ToolHopsConfig, ToolHopsEnv
     from common.envs.toolplan import ToolPlanConfig, ToolPlanEnv
