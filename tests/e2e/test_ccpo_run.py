@@ -1,4 +1,5 @@
-"""End to end: CCPO on thinker_solver with the tiny model (solo plays, role alternation, eval variants)."""
+"""End to end: CCPO on thinker_solver's free-riding setting with the tiny model (solo plays paired by
+environment seed, role alternation, eval variants)."""
 
 import json
 import subprocess
@@ -17,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def args(out, work, first_role):
     return [f"out_dir={Path(out) / first_role}", f"work_dir={work}", "scale=smoke", "progress=false", "trainer.threads=1",
             "trainer.steps=1", "trainer.checkpoint_every=1", "eval.max_tasks=4", "sft.steps=20", "method.credit=v1",
-            "method.alternate_every=1", f"method.first_role={first_role}"]
+            "method.alternate_every=1", f"method.first_role={first_role}", "method.crn=true"]
 
 
 @pytest.mark.parametrize("first_role", ["thinker", "solver"])
@@ -30,10 +31,11 @@ def test_alternation_trains_only_the_named_adapter(tmp_path, first_role):
     overrides = args(out, work, first_role)
     subprocess.run([sys.executable, "-m", "replications.run", "method=ccpo", *overrides], cwd=ROOT, check=True,
                    capture_output=True, timeout=600)
-    run = out / first_role / "ccpo" / "thinker_solver" / "default" / "seed-0"
+    run = out / first_role / "ccpo" / "thinker_solver-freeride" / "default" / "seed-0"
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert metrics[0]["generated_tokens_total/solo"] > 0 and metrics[0]["model_calls_total/solo"] == 4 * 4
     assert metrics[0]["trains_thinker"] == float(first_role == "thinker")
+    assert {"info/knows", "info/p_see"} <= set(metrics[0])  # the free-riding setting ran
     final = json.loads((run / "eval.json").read_text())["final"]
     assert set(final["variants"]) == {"paired", "empty_guidance"}
     assert {"help", "hurt", "contribution"} <= set(final["variants"]["paired"]["metrics"])
