@@ -60,7 +60,10 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
 }
 # hostile actions per setting beyond the every-string-at-every-turn pass (humaneval runs each action
 # in the real sandbox, ~50 ms: its hostile programs are tested one by one in test_sandbox/test_humaneval)
-MIXTURE_BUDGET: dict[str, int] = {"humaneval": 0, "tau2": 200, "scienceworld": 100}
+MIXTURE_BUDGET: dict[str, int] = {"humaneval": 0, "tau2": 80, "scienceworld": 40}
+# tasks given every hostile string at every turn (default 2): one for the simulators whose episodes cost
+# ~0.1-0.3 s each (a JVM command, a database copy); the mixtures above still draw from every task
+FULL_PASS_TASKS: dict[str, int] = {"tau2": 1, "scienceworld": 1}
 
 # The most turns an episode of `task` may take (chain_tasks: busy refusals do not count against its
 # call budget but never come twice in a row).
@@ -167,7 +170,7 @@ def test_step_never_raises_on_hostile_text(env, request):
     tasks = [json.loads(row["task"]) for row in env.task_set()["train"]]
     hostile, roles = 0, set()
     for variant in env.variants():  # every hostile string at every turn, the demonstrator elsewhere
-        for task in tasks[:2]:
+        for task in tasks[:FULL_PASS_TASKS.get(env.name, 2)]:
             for turn in range(TURN_CAPS[env.name](env, task)):
                 for text in [*HOSTILE, *fake_calls(rng)]:
                     at_turn = lambda t, turn=turn, text=text: text if t == turn else None  # noqa: E731

@@ -63,7 +63,7 @@ def test_two_grpo_steps_on_smollm2(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
     args = [sys.executable, "-m", "replications.run", "method=grpo", "scale=smoke", "model=smollm2", "trainer.steps=2",
             f"out_dir={out}", f"work_dir={work}", "progress=false", "trainer.checkpoint_every=1", "eval.max_tasks=4",
-            "eval.k=1", "trainer.kl.placement=loss", "trainer.kl.coef=0.04", "trainer.entropy_coef=0.01"]
+            "eval.k=1", "trainer.max_new_tokens=12", "trainer.kl.placement=loss", "trainer.kl.coef=0.04", "trainer.entropy_coef=0.01"]
     proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = out / "grpo" / "arith" / "default" / "seed-0"
