@@ -131,12 +131,12 @@ class CCPO(Method):
         if c.credit == "shared":
             return Credit.outcome(groups, metrics)
         if c.credit == "vote":
-            roles = self.env.roles
-            deltas = [[vote_counterfactuals([bool(e.info.get(f"{r}_correct", False)) for r in roles]) for e in g.episodes]
+            voters = self.env.roles
+            deltas = [[vote_counterfactuals([bool(e.info.get(f"{r}_correct", False)) for r in voters]) for e in g.episodes]
                       for g in groups]
             flat_V = np.concatenate([d for g in deltas for d in g]) if groups else np.zeros(0)
             metrics.update(vote_pivotal_rate=float(flat_V.mean()) if flat_V.size else 0.0)
-            return Credit("reward", [[dict(zip(roles, map(float, d), strict=True)) for d in g] for g in deltas],
+            return Credit("reward", [[dict(zip(voters, map(float, d), strict=True)) for d in g] for g in deltas],
                           metrics=metrics)
         joint_N = np.array([e.reward for g in groups for e in g.episodes])
         solo_N = np.array([e.reward for g in groups for e in g.extra["solo"]])
