@@ -11,7 +11,10 @@ reason first. Generation stops at `</answer>`. The answer is the text after the 
 (up to `</answer>` if present); the generator's own `score_answer` scores it, and that score in
 [0, 1] is the reward (some scorers give partial credit: `gsm_symbolic` 0.01 for a wrong number, the
 default scorer len(truth)/len(answer) for an answer that contains the truth). `success` is a score
-of 1. An action without `<answer>` is an `invalid_action` (reward 0).
+of 1. An action without `<answer>` is an `invalid_action` (reward 0), unless `untagged: last_number`,
+where the last number of the text is scored instead (small instruct models rarely write the tags;
+`info.tagged` says which). `basic_arithmetic` with `allow_parentheses: false` is refused: the
+package drops the parentheses from the question but not from the answer.
 
 Tasks: training on arithmetic and word-problem generators (`train_generators`: `basic_arithmetic`,
 `chain_sum`, `products`, `leg_counting`, `aiw` by default), held-out evaluation on `gsm_symbolic`
@@ -31,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 import zlib
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -55,6 +59,22 @@ class ReasoningGymConfig(EnvConfig):
     heldout_generators: list[str] = field(default_factory=lambda: ["gsm_symbolic"])
     generator_settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # generator -> its config fields
     instruction: str = "Give your final answer between <answer> and </answer>."  # appended to every question
+    # without <answer>: `tag` = an invalid action (the package's convention); `last_number` = the last
+    # number of the text is the answer (for small instruct models that do not write the tags yet)
+    untagged: str = "tag"
+
+
+NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")  # ASCII digits only (\d takes any Unicode digit)
+
+
+def last_number(action: str) -> str | None:
+    """The last ASCII number of the text (an optional minus sign, digits, an optional decimal part); None without one.
+
+    >>> last_number("3 ÷ 9 = 0.5."), last_number("12 - 60 = -48 apples"), last_number("no number")
+    ('0.5', '-48', None)
+    """
+    found = NUMBER.findall(action[-MAX_ANSWER_CHARS:])
+    return found[-1] if found else None
 
 
 def answer_text(action: str) -> str | None:
@@ -87,9 +107,12 @@ class ReasoningGymEpisode(EpisodeState):
             return StepResult(None, events=[Event("invalid_action", 0, {"why": "the episode is over"})])
         self.done = True
         answer = answer_text(action)
+        tagged = answer is not None
+        if answer is None and self.env.cfg.untagged == "last_number":
+            answer = last_number(action)
         if answer is None:
             return StepResult(None, events=[Event("invalid_action", 0, {"why": f"no final answer: write {OPEN}...{CLOSE}"})],
-                              info={"score": 0.0, "answered": False, "scorer_error": False})
+                              info={"score": 0.0, "answered": False, "tagged": False, "scorer_error": False})
         try:
             score = float(self.env.scorer(self.task["generator"])(answer, self.task))
             error = False
@@ -97,7 +120,7 @@ class ReasoningGymEpisode(EpisodeState):
             score, error = 0.0, True
         score = min(max(score, 0.0), 1.0) if score == score else 0.0  # NaN or out of range: clipped to [0, 1]
         return StepResult(None, reward=score, success=score >= 1.0,
-                          info={"score": score, "answered": True, "scorer_error": error})
+                          info={"score": score, "answered": True, "tagged": tagged, "scorer_error": error})
 
 
 class ReasoningGymEnv(Environment):
@@ -117,6 +140,13 @@ class ReasoningGymEnv(Environment):
             fields = {f.name for f in dataclasses.fields(known[gen][1])} - {"seed", "size"}
             if not isinstance(settings, dict) or set(settings) - fields:
                 raise ValueError(f"env.generator_settings.{gen} accepts {sorted(fields)}; got {settings!r}")
+        if cfg.generator_settings.get("basic_arithmetic", {}).get("allow_parentheses") is False:
+            # reasoning-gym 0.1.25 prints the expression without its parentheses but answers the
+            # parenthesized one: about a third of the answers are wrong ("Calculate 5 / 9." -> 10)
+            raise ValueError("env.generator_settings.basic_arithmetic.allow_parentheses=false gives wrong answers in "
+                             "reasoning-gym (the question drops the parentheses the answer uses); leave it true")
+        if cfg.untagged not in ("tag", "last_number"):
+            raise ValueError(f"env.untagged must be 'tag' or 'last_number'; got {cfg.untagged!r}")
         super().__init__(cfg)
         self.cfg: ReasoningGymConfig = cfg
         self._datasets: dict[tuple[str, int, int], Any] = {}

@@ -39,7 +39,7 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
     "toolhops": [{"k": 2}, {"k": 5, "classes": 8}, {"mode": "parallel", "k": 3, "extra_workers": 3, "classes": 1}],
     "thinker_solver": [{}, {"question": "sum", "see_probs": [0.1, 0.5, 0.9], "follow_known": 0.3, "cost_per_char": 0.0}],
     "voting": [{}],
-    "reasoning_gym": [{}],
+    "reasoning_gym": [{}, {"untagged": "last_number"}],
     "humaneval": [{}],
     "bfcl": [{"max_steps_per_turn": 2}, {"categories": ["miss_func", "long_context"], "max_steps_per_turn": 2,
                                          "docs": "signatures", "max_result_chars": 200, "demo_slip": 0.5}],

@@ -14,7 +14,7 @@ pytest.importorskip("reasoning_gym", reason="the `envs` extra is not installed (
 
 from common.config import build_dataclass  # noqa: E402
 from common.envs import ENVS  # noqa: E402
-from common.envs.reasoning_gym import ReasoningGymConfig, ReasoningGymEnv, answer_text  # noqa: E402
+from common.envs.reasoning_gym import ReasoningGymConfig, ReasoningGymEnv, answer_text, last_number  # noqa: E402
 
 CONF = Path(__file__).resolve().parents[2] / "common" / "conf" / "env" / "reasoning_gym.yaml"
 
@@ -86,7 +86,36 @@ def test_a_reply_without_an_answer_tag_is_an_invalid_action():
     task = tasks(env, "train")[0]
     result = play(env, task, task["answer"])
     assert result.reward == 0.0 and [e.kind for e in result.events] == ["invalid_action"]
-    assert result.info == {"score": 0.0, "answered": False, "scorer_error": False}
+    assert result.info == {"score": 0.0, "answered": False, "tagged": False, "scorer_error": False}
+
+
+def test_untagged_last_number_scores_the_last_number_and_says_so():
+    env = make(untagged="last_number", train_generators=["chain_sum"])
+    task = tasks(env, "train")[0]
+    truth = task["answer"]
+    right = play(env, task, f"First 1 + 2 = 3, then the total is {truth}.")
+    assert right.reward == 1.0 and right.success and right.events == []
+    assert right.info == {"score": 1.0, "answered": True, "tagged": False, "scorer_error": False}
+    wrong = play(env, task, f"The total is {truth}, no wait, {int(truth) + 1}")  # the last number counts
+    assert wrong.reward < 1.0 and wrong.info["tagged"] is False
+    tagged = play(env, task, f"<answer>{truth}</answer> and 7 more")  # a tag still wins over later numbers
+    assert tagged.reward == 1.0 and tagged.info["tagged"] is True
+    silent = play(env, task, "I cannot say.")
+    assert silent.reward == 0.0 and [e.kind for e in silent.events] == ["invalid_action"]
+    assert last_number("3 ÷ 9 = 0.5.") == "0.5" and last_number("12 - 60 = -48 apples") == "-48"
+    assert last_number("x" * 5000 + " 12") == "12" and last_number("١٦ and 𝟏") is None  # ASCII digits only
+    with pytest.raises(ValueError, match="untagged"):
+        make(untagged="first_number")
+
+
+def test_basic_arithmetic_without_parentheses_is_refused():
+    """reasoning-gym prints such questions without the parentheses their answers use ('Calculate 5 / 9.' -> 10)."""
+    with pytest.raises(ValueError, match="allow_parentheses"):
+        make(generator_settings={"basic_arithmetic": {"allow_parentheses": False}})
+    env = make(train_generators=["basic_arithmetic"], generator_settings={"basic_arithmetic": {"max_terms": 3, "max_digits": 2}})
+    for task in tasks(env, "train"):  # with parentheses allowed the printed expression evaluates to the answer
+        expression = task["metadata"]["expression"]
+        assert abs(eval(expression) - float(task["answer"])) < 1e-6, (expression, task["answer"])  # noqa: S307
 
 
 @pytest.mark.parametrize("text", ["", "<answer>", "<answer></answer>", "<answer>" + "9" * 100_000, "<answer>\x00\ud800",
