@@ -119,6 +119,26 @@ def base_state_dict(policy: Any) -> dict[str, torch.Tensor]:
     return out
 
 
+def export_base(base: Any, state: dict[str, torch.Tensor], tokenizer: Any, folder: str | Path) -> None:
+    """Write `base`'s config, generation config, weights (`state`, tied copies dropped) and the
+    tokenizer as a Hugging Face folder vLLM loads, on every rank that calls it. transformers'
+    `save_pretrained` writes nothing on a rank other than 0 once a process group exists, which left
+    the second rank's engine an empty folder; each rank's engine needs its own copy (on its own node)."""
+    from huggingface_hub import save_torch_state_dict
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = base.config.__class__.from_dict(base.config.to_dict())
+    config.architectures = [type(base).__name__]
+    config.save_pretrained(folder)
+    if base.can_generate() and getattr(base, "generation_config", None) is not None:
+        base.generation_config.save_pretrained(folder)
+    tied = getattr(base, "_tied_weights_keys", None) or []
+    discard = [name for name in (tied if isinstance(tied, (list, tuple)) else tied.keys()) if name in state]
+    save_torch_state_dict(state, folder, shared_tensors_to_discard=discard or None, metadata={"format": "pt"})
+    tokenizer.save_pretrained(folder)
+
+
 def trains_base(policy: Any) -> bool:
     return any(p.requires_grad for n, p in policy.model.named_parameters() if "lora_" not in n)
 
@@ -211,8 +231,7 @@ class VLLMEngine(Engine):
     def _export_base(self, folder: str) -> None:
         model = self.policy.model
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        base.save_pretrained(folder, state_dict=base_state_dict(self.policy))
-        self.tokenizer.save_pretrained(folder)
+        export_base(base, base_state_dict(self.policy), self.tokenizer, folder)
 
     def _export_adapter(self, adapter: str, folder: Path) -> None:
         from peft import get_peft_model_state_dict
