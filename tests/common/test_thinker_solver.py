@@ -15,8 +15,8 @@ def make(**kw):
     return ThinkerSolverEnv(ThinkerSolverConfig(train_size=60, heldout_size=30, **kw))
 
 
-def play(env, task, actions, variant="main"):
-    ep = env.new_episode(task, random.Random(0), variant)
+def finish(ep, actions):
+    """Play `actions` from the episode's start to its end; the observations seen and the last result."""
     obs, seen, result = ep.start(), [], None
     for a in actions:
         seen.append(obs)
@@ -24,6 +24,10 @@ def play(env, task, actions, variant="main"):
         obs = result.next
     assert obs is None
     return seen, result
+
+
+def play(env, task, actions, variant="main"):
+    return finish(env.new_episode(task, random.Random(0), variant), actions)
 
 
 def test_task_set_tiers_and_what_the_solver_sees():
@@ -137,16 +141,6 @@ def episode_with(task, knows, variant="main", **kw):
         if ep.knows == knows:
             return ep
     raise AssertionError("no seed gave the draw")
-
-
-def finish(ep, actions):
-    obs, seen, r = ep.start(), [], None
-    for a in actions:
-        seen.append(obs)
-        r = ep.step(a)
-        obs = r.next
-    assert obs is None
-    return seen, r
 
 
 def test_freeride_tasks_tiers_and_derived_answer():
