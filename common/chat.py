@@ -54,3 +54,12 @@ def observation_text(chat: ChatFormat | None, text: str, first: bool, after_end_
     """The text appended to a role's context for an observation (`first`: the context starts here;
     `after_end_of_turn`: the role's last action ended with the EOS token)."""
     return text if chat is None else chat.wrap(text, first, after_end_of_turn)
+
+
+def demonstrated_action_ids(tokenizer: Any, action: str, stop: str) -> list[int]:
+    """The token ids of a scripted demonstrator's action as a trained turn holds them: the action
+    and the environment's stop string (what a sampled action ends with), or the EOS token when the
+    environment has no stop string. The SFT warm start and teacher-forced plays both use it."""
+    if stop:
+        return tokenizer.encode(action + stop, add_special_tokens=False)
+    return tokenizer.encode(action, add_special_tokens=False) + [tokenizer.eos_token_id]

@@ -64,7 +64,16 @@ def rloo(rewards_G: np.ndarray) -> np.ndarray:
     return (rewards_G * g - rewards_G.sum()) / (g - 1)
 
 
-CREDIT: dict[str, Estimator] = {"grpo": grpo, "drgrpo": drgrpo, "rloo": rloo}
+def rft(rewards_G: np.ndarray) -> np.ndarray:
+    """Rejection-sampling fine-tuning on the policy's own samples (DeepSeekMath's Online RFT,
+    Shao et al. 2024, section 5.2.1): 1 for an episode whose reward is 1 (a full success in every
+    environment of the suite), 0 otherwise; no baseline, no normalization, no negative gradient.
+    With the strictly on-policy update this is supervised training on the group's successes."""
+    rewards_G = np.asarray(rewards_G, dtype=np.float64)
+    return (rewards_G >= 1.0 - EPS).astype(np.float64)
+
+
+CREDIT: dict[str, Estimator] = {"grpo": grpo, "drgrpo": drgrpo, "rloo": rloo, "rft": rft}
 
 
 def get_estimator(name: str) -> Estimator:

@@ -35,7 +35,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from common.chat import ChatFormat, observation_text
+from common.chat import ChatFormat, demonstrated_action_ids, observation_text
 from common.config import ModelConfig, SFTConfig
 from common.envs.base import Environment, Observation
 
@@ -139,8 +139,7 @@ def demonstrations(env: Environment, tokenizer: Any, n_tasks: int, seed: int,
             after_eos = bool(ctx) and ctx[-1] == tokenizer.eos_token_id
             ctx = ctx + tokenizer.encode(observation_text(chat, obs.text, first, after_eos), add_special_tokens=False)
             action = ep.expert_action()
-            action_ids = tokenizer.encode(action + stop, add_special_tokens=False) if stop else (
-                tokenizer.encode(action, add_special_tokens=False) + [tokenizer.eos_token_id])
+            action_ids = demonstrated_action_ids(tokenizer, action, stop)
             pairs.append((ctx, action_ids))
             contexts[obs.role] = ctx + action_ids
             obs = ep.step(action).next

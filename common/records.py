@@ -94,7 +94,8 @@ RESUME_IRRELEVANT = {"progress", "force", "trainer.threads", "loggers", "out_dir
 # settings added to the suite after runs were recorded, with the value that computes exactly what those
 # runs computed: a recorded config without the key equals a new one holding that value (the dev split
 # is generated after every other split and the default evaluation is still the held-out split)
-ADDED_SETTINGS = {"env.dev_size": 64, "eval.split": "heldout"}
+ADDED_SETTINGS = {"env.dev_size": 64, "eval.split": "heldout",
+                  "method.update": "rl"}  # GRPO's supervised control arm (#16); every earlier run was RL
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:

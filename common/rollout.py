@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from common.chat import ChatFormat, observation_text
+from common.chat import ChatFormat, demonstrated_action_ids, observation_text
 from common.engines.base import Engine, Request, SamplingParams
 from common.envs.base import Environment, EpisodeState, Observation, StepResult
 from common.episode import Episode, Event, Group, Turn
@@ -83,7 +83,7 @@ class Rollout:
     # ---- the public entry points --------------------------------------------------------------
     def play_groups(self, tasks: list[dict[str, Any]], sizes: list[int], step: int, mode: str = "train",
                     variant: str = "main", tag: str = "main", trainable: bool | None = None,
-                    seed_tag: str | None = None) -> list[Group]:
+                    seed_tag: str | None = None, demonstrator: Environment | None = None) -> list[Group]:
         """`sizes[i]` episodes of `tasks[i]`, played together; one Group per task.
 
         `mode="train"` seeds from (run seed, step, tag); `mode="eval"` plays the same environment
@@ -92,6 +92,10 @@ class Rollout:
         `seed_tag` (training only): episode k takes the environment seed of episode k of the plays
         tagged `seed_tag` at this step (common random numbers: a counterfactual play paired with the
         play it is the counterfactual of); the model's sampling seeds stay the play's own.
+        `demonstrator`: the episodes are this environment's (the same tasks, e.g. with its injected
+        errors turned off) and every model seat acts as its scripted demonstrator, teacher-forced:
+        the demonstrated tokens become trainable turns (behaviour log-probabilities 0: only the
+        strictly on-policy update, where the ratio is 1, trains on them as supervised data).
         """
         if mode == "eval":
             salt = f"eval/{variant}" if tag == "main" else f"eval/{variant}/{tag}"
@@ -102,7 +106,7 @@ class Rollout:
         salt += self.rank_salt
         episode_salt = f"train/{seed_tag}{self.rank_salt}" if seed_tag is not None and mode != "eval" else None
         specs = [PlaySpec(t, variant, acct, trainable) for t, n in zip(tasks, sizes, strict=True) for _ in range(n)]
-        episodes = self.play(specs, step, salt=salt, episode_salt=episode_salt)
+        episodes = self.play(specs, step, salt=salt, episode_salt=episode_salt, demonstrator=demonstrator)
         groups, k = [], 0
         for task, n in zip(tasks, sizes, strict=True):
             groups.append(Group(task["id"], task["tier"], episodes[k : k + n]))
@@ -110,14 +114,19 @@ class Rollout:
         return groups
 
     def play(self, specs: list[PlaySpec], step: int, salt: str = "train",
-             params: SamplingParams | None = None, episode_salt: str | None = None) -> list[Episode]:
+             params: SamplingParams | None = None, episode_salt: str | None = None,
+             demonstrator: Environment | None = None) -> list[Episode]:
         """Play every spec to the end; returns episodes in spec order. Episode k's environment rng is
-        seeded from (run seed, step, `episode_salt` or `salt`, k); the model's sampling from `salt`."""
+        seeded from (run seed, step, `episode_salt` or `salt`, k); the model's sampling from `salt`.
+        With a `demonstrator` environment, its scripted demonstrator acts for every model seat
+        (`play_groups`)."""
         params = params or self.params
+        env = demonstrator or self.env
+        stop = env.stop[0] if env.stop else ""
         live: list[_Live] = []
         for k, spec in enumerate(specs):
             rng = random.Random(derive_seed(self.seed, step, episode_salt or salt, k))
-            state = self.env.new_episode(json.loads(spec.task["task"]), rng, spec.variant)
+            state = env.new_episode(json.loads(spec.task["task"]), rng, spec.variant)
             episode = Episode(spec.task["id"], spec.task["tier"], tag=spec.tag, counts_for_training=spec.trainable)
             live.append(_Live(state, episode, state.start(), {}))
         episodes = [slot.episode for slot in live]
@@ -142,6 +151,11 @@ class Rollout:
                     slot.episode.truncated = True
                     slot.episode.events.append(Event("info", len(slot.episode.turns), {"context_overflow": len(ctx)}))
                     slot.obs = None  # type: ignore[assignment]
+                elif demonstrator is not None:
+                    action = slot.state.expert_action()
+                    ids = demonstrated_action_ids(self.tokenizer, action, stop)
+                    self._apply(slot, Turn(role, adapter, ctx, ids, [0.0] * len(ids), action, prompt_text=slot.obs.text,
+                                           trainable=adapter in self.trainable_adapters and slot.episode.counts_for_training), ctx)
                 else:
                     requests.append(Request(ctx, adapter))
                     owners.append((slot, ctx, adapter))

@@ -68,15 +68,24 @@ class Replication:
     arms: dict[str, list[str]]
     seeds: dict[str, list[int]]
     parallel: dict[str, int] = field(default_factory=dict)
+    arm_scales: dict[str, list[str]] = field(default_factory=dict)  # arm -> the only scales it runs at (default: all)
+
+    def arms_at(self, scale: str) -> list[str]:
+        """The arms that run at `scale`, in the file's order."""
+        return [a for a in self.arms if scale in self.arm_scales.get(a, [scale])]
 
 
 def load_replication(method: str) -> Replication:
     path = conf_dir(method) / "replication.yaml"
     data = yaml.safe_load(path.read_text())
-    unknown = set(data) - {"arms", "seeds", "parallel", "tune"}  # tune: the sweep of replications/tune.py
+    unknown = set(data) - {"arms", "seeds", "parallel", "tune", "arm_scales"}  # tune: the sweep of replications/tune.py
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
-    return Replication({k: list(v or []) for k, v in data["arms"].items()}, data["seeds"], data.get("parallel", {}))
+    arm_scales = {k: list(v) for k, v in (data.get("arm_scales") or {}).items()}
+    stray = sorted(set(arm_scales) - set(data["arms"]))
+    if stray:
+        raise ValueError(f"{path}: arm_scales names arm(s) {stray} that are not in arms")
+    return Replication({k: list(v or []) for k, v in data["arms"].items()}, data["seeds"], data.get("parallel", {}), arm_scales)
 
 
 def tuning_path(out_dir: str | Path, method: str, scale: str) -> Path:
@@ -100,10 +109,14 @@ def plan(method: str, scale: str, seeds: list[int] | None = None, extra_override
     rep = load_replication(method)
     if scale not in rep.seeds:
         raise ValueError(f"{method} has no scale {scale!r}; choose one of {sorted(rep.seeds)}")
-    chosen = arms or list(rep.arms)
+    chosen = arms or rep.arms_at(scale)
     missing = sorted(set(chosen) - set(rep.arms))
     if missing:
         raise ValueError(f"{method} has no arm(s) {missing}; its arms are {list(rep.arms)}")
+    elsewhere = [a for a in chosen if a not in rep.arms_at(scale)]
+    if elsewhere:
+        raise ValueError(f"{method}'s arm(s) {elsewhere} run only at scale(s) "
+                         f"{sorted({s for a in elsewhere for s in rep.arm_scales[a]})}, not {scale!r}")
     cells = []
     out_dir = compose(method, (f"scale={scale}", *extra_overrides)).out_dir
     tuned = tuned_overrides(out_dir, method, scale)

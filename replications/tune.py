@@ -98,7 +98,7 @@ def sweep_of(method: str, scale: str, grid: str | None = None, arms: list[str] |
         setting, values = "trainer.lr", [float(f"{lr * f:.3g}") for f in DEFAULT_FACTORS]
     if len(values) < 2 or len(set(map(str, values))) != len(values):
         raise ValueError(f"a sweep needs at least two distinct values of {setting}; got {values}")
-    chosen = arms or spec.get("arms") or list(rep.arms)
+    chosen = arms or spec.get("arms") or rep.arms_at(scale)
     missing = sorted(set(chosen) - set(rep.arms))
     if missing:
         raise ValueError(f"{method} has no arm(s) {missing}; its arms are {list(rep.arms)}")

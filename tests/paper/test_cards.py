@@ -26,11 +26,14 @@ def card(extra: str):
 
 def test_grpo_card_states_the_baseline_claim_and_paper_numbers():
     c = parse_card((REPO / "replications/grpo/CARD.md").read_text())
-    assert (c.method, c.main_arm, c.arms) == ("grpo", "grpo", {"grpo": "GRPO"})
+    assert (c.method, c.main_arm, list(c.arms)) == ("grpo", "grpo", ["grpo", "online-rft", "clean-sft"])
     assert "2402.03300" in c.paper
     reported = {(r.value, r.mark) for r in c.reported}
     assert {(88.2, "P"), (51.7, "P")} <= reported
-    [claim] = c.claims
+    claim, rft, sft = c.claims
+    assert [rft.id, sft.id] == ["rl-beats-online-rft", "rl-beats-clean-sft"]
+    assert rft.terms == [Term("grpo", "final"), Term("online-rft", "final")] and (rft.margin, sft.margin) == (0.03, 0.05)
+    assert claim.controls == ["online-rft", "clean-sft"]
     assert claim.terms == [Term("grpo", "final"), Term("grpo", "initial")]
     assert (claim.envs, claim.metric, claim.min_seeds) == (["arith"], "mean@k", 3)
     assert (claim.kind, claim.margin, c.margins_preregistered) == ("sanity", 0.05, False)

@@ -85,7 +85,7 @@ def test_dry_run_prints_a_valid_job_script(method, scale, staged, tmp_path, caps
     assert rc == 0, captured.err
     out = captured.out
     rep = load_replication(method)
-    cells = len(rep.arms) * len(rep.seeds[scale])
+    cells = len(rep.arms_at(scale)) * len(rep.seeds[scale])
 
     script = "#!/bin/bash" + out.split("#!/bin/bash", 1)[1].split("\n# [0]", 1)[0]
     lines = script.splitlines()
@@ -122,7 +122,7 @@ def test_without_the_data_the_dry_run_is_refused_naming_it(method, scale, staged
     model, _ = staged
     empty = tmp_path / "data"
     empty.mkdir()
-    first_arm = next(iter(load_replication(method).arms))  # one cell is enough to be refused
+    first_arm = load_replication(method).arms_at(scale)[0]  # one cell is enough to be refused
     rc = main([*args(method, scale, model, empty, tmp_path), "--seeds", "0", "--arms", first_arm])
     err = capsys.readouterr().err
     if FIRST_DATA_SET[(method, scale)] is None:  # nothing to stage: an empty data folder changes nothing
