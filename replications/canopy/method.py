@@ -58,6 +58,7 @@ class CanopyConfig(MethodConfig):
 
 class Canopy(Method):
     Config = CanopyConfig
+    compare_arm = "full"  # the whole recipe; it needs nothing of an environment (any env)
     paper_data_hint = ("install AppWorld and its data, or SWE-bench Verified with its task images, and pass "
                        "method.paper_data=/local/folder")
     cfg: CanopyConfig

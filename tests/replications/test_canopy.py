@@ -162,7 +162,10 @@ def _flat(d, prefix=""):
 # each ablation arm differs from `full` in exactly what its name says (and in not re-evaluating the warm start)
 ARM_CHANGES = {
     "n-small": {"method.coverage": None, "trainer.group_size": 4},
+    # the same 64 episodes per step as full's 4 tasks x 16 (#16)
+    "n-small-matched": {"method.coverage": None, "trainer.group_size": 4, "trainer.tasks_per_step": 16},
     "two-updates": {"trainer.minibatches": 2},
+    "two-epochs": {"trainer.ppo_epochs": 2},
     "no-kl": {"trainer.kl.coef": 0.0, "trainer.kl.placement": "none"},
     "seq-mean": {"trainer.loss_agg": "seq-mean"},
     "no-hardest": {"method.drop_hardest_tier": True},
