@@ -205,10 +205,39 @@ def seeds_floor(claim: Claim) -> int:
 
 def seeds_needed(claim: Claim, sd: float) -> int:
     """Pairs for 80% power at the margin given the pilot SD, never below the floor (no pilot: the floor)."""
-    floor = seeds_floor(claim)
+    return seeds_for_margin(claim.margin, sd, seeds_floor(claim))
+
+
+def seeds_for_margin(margin: float, sd: float, floor: int | None = None) -> int:
+    """`seeds_needed` for a bare margin (the head-to-head comparison, paper/compare.py): the floor is
+    the rule's (5, or 10 under a margin of 0.05) unless given."""
+    if floor is None:
+        floor = SEEDS_FLOOR_SMALL_MARGIN if margin < SMALL_MARGIN else SEEDS_FLOOR
     if not np.isfinite(sd):
         return floor
-    return max(floor, stats.paired_seeds_needed(sd, claim.margin, ALPHA, POWER))
+    return max(floor, stats.paired_seeds_needed(sd, margin, ALPHA, POWER))
+
+
+def paired_difference(diffs: list[float]) -> tuple[stats.Interval, int, float]:
+    """Per-seed differences of two arms (NaN: a seed without a pair) -> the t interval of their mean,
+    the number of pairs and the SD of the differences (NaN intervals and SD from fewer than 2 pairs)."""
+    kept = [d for d in diffs if d == d]
+    if len(kept) < 2:
+        return (float("nan"),) * 3, len(kept), float("nan")
+    return stats.t_interval(kept), len(kept), float(np.std(kept, ddof=1))
+
+
+def table_verdict(diff: stats.Interval, n: int, sd: float, margin: float, floor: int = SEEDS_FLOOR) -> str:
+    """A methods' table's verdict for a seed-paired difference (`paired_difference`): the four verdicts
+    of `pair_verdict`, inconclusive whenever there are fewer pairs than the power calculation at the
+    margin asks (never fewer than `floor`), with what the interval alone would say."""
+    if diff[0] != diff[0] or n < 2:
+        return "inconclusive (not enough runs)"
+    alone = pair_verdict(diff, margin)
+    needed = seeds_for_margin(margin, sd, floor)
+    if n < needed:
+        return f"inconclusive (underpowered: n={n} < required {needed}; the interval alone says {alone})"
+    return alone
 
 
 def paired(better: Term, worse: Term, x: Values, y: Values, envs: list[str], confidence: float) -> Paired:

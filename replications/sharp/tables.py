@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from common.stats import NAN, Interval, mean_ci, paired_seeds_needed, t_interval
-from paper.claims import pair_verdict
+from common.stats import NAN, Interval, mean_ci
+from paper.claims import paired_difference, table_verdict
 from paper.extras import ExtraTable
 from paper.load import Run
 from paper.tables import CI, Table, fmt_ci
@@ -85,38 +85,17 @@ def summarize(runs: list[Run]) -> Summaries:
 
 MARGIN = 0.05  # the smallest gap (mean@k, success area) that matters, as in the card's claims
 STEPS_MARGIN = 3.0  # steps to 0.5: the smallest difference that matters (a tenth of the 30-step budget)
-SEEDS_FLOOR = 5  # the card's rule: never fewer seeds, whatever the power calculation says
-
-
-def verdict(iv: Interval, n: int, sd: float, margin: float = MARGIN) -> str:
-    """The card's four verdicts for a seed-paired difference (paper/claims.py): holds | opposite |
-    no effect | inconclusive, inconclusive whenever fewer than the seeds its power calculation needs."""
-    m, lo, hi = iv
-    if m != m or n < 2:
-        return "inconclusive (not enough runs)"
-    alone = pair_verdict(iv, margin)
-    needed = max(SEEDS_FLOOR, paired_seeds_needed(sd, margin)) if np.isfinite(sd) and sd > 0 else SEEDS_FLOOR
-    if n < needed:
-        return f"inconclusive (underpowered: n={n} < required {needed}; the interval alone says {alone})"
-    return alone
 
 
 def _by_seed(runs: Summaries, key: Key, field: str = "final") -> dict[int, float]:
     return {r["seed"]: r[field] for r in runs.get(key, [])}
 
 
-def _paired(diffs: list[float]) -> tuple[Interval, int, float]:
-    diffs = [d for d in diffs if d == d]  # a metric these runs did not log is no pair
-    if len(diffs) < 2:
-        return (NAN, NAN, NAN), len(diffs), NAN
-    return t_interval(diffs), len(diffs), float(np.std(diffs, ddof=1))
-
-
 def contrast(runs: Summaries, variant: str, k: int, better: str, worse: str,
              field: str = "final") -> tuple[Interval, int, float]:
     """better - worse at (variant, K) on `field`, paired by seed: (t interval, pairs, SD of the differences)."""
     x, y = _by_seed(runs, (variant, k, better), field), _by_seed(runs, (variant, k, worse), field)
-    return _paired([x[s] - y[s] for s in sorted(set(x) & set(y))])
+    return paired_difference([x[s] - y[s] for s in sorted(set(x) & set(y))])
 
 
 def gap(runs: Summaries, k: int, variant: str = "toolplan") -> tuple[Interval, int, float]:
@@ -131,7 +110,7 @@ def gap_growth(runs: Summaries, k_lo: int, k_hi: int, variant: str = "toolplan",
     keys = ((variant, k_hi, "sharp-exact"), (variant, k_hi, "grpo"), (variant, k_lo, "sharp-exact"), (variant, k_lo, "grpo"))
     cells = [_by_seed(runs, key, field) for key in keys]
     seeds = sorted(set.intersection(*(set(c) for c in cells)))
-    return _paired([(cells[0][s] - cells[1][s]) - (cells[2][s] - cells[3][s]) for s in seeds])
+    return paired_difference([(cells[0][s] - cells[1][s]) - (cells[2][s] - cells[3][s]) for s in seeds])
 
 
 def compute_table(runs: list[Run]) -> Table:
@@ -184,14 +163,14 @@ def gap_growth_table(runs: list[Run]) -> Table:
                         continue
                     iv = (sign * m, sign * hi, sign * lo) if sign < 0 else (m, lo, hi)
                     name = f"{what}, K={k}" if sign > 0 else f"{what}, K={k}: steps saved"
-                    rows.append([variant, name, label, fmt_ci(iv, signed=True) + f", {n} pairs", verdict(iv, n, sd, margin)])
+                    rows.append([variant, name, label, fmt_ci(iv, signed=True) + f", {n} pairs", table_verdict(iv, n, sd, margin)])
         if len(ks) >= 2 and all((variant, k, a) in summaries for k in (ks[0], ks[-1]) for a in ("grpo", "sharp-exact")):
             for field, label in (("final", "held-out mean@k"), ("success_auc", "training success, mean over steps")):
                 iv, n, sd = gap_growth(summaries, ks[0], ks[-1], variant, field)
                 if iv[0] != iv[0]:
                     continue
                 rows.append([variant, f"gap at K={ks[-1]} minus gap at K={ks[0]} (the gap grows with K)", label,
-                             fmt_ci(iv, signed=True) + f", {n} pairs", verdict(iv, n, sd)])
+                             fmt_ci(iv, signed=True) + f", {n} pairs", table_verdict(iv, n, sd, MARGIN)])
     return Table("sharp-gap-growth", "SHARP: each credit against its controls per variant and K, and whether the SHARP - "
                  f"GRPO gap grows with K (paired by seed, 95% t CI; margins {MARGIN} on mean@k and the success area, "
                  f"{STEPS_MARGIN:.0f} steps; verdicts as in paper/claims.py)", ["variant", "effect", "metric", "estimate", "verdict"],

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from common.stats import NAN, Interval, mean_ci, paired_seeds_needed, t_interval
-from paper.claims import pair_verdict
+from common.stats import NAN, mean_ci
+from paper.claims import paired_difference, table_verdict
 from paper.extras import ExtraTable
 from paper.load import Run
 from paper.tables import CI, Table, fmt_ci
@@ -30,7 +30,6 @@ ARMS = ("grpo", "skillrise", "skillrise-current")
 CHAIN_ARMS = ("skillrise", "skillrise-current")
 KINDS = ("abstract", "right", "concrete", "empty", "other")
 MARGIN = 0.05  # the smallest difference of success that matters (as the card's claims)
-SEEDS_FLOOR = 5
 WINDOW = 5  # training steps averaged at the start and at the end
 
 
@@ -61,26 +60,6 @@ def _ci(values: list[float], digits: int = 3) -> str:
     return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]" if lo == lo else f"{m:.{digits}f} (no CI)"
 
 
-def verdict(iv: Interval, n: int, sd: float, margin: float = MARGIN) -> str:
-    """The card's four verdicts for a seed-paired difference (paper/claims.py), inconclusive whenever
-    there are fewer pairs than its power calculation needs."""
-    m = iv[0]
-    if m != m or n < 2:
-        return "inconclusive (not enough runs)"
-    alone = pair_verdict(iv, margin)
-    needed = max(SEEDS_FLOOR, paired_seeds_needed(sd, margin)) if np.isfinite(sd) else SEEDS_FLOOR
-    if n < needed:
-        return f"inconclusive (underpowered: n={n} < required {needed}; the interval alone says {alone})"
-    return alone
-
-
-def _paired(diffs: list[float]) -> tuple[Interval, int, float]:
-    diffs = [d for d in diffs if d == d]
-    if len(diffs) < 2:
-        return (NAN, NAN, NAN), len(diffs), NAN
-    return t_interval(diffs), len(diffs), float(np.std(diffs, ddof=1))
-
-
 def _by_arm(runs: list[Run]) -> dict[str, dict[int, Run]]:
     out: dict[str, dict[int, Run]] = {}
     for r in runs:
@@ -99,16 +78,16 @@ def positions_table(runs: list[Run]) -> Table:
     if len(tiers) >= 2:
         first, last = tiers[0], tiers[-1]
         for arm in [a for a in ARMS if a in arms]:
-            iv, n, sd = _paired([_tier(r, last) - _tier(r, first) for r in arms[arm].values()])
+            iv, n, sd = paired_difference([_tier(r, last) - _tier(r, first) for r in arms[arm].values()])
             rows.append([f"{arm}: position {len(tiers)} - position 1", str(n), *[""] * len(tiers),
-                         fmt_ci(iv, signed=True), verdict(iv, n, sd)])
+                         fmt_ci(iv, signed=True), table_verdict(iv, n, sd, MARGIN)])
         for arm in [a for a in CHAIN_ARMS if a in arms and "grpo" in arms]:
             x, y = arms[arm], arms["grpo"]
             seeds = sorted(set(x) & set(y))
-            iv, n, sd = _paired([(_tier(x[s], last) - _tier(y[s], last)) - (_tier(x[s], first) - _tier(y[s], first))
+            iv, n, sd = paired_difference([(_tier(x[s], last) - _tier(y[s], last)) - (_tier(x[s], first) - _tier(y[s], first))
                                  for s in seeds])
             rows.append([f"({arm} - grpo) at position {len(tiers)} minus at position 1", str(n), *[""] * len(tiers),
-                         fmt_ci(iv, signed=True), verdict(iv, n, sd)])
+                         fmt_ci(iv, signed=True), table_verdict(iv, n, sd, MARGIN)])
     headers = ["arm / effect", "seeds", *[f"position {i + 1} (plan {t})" for i, t in enumerate(tiers)],
                "paired difference [95% t CI]", "verdict (margin 0.05)"]
     return Table("skillrise-positions", "SkillRise: held-out success (mean@k) by chain position after RL, mean over seeds "
@@ -128,9 +107,9 @@ def documents_table(runs: list[Run]) -> Table:
     for arm in [a for a in CHAIN_ARMS if a in arms and a != "skillrise" and "skillrise" in arms]:
         x, y = arms["skillrise"], arms[arm]
         seeds = sorted(set(x) & set(y))
-        iv, n, sd = _paired([_doc(x[s], "abstract") - _doc(y[s], "abstract") for s in seeds])
+        iv, n, sd = paired_difference([_doc(x[s], "abstract") - _doc(y[s], "abstract") for s in seeds])
         rows.append([f"skillrise - {arm}", "held-out abstract share, after RL", str(n), fmt_ci(iv, signed=True),
-                     verdict(iv, n, sd, 0.10), "", "", ""])
+                     table_verdict(iv, n, sd, 0.10), "", "", ""])
     headers = ["arm", "when", "seeds", *[f"doc {k}" for k in KINDS]]
     return Table("skillrise-documents", "SkillRise: what the curate turns write, as shares of curate turns, mean over seeds "
                  "[95% t CI] (abstract: only abstract steps; right: an abstract prefix of the true order; concrete: only "

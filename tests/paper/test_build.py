@@ -69,7 +69,9 @@ def test_claims_table(out):
     assert few["verdict"].startswith("inconclusive (underpowered: n=2 < required 5")
     assert few["seeds needed / seeds run"] == "5 / 2 (finished: few 2; base 3)"
     assert rows["GRPO beats TOY (a claim that fails)"]["verdict"].endswith("the interval alone says opposite)")
-    [grpo] = table(out, "grpo-claims")
+    grpo, *supervised = table(out, "grpo-claims")  # then the two claims against the supervised arms (no runs here)
+    assert [c["verdict"] for c in supervised] == [
+        f"inconclusive (underpowered: n=0 < required {n}; no interval from fewer than 2 pairs)" for n in (10, 5)]
     assert grpo["claim"].startswith("[sanity check] GRPO beats") and "88.2%" in grpo["paper"]
     assert grpo["verdict"] == "inconclusive (underpowered: n=4 < required 5; the interval alone says holds)"
     diffs = np.subtract([0.45, 0.41, 0.50, 0.47], [0.30, 0.28, 0.33, 0.31])
@@ -84,7 +86,8 @@ def test_claims_json(out):
     grpo = by_id["grpo", "beats-warm-start"]
     assert (grpo["verdict"], grpo["interval_verdict"], grpo["pairs"], grpo["seeds_needed"]) == (
         "inconclusive", "holds", 4, 5)
-    assert grpo["seeds_per_arm"] == {"grpo": {"arith": 4}} and grpo["margin"] == 0.05 and grpo["kind"] == "sanity"
+    assert grpo["seeds_per_arm"] == {"grpo": {"arith": 4}, "online-rft": {"arith": 0}, "clean-sft": {"arith": 0}}
+    assert grpo["margin"] == 0.05 and grpo["kind"] == "sanity"
     assert grpo["estimate"] == pytest.approx(0.1525) and grpo["interval"][0] < 0.1525 < grpo["interval"][1]
     for c in data["claims"]:
         assert {"method", "id", "verdict", "seeds_per_arm", "estimate", "interval", "margin", "seeds_needed",

@@ -87,8 +87,8 @@ def test_invalid_runs_say_why(tmp_path, damage, reason):
 
 
 def test_grpo_claim_is_paired_and_matches_a_hand_computation(results, cards):
-    [cr] = evaluate_card(cards["grpo"], results)
-    assert cr.seeds == {"grpo": {"arith": 4}}
+    cr = evaluate_card(cards["grpo"], results)[0]  # beats-warm-start; its controls have no runs here
+    assert cr.seeds == {"grpo": {"arith": 4}, "online-rft": {"arith": 0}, "clean-sft": {"arith": 0}}
     [pair] = cr.pairs
     # per-seed final - initial of seeds 0-3 (seeds 4 and 5 are not counted)
     diffs = [0.45 - 0.30, 0.41 - 0.28, 0.50 - 0.33, 0.47 - 0.31]
@@ -243,7 +243,7 @@ def test_a_run_without_a_warm_start_evaluation_counts_but_cannot_pair(tmp_path, 
     evals.write_text(json.dumps(data))
     results = load_results(tmp_path)
     assert len(results.runs) == 3 and results.problems == []
-    [cr] = evaluate_card(cards["grpo"], results)
+    cr = evaluate_card(cards["grpo"], results)[0]
     assert cr.verdict == INVALID and "no 'initial' evaluation" in cr.note
 
 

@@ -267,7 +267,11 @@ def test_paper_scale_refuses_without_model_or_data(tmp_path):
 # ---- the claims table ---------------------------------------------------------------------------
 def test_gap_growth_and_verdicts():
     """Paired by seed, the card's four verdicts, and the power rule (never fewer than 5 seeds)."""
-    from replications.sharp.tables import gap, gap_growth, verdict
+    from paper.claims import table_verdict
+    from replications.sharp.tables import MARGIN, gap, gap_growth
+
+    def verdict(iv, n, sd):
+        return table_verdict(iv, n, sd, MARGIN)
 
     rng = np.random.default_rng(0)
     noise = lambda: float(rng.normal(0, 0.01))  # noqa: E731
