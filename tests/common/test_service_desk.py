@@ -146,3 +146,35 @@ def test_splits_and_tiers():
         ServiceDeskEnv(ServiceDeskConfig(delays=[9]))
     with pytest.raises(ValueError, match="no episode variant"):
         env.new_episode(task(), random.Random(0), "masked")
+
+
+def test_demonstrations_teach_copying_with_the_same_id_tokens():
+    """What the warm start must learn to copy (CARD: why the first cpu run learned nothing): every
+    demonstrated refund takes its method from the customer's line and its id from the latest tool
+    reply (or, the trap, from the schema), and the id is the same tokens in the reply and in the
+    refund under the tokenizer the tiny model trains on the environment's own text."""
+    from common.policy import demonstrated_action_ids, train_tokenizer
+
+    env = ServiceDeskEnv(ServiceDeskConfig(train_size=200, heldout_size=8))
+    tok = train_tokenizer(list(env.corpus(200)), 384)
+    rng, refunds = random.Random(0), 0
+    for row in env.task_set()["train"]:
+        t = json.loads(row["task"])
+        ep = env.new_episode(t, rng)
+        obs, context = ep.start(), ""
+        while obs is not None:
+            context += obs.text
+            action = ep.expert_action()
+            if action.startswith("refund"):
+                refunds += 1
+                _, method, order = action.split()
+                assert f"user: refund to {method} please" in context
+                assert order == (context.rsplit("tool: order ", 1)[1][0] if "tool: order " in context else t["trap"])
+                shown = tok.encode(f"tool: order {order}", add_special_tokens=False)
+                called = demonstrated_action_ids(tok, action, "\n")
+                assert tok.decode(called[-1:]) == "\n"
+                n = next(i for i in range(1, 4) if shown[-i:] == called[-1 - i:-1] and tok.decode(shown[-i:]) == f" {order}")
+                assert n <= 2  # the space and the letter: one or two tokens, the same in the reply and the call
+            obs = ep.step(action).next
+            context += action + "\n"
+    assert refunds > 150
