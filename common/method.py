@@ -17,8 +17,9 @@ in this order every RL step:
 
 and, outside the step: `validate()` (before any run starts), `env_protocols()` (environment
 features the method needs, checked before the run), `group_size(task, mode)`, `state_dict()` /
-`load_state_dict()` (what a checkpoint keeps of the method), and the class attribute
-`paper_data_hint` (what the `paper` scale needs on local disk).
+`load_state_dict()` (what a checkpoint keeps of the method), and the class attributes
+`paper_data_hint` (what the `paper` scale needs on local disk), `needs` (what it needs of an
+environment, `common/envs/features.py`) and `compare_arm` (the arm `make compare` runs).
 
 `play` is the only way episodes are made, in training (`mode="train"`) and in held-out
 evaluation (`mode="eval"`): what a method plays is what gets evaluated (extra plays it makes go in
@@ -71,6 +72,12 @@ class Method:
     Config: ClassVar[type[MethodConfig]] = MethodConfig
     # what scale=paper needs in method.paper_data (empty: nothing beyond the model)
     paper_data_hint: ClassVar[str] = ""
+    # what the method needs of an environment (common/envs/features.py); empty: any environment. `make compare`
+    # runs it on every environment that offers all of these
+    needs: ClassVar[frozenset[str]] = frozenset()
+    # the arm of conf/replication.yaml that `make compare` runs (its method.* settings); None: the arm named
+    # after the method
+    compare_arm: ClassVar[str | None] = None
 
     def __init__(self, cfg: MethodConfig, run: RunConfig, env: Environment):
         self.cfg = cfg

@@ -11,6 +11,8 @@ are removed first, so the outputs always match the results. Invalid runs (listed
 never counted), cards that do not parse and claims or tables that cannot be evaluated are
 warnings on stderr; `--strict` makes them exit 1.
 
+`results/compare/` (`make compare`'s runs) is read by paper/compare.py: the head-to-head section.
+
 `method_tables(method, results)` is one method's section alone, as `make replicate-<method>`
 prints it after its runs.
 """
@@ -26,6 +28,7 @@ from pathlib import Path
 from paper import figures
 from paper.cards import Card, load_cards
 from paper.claims import INVALID, RULE, claim_json, evaluate_card
+from paper.compare import build_compare
 from paper.extras import build_extra, extra_tables
 from paper.load import Results, load_results
 from paper.report import MethodSection, method_section, runs_table, summary
@@ -130,12 +133,14 @@ def build(results_root: Path, out_dir: Path, card_dirs: list[Path]) -> tuple[Pat
         matrix_png = next((p for p in figures.matrix_figure(with_runs, results, cards, figures_dir)
                            if p.suffix == ".png"), None)
     text = summary(sections, results, results_root, matrix, matrix_png, out_dir)
+    compare_text, compare_problems = build_compare(results_root, out_dir)
+    text += "\n" + compare_text
     text += "".join("\n" + method_section(s, results, out_dir) for s in sections)
     out_dir.mkdir(parents=True, exist_ok=True)
     report = out_dir / "REPORT.md"
     report.write_text(text)
     write_claims_json(sections, out_dir / "claims.json")
-    return report, problems(results, sections, card_errors)
+    return report, problems(results, sections, card_errors) + compare_problems
 
 
 def write_claims_json(sections: list[MethodSection], path: Path) -> None:

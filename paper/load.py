@@ -25,6 +25,8 @@ STAGES = ("initial", "final")
 EVAL_KEYS = ("step", "k", "mean@k", "pass@k")
 METRIC_KEYS = ("step", "generated_tokens_total", "model_calls_total")
 _SEED_DIR = re.compile(r"^seed-(\d+)$")
+# results/compare/ holds `make compare`'s runs, a results tree of its own (paper/compare.py reads it)
+COMPARE_DIR = "compare"
 
 
 @dataclass
@@ -239,7 +241,8 @@ def load_results(root: Path) -> Results:
     root = Path(root)
     if not root.is_dir():
         return results
-    for method_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    for method_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+                             and p.name != COMPARE_DIR):
         for env_dir in sorted(p for p in method_dir.iterdir() if p.is_dir()):
             for arm_dir in sorted(p for p in env_dir.iterdir() if p.is_dir()):
                 where = {"method": method_dir.name, "env": env_dir.name, "arm": arm_dir.name}

@@ -124,6 +124,7 @@ def _invalid(turn: int, why: str) -> StepResult:
 class ArithEnv(Environment):
     name = "arith"
     roles = ("solver",)
+    offers = frozenset({"single_agent"})  # common/envs/features.py
     config_class = ArithConfig
     stop = ("\n",)
 

@@ -120,6 +120,9 @@ class Environment(ABC):
     roles: ClassVar[tuple[str, ...]]
     config_class: ClassVar[type[EnvConfig]] = EnvConfig
     stop: ClassVar[tuple[str, ...]] = ("\n",)  # stop strings for generation
+    # what it offers methods (common/envs/features.py: the vocabulary); `make compare` runs a method on it when
+    # the method's `needs` are a subset
+    offers: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, cfg: EnvConfig):
         cfg.check()

@@ -396,6 +396,7 @@ class BfclEpisode(EpisodeState):
 class BfclEnv(Environment):
     name = "bfcl"
     roles = (AGENT,)
+    offers = frozenset({"single_agent"})  # common/envs/features.py
     config_class = BfclConfig
     stop = ()  # an action ends at the end of the model's turn (calls may span lines)
 

@@ -362,6 +362,7 @@ class BraidEpisode(EpisodeState):
 class BraidEnv(Environment):
     name = "braid"
     roles = ("agent",)
+    offers = frozenset({"single_agent", "typed_operation_dags"})  # common/envs/features.py
     config_class = BraidConfig
     stop = ("\n",)
 

@@ -258,6 +258,7 @@ class ChainEpisode(EpisodeState):
 class ChainTasksEnv(Environment):
     name = "chain_tasks"
     roles = ("agent",)
+    offers = frozenset({"single_agent"})  # common/envs/features.py
     config_class = ChainTasksConfig
     stop = ("\n",)
 

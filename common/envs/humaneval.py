@@ -117,6 +117,7 @@ class HumanEvalEpisode(EpisodeState):
 class HumanEvalEnv(Environment):
     name = "humaneval"
     roles = (CODER,)
+    offers = frozenset({"single_agent"})  # common/envs/features.py
     config_class = HumanEvalConfig
     stop = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")  # Chen et al. 2021: a new top-level statement ends the body
 

@@ -176,6 +176,7 @@ class PaperMathEpisode(EpisodeState):
 class PaperMathEnv(Environment):
     name = "paper_math"
     roles: ClassVar[tuple[str, ...]] = (SOLVER,)
+    offers = frozenset({"single_agent"})  # common/envs/features.py
     config_class = PaperMathConfig
     team: ClassVar[bool] = False  # a Thinker writes guidance for the Solver (paper_math_team)
     stop = ()  # a turn ends at the model's EOS
@@ -272,6 +273,7 @@ class PaperMathTeamEnv(PaperMathEnv):
 
     name = "paper_math_team"
     roles = (THINKER, SOLVER)
+    offers = frozenset({"multi_agent_shared_outcome", "two_role_dialogue"})  # common/envs/features.py
     team = True
 
 

@@ -126,6 +126,7 @@ class ReasoningGymEpisode(EpisodeState):
 class ReasoningGymEnv(Environment):
     name = "reasoning_gym"
     roles = (SOLVER,)
+    offers = frozenset({"single_agent"})  # common/envs/features.py
     config_class = ReasoningGymConfig
     stop = (CLOSE,)
 

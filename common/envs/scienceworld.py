@@ -148,6 +148,7 @@ class ScienceWorldEpisode(EpisodeState):
 class ScienceWorldEnv(Environment):
     name = "scienceworld"
     roles = (AGENT,)
+    offers = frozenset({"single_agent"})  # common/envs/features.py
     config_class = ScienceWorldConfig
     stop = ("\n",)
 

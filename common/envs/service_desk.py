@@ -287,6 +287,7 @@ class ProbeEpisode(EpisodeState):
 class ServiceDeskEnv(Environment):
     name = "service_desk"
     roles = ("agent",)
+    offers = frozenset({"single_agent", "provenance_events"})  # common/envs/features.py
     config_class = ServiceDeskConfig
     stop = ("\n",)
 

@@ -251,6 +251,7 @@ class CurateEpisode(EpisodeState):
 class SkillFamiliesEnv(Environment):
     name = "skill_families"
     roles = ("solver", "curator")
+    offers = frozenset({"task_families"})  # common/envs/features.py
     config_class = SkillFamiliesConfig
     stop = ("\n",)
 

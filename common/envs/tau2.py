@@ -388,6 +388,7 @@ class Tau2Episode(EpisodeState):
 class Tau2Env(Environment):
     name = "tau2"
     roles = (AGENT, USER)
+    offers = frozenset({"single_agent"})  # common/envs/features.py
     config_class = Tau2Config
     stop = ()  # a message ends at the end of the model's turn
 

@@ -327,6 +327,7 @@ class TerminalEpisode(EpisodeState):
 class TerminalEnv(Environment):
     name = "terminal"
     roles = ("agent",)
+    offers = frozenset({"single_agent", "env_pool_with_audit"})  # common/envs/features.py
     config_class = TerminalConfig
     stop = ("\n",)
 

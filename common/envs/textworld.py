@@ -179,6 +179,7 @@ class TextWorldEpisode(EpisodeState):
 class TextWorldEnv(Environment):
     name = "textworld"
     roles = (PLAYER,)
+    offers = frozenset({"single_agent"})  # common/envs/features.py
     config_class = TextWorldConfig
     stop = ("\n",)
 

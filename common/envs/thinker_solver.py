@@ -222,6 +222,7 @@ class ThinkerSolverEpisode(EpisodeState):
 class ThinkerSolverEnv(Environment):
     name = "thinker_solver"
     roles = (THINKER, SOLVER)
+    offers = frozenset({"multi_agent_shared_outcome", "two_role_dialogue"})  # common/envs/features.py
     config_class = ThinkerSolverConfig
     stop = ("\n",)
 

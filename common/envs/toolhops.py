@@ -329,6 +329,7 @@ class ToolHopsEpisode(EpisodeState):
 class ToolHopsEnv(Environment):
     name = "toolhops"
     roles = ("planner", "worker")
+    offers = frozenset({"multi_agent_shared_outcome", "counterfactual_replay"})  # common/envs/features.py
     config_class = ToolHopsConfig
     stop = ("\n",)
     replay = staticmethod(replay)  # counterfactual re-scoring: env.replay(Episode.info["record"], masked)

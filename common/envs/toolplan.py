@@ -207,6 +207,7 @@ class ToolPlanEpisode(EpisodeState):
 class ToolPlanEnv(Environment):
     name = "toolplan"
     roles = ("planner", "worker")
+    offers = frozenset({"multi_agent_shared_outcome", "counterfactual_replay"})  # common/envs/features.py
     config_class = ToolPlanConfig
     stop = ("\n",)
     replay = staticmethod(replay)  # counterfactual re-scoring: env.replay(Episode.info["record"], masked)

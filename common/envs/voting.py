@@ -93,6 +93,7 @@ class VotingEpisode(EpisodeState):
 class VotingEnv(Environment):
     name = "voting"
     roles = VOTERS
+    offers = frozenset({"multi_agent_shared_outcome", "majority_vote"})  # common/envs/features.py
     config_class = VotingConfig
     stop = ("\n",)
 

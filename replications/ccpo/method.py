@@ -74,6 +74,8 @@ class CCPOConfig(MethodConfig):
 
 class CCPO(Method):
     Config = CCPOConfig
+    needs = frozenset({"two_role_dialogue"})  # a Thinker, a Solver, and the Solver alone (solo)
+    compare_arm = "ccpo-v1"  # v1: the EMA-normalized counterfactual credit, paired solo plays
     paper_data_hint = "download MATH (hendrycks/competition_math) to a local folder and pass method.paper_data=..."
     cfg: CCPOConfig
 

@@ -91,6 +91,7 @@ def shuffle_weights(weights: Sequence[float], lengths: Sequence[int], rng: rando
 
 class IAPO(Method):
     Config = IAPOConfig
+    needs = frozenset({"provenance_events"})  # the provenance annotator reads them (cpu scale)
     # nothing to stage: the paper's tau2-bench train split and BFCL-v4 multi-turn ship inside their packages
     # (common/envs/tau2.py, common/envs/bfcl.py); UserBench and AgentChangeBench are not in the suite
     paper_data_hint = ""

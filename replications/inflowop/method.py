@@ -152,6 +152,7 @@ def record(task: BraidTask, trace: Trace) -> dict[str, Any]:
 
 class InFlowOp(Method):
     Config = InFlowOpConfig
+    needs = frozenset({"typed_operation_dags"})  # plans and repairs braid's DAGs
     paper_data_hint = ("the paper's Braid benchmark and its six LLM backbones are not public: stage Braid's tasks in a "
                        "local folder and pass method.paper_data=<folder> (and model.path=<backbone>); not implemented yet")
     cfg: InFlowOpConfig

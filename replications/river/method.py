@@ -73,6 +73,7 @@ class RiverConfig(MethodConfig):
 
 class River(Method):
     Config = RiverConfig
+    needs = frozenset({"env_pool_with_audit"})  # the filter reads the tasks' audit labels
     # scale=paper: River's synthetic environments and the terminal benchmarks are not public
     paper_data_hint = ("River's 14,399 synthetic terminal environments and the Terminal-Bench / TerminalWorld tasks "
                        "are not public (no code or data released): stage them in a local folder and pass method.paper_data=<folder>")

@@ -68,6 +68,8 @@ def worker_key(m: int) -> str:
 
 class SHARP(Method):
     Config = SHARPConfig
+    needs = frozenset({"multi_agent_shared_outcome", "counterfactual_replay"})  # exact Shapley replays coalitions
+    compare_arm = "sharp-exact-k4"  # exact Shapley credit (its method.* settings; the env is make compare's)
     paper_data_hint = ("put MuSiQue, GAIA (text), WebWalkerQA and FRAMES in one local folder and pass "
                        "method.paper_data=<folder> (and model.path=<local Qwen3-8B>)")
     cfg: SHARPConfig

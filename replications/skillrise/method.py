@@ -105,6 +105,7 @@ def chains_of(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 class SkillRise(Method):
     Config = SkillRiseConfig
+    needs = frozenset({"task_families"})  # chains of related tasks with a curate turn
     paper_data_hint = ""
     cfg: SkillRiseConfig
 

@@ -1,0 +1,108 @@
+"""paper/compare.py: the head-to-head section from results/compare/ (verdicts by hand, partial and
+absent matrices, the ranking), and `make paper --strict` with it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from paper import build
+from paper.claims import HOLDS, INCONCLUSIVE, NO_EFFECT, OPPOSITE
+from paper.compare import MARGIN, build_compare, compare_env, load_compare, ranking, versus
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+_spec = importlib.util.spec_from_file_location("make_fixtures", FIXTURES / "make_fixtures.py")
+assert _spec and _spec.loader
+fx = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fx)
+
+
+def write(root: Path, method: str, env: str, arm: str, seed: int, final: float, tokens: int = 1000) -> None:
+    path = root / method / env / arm / f"seed-{seed}"
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(yaml.safe_dump(fx.config(method, env, arm, seed)))
+    (path / "manifest.json").write_text(json.dumps(fx.manifest(method, env, arm, seed)))
+    rows = fx.metrics(seed, 0.8, 0.01)
+    for r in rows:
+        r["generated_tokens_total"] = tokens * (r["step"] + 1) // fx.STEPS
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (path / "eval.json").write_text(json.dumps(fx.evals(0.2, final, seed)))
+    (path / "done").write_text("")
+
+
+def test_versus_is_the_claims_rule_by_hand():
+    # differences 0.10, 0.12, 0.08, 0.11, 0.09: mean 0.10, sd 0.0158, t(4) 2.776 -> half width 0.0196
+    x = {s: 0.5 + d for s, d in enumerate([0.10, 0.12, 0.08, 0.11, 0.09])}
+    y = dict.fromkeys(range(5), 0.5)
+    v = versus("a", "grpo", x, y)
+    assert v.n == 5 and v.diff[0] == pytest.approx(0.10)
+    assert v.diff[2] - v.diff[0] == pytest.approx(2.7764 * np.std([0.10, 0.12, 0.08, 0.11, 0.09], ddof=1) / 5 ** 0.5,
+                                                  rel=1e-3)
+    assert v.verdict == HOLDS and versus("grpo", "a", y, x).verdict == OPPOSITE
+    tiny = {s: 0.5 + d for s, d in enumerate([0.001, -0.002, 0.0, 0.002, -0.001])}
+    assert versus("a", "grpo", tiny, y).verdict == NO_EFFECT  # inside +-MARGIN
+    three = versus("a", "grpo", {s: x[s] for s in range(3)}, y)
+    assert three.verdict == INCONCLUSIVE and "underpowered: n=3 < required 5" in three.note
+    assert "the interval alone says holds" in three.note
+    assert MARGIN == 0.05
+
+
+def test_ranking_resamples_the_shared_seeds():
+    scores = {"a": {0: 0.9, 1: 0.8, 2: 0.85}, "b": {0: 0.1, 1: 0.2, 2: 0.15}, "c": {0: 0.5, 1: 0.5, 2: 0.5}}
+    out = ranking(scores)
+    assert [m for m, *_ in out] == ["a", "c", "b"]
+    assert out[0][2] == (1.0, 1.0) and out[0][3] == 1.0 and out[2][3] == 0.0  # never overtaken in any resample
+    assert math.isnan(ranking({"a": {0: 0.5}})[0][3])  # one seed: no interval
+
+
+@pytest.fixture
+def results(tmp_path: Path) -> Path:
+    root = tmp_path / "results"
+    shutil.copytree(FIXTURES / "results", root)
+    steps = root / "compare" / "steps"
+    for s in range(5):
+        write(steps, "grpo", "arith", "grpo", s, 0.40 + 0.01 * s, tokens=1000)
+        write(steps, "canopy", "arith", "full", s, 0.50 + 0.01 * s + 0.002 * (s % 2), tokens=1500)
+    write(steps, "grpo", "chain_tasks", "grpo", 0, 0.3)  # canopy's cell on chain_tasks is missing
+    return root
+
+
+def test_equal_steps_equal_tokens_and_missing_cells(results, tmp_path):
+    steps, tokens = load_compare(results)
+    c = compare_env("arith", steps, tokens)
+    assert c.vs_grpo_steps["canopy"].verdict == HOLDS and c.vs_grpo_steps["canopy"].diff[0] == pytest.approx(0.1008)
+    assert isinstance(c.vs_grpo_tokens["canopy"], str) and "1.50x" in c.vs_grpo_tokens["canopy"]  # not run yet
+    for s in range(5):  # GRPO at canopy's tokens
+        write(results / "compare" / "tokens" / "canopy", "grpo", "arith", "grpo", s, 0.45 + 0.01 * s, tokens=1500)
+    steps, tokens = load_compare(results)
+    v = compare_env("arith", steps, tokens).vs_grpo_tokens["canopy"]
+    assert not isinstance(v, str) and v.diff[0] == pytest.approx(0.0508) and v.b == "grpo at canopy's tokens"
+    text, problems = build_compare(results, tmp_path / "out")
+    assert problems == []
+    assert "Missing cells: " in text and "canopy on chain_tasks" in text and "sharp on toolplan-k4" in text
+    matrix = (tmp_path / "out" / "tables" / "compare-matrix-cpu.md").read_text()
+    ccpo_row = next(line for line in matrix.splitlines() if line.startswith("| ccpo |"))
+    assert ccpo_row.count("n/a") == len(ccpo_row.split("|")) - 4  # applies only to thinker_solver-freeride
+    assert (tmp_path / "out" / "figures" / "compare-matrix-cpu.png").exists()
+
+
+def test_make_paper_strict_with_compare_absent_partial_and_present(results, tmp_path):
+    cards = [tmp_path / "no-cards"]  # the fixture cards hold a deliberately invalid claim
+    shutil.rmtree(results / "grpo" / "arith" / "grpo" / "seed-5")  # the fixtures' deliberately invalid run
+    report, errors = build.build(results, tmp_path / "partial", cards)
+    assert errors == [] and "## Head to head" in report.read_text()
+    assert "compare" not in build.load_results(results).methods()  # its own tree, not a method
+    shutil.rmtree(results / "compare")
+    text, problems = build_compare(results, tmp_path / "absent")
+    assert problems == [] and "No head-to-head runs at scale cpu" in text
+    broken = results / "compare" / "steps" / "grpo" / "arith" / "grpo" / "seed-0"
+    write(results / "compare" / "steps", "grpo", "arith", "grpo", 0, 0.4)
+    (broken / "eval.json").write_text("{")
+    assert [p for p in build_compare(results, None)[1] if "invalid run" in p and str(broken) in p]  # --strict fails on it

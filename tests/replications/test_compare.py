@@ -1,0 +1,122 @@
+"""`make compare` (replications/compare.py): the declarations, the matrix, one budget per environment,
+every applicable pair resolving to a valid config, reuse of the methods' own finished runs."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from common.envs import ENVS
+from common.envs.features import FEATURES
+from common.envs.protocols import CounterfactualReplay
+from replications import METHODS
+from replications.compare import (
+    CompareCell,
+    applicable,
+    cells_for,
+    compare_arm,
+    hydra_value,
+    link_reused,
+    load_settings,
+    plan,
+    reusable,
+)
+from replications.replicate import _plain_config, validate_cells
+from replications.run import compose
+
+# the budget: what every method on one environment shares (the rest is the method's recipe)
+BUDGET = ("env", "model.hidden_size", "model.num_layers", "model.vocab_size", "model.max_length", "sft", "engine",
+          "eval", "trainer.steps", "trainer.tasks_per_step", "trainer.group_size", "trainer.lr",
+          "trainer.max_new_tokens", "trainer.temperature", "seed", "scale")
+
+
+def get(d: dict, key: str):
+    for part in key.split("."):
+        d = d[part]
+    return d
+
+
+def test_declarations_use_the_vocabulary():
+    for name, env in ENVS.items():
+        assert env.offers and env.offers <= set(FEATURES), name
+        # the declaration and the runtime protocol agree
+        assert ("counterfactual_replay" in env.offers) == issubclass(env, CounterfactualReplay), name
+        assert not {"single_agent", "multi_agent_shared_outcome"} <= env.offers, name
+    for name, method in METHODS.items():
+        assert method.needs <= set(FEATURES), name
+        compare_arm(name)  # names an arm of its replication
+
+
+def test_the_matrix_follows_the_declarations():
+    settings = load_settings()
+    assert all(s.env in ENVS and s.home in METHODS for s in settings.values())
+    assert {"arith", "toolplan-k4", "thinker_solver-freeride", "chain_tasks"} <= set(settings)  # #23's cpu envs
+    for tag, s in settings.items():
+        assert applicable("grpo", s.env) and applicable("canopy", s.env), tag  # they need nothing
+        assert applicable(s.home, s.env), f"{s.home} does not apply to its own environment {tag}"
+    assert applicable("sharp", "toolplan") and not applicable("sharp", "arith") and not applicable("sharp", "voting")
+    assert applicable("ccpo", "thinker_solver") and not applicable("ccpo", "chain_tasks")
+    assert [m for m in METHODS if applicable(m, "service_desk")] == ["grpo", "canopy", "iapo"]
+
+
+def test_hydra_values_survive_the_override_grammar():
+    values = {"s": "it's a\\b, c=d {e}", "t": "ends\\", "u": "q\\'x", "n": None, "b": False, "i": 3, "f": 1e-06,
+              "l": [1, "a b"], "d": {"k": 0.5}}
+    cfg = compose("grpo", ["scale=smoke", *[f"++env.x_{k}={hydra_value(v)}" for k, v in values.items()]])
+    assert {k: cfg.env[f"x_{k}"] for k in values} == values
+    with pytest.raises(ValueError, match="interpolation"):
+        hydra_value("${method.paper_data}")
+
+
+@pytest.mark.parametrize("scale", ["smoke", "cpu"])
+def test_every_applicable_pair_resolves_to_a_valid_config(scale):
+    """One seed per (method, env) pair: composed, checked and resolved (environment and method built,
+    every check of a run before training), with one budget per environment."""
+    p = plan(scale, seeds=[0])
+    validate_cells(list(p.cells))
+    pairs = {(c.method, c.env) for c in p.cells}
+    assert pairs == {(m, t) for m in METHODS for t, s in p.settings.items() if applicable(m, s.env)}
+    for tag in p.settings:
+        configs = {c.method: _plain_config(c.method, c.overrides) for c in p.cells if c.env == tag}
+        grpo = configs.pop("grpo")
+        for method, cfg in configs.items():
+            for key in BUDGET:
+                assert get(cfg, key) == get(grpo, key), f"{method} on {tag}: {key} differs from GRPO's"
+            own = _plain_config(method, (f"scale={scale}", f"arm={compare_arm(method)}"))
+            assert cfg["method"] == own["method"] and cfg["trainer"]["kl"] == own["trainer"]["kl"], (method, tag)
+    assert not p.skipped
+
+
+def test_a_cell_reuses_the_methods_own_finished_run(tmp_path):
+    setting = load_settings()["chain_tasks"]
+    cell = cells_for("canopy", setting, "smoke", [0], "full", "compare/steps")[0]
+    cell = dataclasses.replace(cell, out_dir=str(tmp_path / "compare" / "steps"))
+    assert isinstance(cell, CompareCell) and not cell.done and reusable(cell) is None
+    own = tmp_path / "canopy" / "chain_tasks" / "another-name" / "seed-0"
+    own.mkdir(parents=True)
+    config = {**copy.deepcopy(_plain_config("canopy", cell.overrides)), "arm": "another-name", "out_dir": "elsewhere"}
+    (own / "config.yaml").write_text(yaml.safe_dump(config))
+    assert reusable(cell) is None  # not finished
+    (own / "done").write_text("")
+    assert reusable(cell) == own
+    assert link_reused([cell]) == {cell.name: own}
+    assert cell.run_dir.is_symlink() and cell.run_dir.resolve() == own.resolve() and cell.done
+    # other settings: not this cell's run
+    config["trainer"]["lr"] = 0.5
+    (own / "config.yaml").write_text(yaml.safe_dump(config))
+    assert not cell.done and reusable(cell) is None
+
+
+def test_bad_selections_are_refused():
+    with pytest.raises(ValueError, match="not in replications/compare.yaml"):
+        plan("smoke", envs=["nowhere"])
+    with pytest.raises(ValueError, match="unknown"):
+        plan("smoke", envs=["arith"], methods=["nosuch"])
+
+
+def test_compare_file_exists_where_the_module_says():
+    assert (Path(__file__).resolve().parents[2] / "replications" / "compare.yaml").exists()
