@@ -1,6 +1,6 @@
 """`make new-method NAME=foo` (scripts/new_method.py): refusals, the scaffold's contents, and, marked
 e2e, a scaffolded method run end to end through `make replicate-foo SCALE=smoke` in a copy of the
-suite. The refusal and content tests scaffold into a small folder and take about a second.
+suite, then joining `make compare SCALE=smoke` on arith. The refusal and content tests scaffold into a small folder and take about a second.
 
 Nothing is written into this repository: the end-to-end test copies the suite (the files git lists,
 tracked or not ignored) into a temporary folder and runs this interpreter there, with the copy first
@@ -28,6 +28,7 @@ from paper.cards import load_cards
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "new_method.py"
 BUDGET_S = 120  # the scaffold plus a smoke replication, on 2 cores
+COMPARE_BUDGET_S = 30  # make compare SCALE=smoke ENVS=arith: GRPO's one smoke cell and the comparison
 
 
 def scaffold(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -185,4 +186,19 @@ def test_scaffolded_method_runs_smoke_end_to_end(tmp_path):
     assert json.loads((cell / "manifest.json").read_text())["method"] == "foo"
     assert "## Foo:" in run.stdout  # the method's section of the report, built from its card
     assert elapsed < BUDGET_S, f"scaffold + smoke replication took {elapsed:.0f} s (budget: {BUDGET_S} s)"
+
+    # the new method joins the head-to-head comparison with no other change: on arith beside GRPO, its
+    # cell the replication's own finished run (reused, not rerun), GRPO's run here
+    t0 = time.time()
+    compare = subprocess.run([*make, "compare", "SCALE=smoke", "ENVS=arith", "METHODS=foo", "SEEDS=0"], cwd=suite,
+                             env=env, capture_output=True, text=True, timeout=600)
+    elapsed = time.time() - t0
+    assert compare.returncode == 0, compare.stdout[-2000:] + compare.stderr[-3000:]
+    assert "foo/arith/foo/seed-0: reuses runs/smoke/foo/arith/foo/seed-0" in compare.stdout
+    steps = suite / "runs" / "smoke" / "compare" / "steps"
+    assert (steps / "foo" / "arith" / "foo" / "seed-0").resolve() == cell.resolve()
+    assert (steps / "grpo" / "arith" / "grpo" / "seed-0" / "done").exists()
+    matrix = next(line for line in compare.stdout.splitlines() if line.startswith("| foo |"))
+    assert "n=1: inconclusive" in matrix and "n/a" not in matrix.split("|")[2]  # arith is the matrix's first env
+    assert elapsed < COMPARE_BUDGET_S, f"make compare took {elapsed:.0f} s (budget: {COMPARE_BUDGET_S} s)"
     assert not (ROOT / "replications" / "foo").exists() and not (ROOT / "runs" / "smoke" / "foo").exists()
