@@ -1,6 +1,7 @@
 """`make new-method NAME=foo` (scripts/new_method.py): refusals, the scaffold's contents, and, marked
 e2e, a scaffolded method run end to end through `make replicate-foo SCALE=smoke` in a copy of the
-suite, then joining `make compare SCALE=smoke` on arith. The refusal and content tests scaffold into a small folder and take about a second.
+suite, then joining `make compare SCALE=smoke` on arith. The refusal and content tests scaffold into a
+small folder and take about a second.
 
 Nothing is written into this repository: the end-to-end test copies the suite (the files git lists,
 tracked or not ignored) into a temporary folder and runs this interpreter there, with the copy first
