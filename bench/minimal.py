@@ -17,6 +17,7 @@ from bench.work import (
     Setting,
     autocast,
     base_model,
+    chat_format,
     decode_flops,
     forward_flops,
     prompt_text,
@@ -31,7 +32,7 @@ def lora_model(s: Setting) -> tuple[Any, Any, Any]:
 
     from bench.work import model_config
 
-    cfg = model_config(s.model)
+    cfg = model_config(s.model, s.work_dir)
     tok, base = base_model(s)
     base = copy.deepcopy(base)
     for p in base.parameters():
@@ -53,12 +54,13 @@ class MinimalStep:
         torch.manual_seed(s.seed)
         self.opt = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=s.lr)
         self.tasks = step_prompts(s, steps)
+        self.chat = chat_format(s, self.tok)
 
     def run(self, k: int) -> dict[str, Any]:
         """One step; returns its generate and train seconds, generated tokens and FLOPs."""
         s, tok, model = self.s, self.tok, self.model
         pad, eos = tok.pad_token_id, tok.eos_token_id
-        prompts = [tok.encode(prompt_text(t), add_special_tokens=False) for t in self.tasks[k] for _ in range(s.group_size)]
+        prompts = [tok.encode(prompt_text(t, self.chat), add_special_tokens=False) for t in self.tasks[k] for _ in range(s.group_size)]
         width = max(map(len, prompts))
         ids_B_P = torch.full((len(prompts), width), pad)
         mask_B_P = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -92,6 +94,6 @@ class MinimalStep:
         t2 = time.perf_counter()
         rows, new = len(prompts), comp_B_C.size(1)
         lora = (self.cfg.lora_rank, list(self.cfg.lora_targets))
-        fb = forward_flops(model.config, *lora, rows, width + new)
+        fb = forward_flops(model.config, *lora, rows, width + new, head_positions=new + 1)
         return {"time_generate_s": t1 - t0, "time_train_s": t2 - t1, "generated_tokens": int(comp_mask_B_C.sum()),
                 "flops_train": fb["forward"] + fb["backward"], "flops_generate": decode_flops(model.config, *lora, rows, width, new)}

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from bench.work import Setting, base_model, bench_env, model_config, step_prompts
+from bench.work import Setting, base_model, bench_env, chat_format, model_config, step_prompts
 from common.batch import build_rows, score_rows
 from common.engines.base import SamplingParams
 from common.engines.hf import HFEngine
@@ -21,13 +21,14 @@ def precision_accuracy(s: Setting) -> dict[str, Any]:
     """Max / mean |logp_bf16 - logp_fp32| over sampled tokens, and the LoRA gradient's cosine and relative error."""
     tok, base = base_model(s)
     env = bench_env()
-    policy = Policy(copy.deepcopy(base), tok, copy.deepcopy(model_config(s.model)), env.roles)
+    policy = Policy(copy.deepcopy(base), tok, copy.deepcopy(model_config(s.model, s.work_dir)), env.roles)
     with torch.no_grad(), torch.random.fork_rng():
         torch.manual_seed(s.seed)
         for p in policy.trainable_parameters():  # an adapter away from zero, as after some training
             p.add_(0.05 * torch.randn_like(p))
     params = SamplingParams(s.temperature, 1.0, s.max_new_tokens, ())
-    rollout = Rollout(env, HFEngine(policy), tok, policy.role_adapter, policy.trainable_adapters, params, 512, s.seed)
+    rollout = Rollout(env, HFEngine(policy), tok, policy.role_adapter, policy.trainable_adapters, params, 2048, s.seed,
+                      chat_format(s, tok))
     groups = rollout.play_groups(step_prompts(s, 1)[0], [s.group_size] * s.tasks_per_step, step=0)
     rows = build_rows([e for g in groups for e in g.episodes], None)
     rng = random.Random(s.seed)

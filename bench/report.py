@@ -20,9 +20,24 @@ def markdown(r: dict[str, Any]) -> str:
         f"Machine: {m['cpus']} CPUs, {m['threads']} torch threads, flags {' '.join(m['cpu_flags'])}; torch {m['torch']}, "
         f"transformers {m['transformers']}, trl {m['trl']}; OMP_WAIT_POLICY={m['omp_wait_policy']}; load average "
         f"{m['load_average_start'][0]:.2f} at start, {m['load_average_end'][0]:.2f} at end.",
-        f"Matmul rate (1024^3, best): fp32 {r['matmul_flops']['32'] / 1e9:.1f} GFLOP/s, bf16 {r['matmul_flops']['bf16'] / 1e9:.1f} GFLOP/s.",
+        f"CPU: {m.get('cpu', {}).get('model', 'unknown')} ({m.get('cpu', {}).get('cores', '?')} usable cores; "
+        f"flags {' '.join(m.get('cpu', {}).get('flags', []))}).",
+        "Matmul rate (best of a 1024^3 mm and an autocast linear; MFU is against the rate of the series' precision): "
+        + ", ".join(f"{p} {v / 1e9:.1f} GFLOP/s" for p, v in r["matmul_flops"].items()) + ".",
         "",
     ]
+    for p, note in r.get("precisions_skipped", {}).items():
+        lines += [f"Precision {p} {note}.", ""]
+    for skip in r.get("skipped_for_time", []):
+        lines += [f"Time cap: {skip['part']}: {skip['note']}.", ""]
+    for model, entry in r["models"].items():
+        if "one_precision" in entry:
+            lines += [f"{model}: one precision only, {entry['one_precision']}.", ""]
+        w = entry.get("workload")
+        if w and (w["tasks_per_step"], w["group_size"], w["max_new_tokens"], w["lr"]) != (
+                st["tasks_per_step"], st["group_size"], st["max_new_tokens"], st["lr"]):
+            lines += [f"{model}: {w['tasks_per_step']} prompts x {w['group_size']} completions of up to "
+                      f"{w['max_new_tokens']} tokens, lr {w['lr']} (bench.work.MODEL_WORKLOAD).", ""]
     if r.get("trl_skipped"):
         lines += [f"TRL not measured: {r['trl_skipped']}.", ""]
     lines += ["| model | KL | trainer | step median ms (min-max) | tokens/s | overhead vs minimal | MFU train | peak RSS MiB |",
@@ -32,7 +47,8 @@ def markdown(r: dict[str, Any]) -> str:
             for name, s in cell.items():
                 if not isinstance(s, dict) or "step" not in s:
                     continue
-                mfu = f"{100 * s['mfu_train']:.1f}%" if "mfu_train" in s else ""
+                mfu = (f"{100 * s['mfu_train']:.1f}%" if s.get("mfu_train") is not None
+                       else "n/a" if s.get("mfu_train_note") else "")
                 over = f"{100 * s['overhead_over_minimal']:+.0f}%" if "overhead_over_minimal" in s else (
                     "(the minimal work)" if name.startswith("minimal/") else "n/a")
                 lines.append(f"| {model} ({entry['params'] / 1e6:.2f}M) | {kl.split('=')[1]} | {name} | "
@@ -44,7 +60,12 @@ def markdown(r: dict[str, Any]) -> str:
         for kl, cell in entry["cells"].items():
             ratio = f"{cell['ratio_ours_over_trl']:.2f}" if "ratio_ours_over_trl" in cell else "n/a"
             same = ", ".join(f"{p}: {v:.2f}" for p, v in cell.get("ratio_same_precision", {}).items())
-            lines.append(f"| {model} | {kl.split('=')[1]} | {cell['best_ours']} | {cell.get('best_trl', 'n/a')} | {ratio} | {same} |")
+            lines.append(f"| {model} | {kl.split('=')[1]} | {cell.get('best_ours', 'n/a')} | {cell.get('best_trl', 'n/a')} | "
+                         f"{ratio} | {same} |")
+    notes = {s["mfu_train_note"] for e in r["models"].values() for c in e["cells"].values() for s in c.values()
+             if isinstance(s, dict) and s.get("mfu_train_note")}
+    lines += [f"\nMFU {n}." for n in sorted(notes)]
+    lines += _generation(r)
     for model, entry in r["models"].items():
         acc = entry.get("bf16_accuracy")
         if acc:
@@ -68,3 +89,29 @@ def markdown(r: dict[str, Any]) -> str:
         lines.insert(-2, f"Engine columns (bench/engines.py): {'see ' + eng['files'] if eng['ok'] else 'failed: ' + str(eng['error'])[-300:]}.")
         lines.insert(-2, "")
     return "\n".join(lines)
+
+
+def _generation(r: dict[str, Any]) -> list[str]:
+    """The generation-alone table of each model that has one (bench/generation.py)."""
+    lines: list[str] = []
+    for model, entry in r["models"].items():
+        g = entry.get("generation")
+        if not g:
+            continue
+        lines += ["", f"Generation alone ({model}, {g['rows']} rows of up to {g['max_new_tokens']} new tokens, precision "
+                  f"{g['precision']}, the same prompts and LoRA adapter; median of {g['reps']} calls after one warm-up):", "",
+                  "| engine | start-up s | generate s | tokens/s | tokens per call |", "| --- | --- | --- | --- | --- |"]
+        for col in ("hf", "vllm", "vllm-bare"):
+            c = g.get(col)
+            if c is None:
+                continue
+            if "error" in c:
+                lines.append(f"| {col} | {str(c['error']).splitlines()[0][:160]} | | | |")
+            else:
+                lines.append(f"| {col} | {c['startup_s']:.1f} | {c['generate_s']:.2f} | {c['tokens_per_s']:.0f} | "
+                             f"{c['generated_tokens']:.0f} |")
+        if "ratio_vllm_engine_over_bare" in g:
+            lines.append(f"\nOur vLLM engine / bare vLLM generate time: {g['ratio_vllm_engine_over_bare']:.2f}.")
+        if "ratio_hf_engine_over_bare_vllm" in g:
+            lines.append(f"Our HF engine / bare vLLM generate time: {g['ratio_hf_engine_over_bare_vllm']:.2f}.")
+    return lines

@@ -24,8 +24,10 @@ from typing import Any
 
 import torch
 
+from bench import hardware, plan
+from bench.generation import COLUMNS as GEN_COLUMNS
 from bench.report import markdown
-from bench.work import Setting, matmul_rate, summary
+from bench.work import MODEL_WORKLOAD, Setting, summary
 
 
 def cpu_flags() -> list[str]:
@@ -52,6 +54,17 @@ def run_cell(s: Setting, precisions: list[str], trl_precisions: list[str], warmu
     """One model x KL cell: every trainer series, alternating step by step."""
     from bench.alternate import alternate
 
+    series = cell_series(s, precisions, trl_precisions)
+    t0 = time.perf_counter()
+    workers = alternate(series, warmup, steps)
+    wall = time.perf_counter() - t0
+    cell: dict[str, Any] = {name: series_stats(w.records, w.stats) for name, w in workers.items()}
+    stepping = (warmup + steps) * sum(v["step"]["median_s"] for v in cell.values())
+    cell["timing"] = {"wall_s": wall, "startup_s": max(0.0, wall - stepping)}
+    return cell
+
+
+def cell_series(s: Setting, precisions: list[str], trl_precisions: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
     series: dict[str, tuple[str, dict[str, Any]]] = {}
     for p in dict.fromkeys(precisions + trl_precisions):  # the reference of every series' precision
         series[f"minimal/{p}"] = ("minimal", replace(s, precision=p).as_dict())
@@ -59,25 +72,77 @@ def run_cell(s: Setting, precisions: list[str], trl_precisions: list[str], warmu
         series[f"ours/{p}"] = ("ours", replace(s, precision=p).as_dict())
     for p in trl_precisions:
         series[f"trl/{p}"] = ("trl", replace(s, precision=p).as_dict())
-    workers = alternate(series, warmup, steps)
-    return {name: series_stats(w.records, w.stats) for name, w in workers.items()}
+    return series
+
+
+def estimate_cell(names: list[str], flops_step: float, rates: dict[str, float], measured: dict[str, float],
+                  startup: float | None, params: float, warmup: int, steps: int, kl: bool) -> float:
+    """Seconds a cell of these series would take: measured step times of this model where a series
+    ran before (x KL_FACTOR for a KL cell after a KL-off one), else the FLOP prior (bench/plan.py)."""
+    step_s = {}
+    for name in names:
+        if name in measured:
+            step_s[name] = measured[name] * (plan.KL_FACTOR if kl else 1.0)
+        else:
+            step_s[name] = plan.prior_step_s(flops_step, rates[name.split("/")[1]])
+    start = startup if startup is not None else plan.startup_s(len(names), params)
+    return plan.cell_s(step_s, warmup, steps, start)
+
+
+def _workload(model: str, a: argparse.Namespace) -> dict[str, Any]:
+    w = {"tasks_per_step": 16, "group_size": 8, "max_new_tokens": 16, "lr": 1e-3, **MODEL_WORKLOAD.get(model, {})}
+    given = {"tasks_per_step": a.tasks, "group_size": a.group, "max_new_tokens": a.new_tokens, "lr": a.lr}
+    return {**w, **{k: v for k, v in given.items() if v is not None}}
+
+
+def _prior_flops(s: Setting) -> tuple[float, float, int]:
+    """FLOPs of one step (generation and update) and of the generation alone, before anything ran;
+    and the model's parameter count."""
+    from bench.work import (
+        base_model,
+        chat_format,
+        decode_flops,
+        forward_flops,
+        model_config,
+        prompt_text,
+        step_prompts,
+    )
+
+    tok, model = base_model(s)
+    cfg = model_config(s.model, s.work_dir)
+    chat = chat_format(s, tok)
+    prompt = max(len(tok.encode(prompt_text(t, chat), add_special_tokens=False)) for t in step_prompts(s, 1)[0])
+    rows, new, lora = s.tasks_per_step * s.group_size, s.max_new_tokens, (cfg.lora_rank, list(cfg.lora_targets))
+    fb = forward_flops(model.config, *lora, rows, prompt + new, head_positions=new + 1)
+    gen = decode_flops(model.config, *lora, rows, prompt, new)
+    return fb["forward"] + fb["backward"] + gen, gen, sum(p.numel() for p in model.parameters())
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="tiny,tiny10m", help="common/conf/model/<name>.yaml, comma-separated")
-    ap.add_argument("--steps", default="12,5", help="measured steps per series, per model (comma list, last repeats)")
+    ap.add_argument("--models", default="tiny,tiny10m,smollm2",
+                    help="common/conf/model/<name>.yaml, comma-separated, in the order they run (smollm2 alone: --models smollm2)")
+    ap.add_argument("--steps", default="12,5,2", help="measured steps per series, per model (comma list, last repeats)")
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured steps first")
+    ap.add_argument("--max-minutes", type=float, default=10.0,
+                    help="time cap of the whole benchmark: a part whose estimate does not fit in what is left is "
+                         "reduced or skipped, with a note in bench.json and bench.md (bench/plan.py)")
     ap.add_argument("--all-precisions", dest="best_only_after_first", action="store_false",
                     help="every precision in every KL cell (default: after the first cell, each trainer at its best)")
     ap.add_argument("--precisions", default="32,bf16", help="our trainer's trainer.precision values")
     ap.add_argument("--trl-precisions", default="32,bf16", help="TRL's (bf16 = its bf16=True autocast)")
+    ap.add_argument("--one-precision-models", default="smollm2",
+                    help="models measured at one precision only, the kept one with the highest matmul rate")
     ap.add_argument("--kl", default="0,0.04", help="KL coefficients (k3 in the loss); 0 = off")
-    ap.add_argument("--tasks", type=int, default=16, help="prompts per step")
-    ap.add_argument("--group", type=int, default=8, help="completions per prompt")
-    ap.add_argument("--new-tokens", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--tasks", type=int, default=None, help="prompts per step (default 16; per model: bench.work.MODEL_WORKLOAD)")
+    ap.add_argument("--group", type=int, default=None, help="completions per prompt (default 8, or the model's)")
+    ap.add_argument("--new-tokens", type=int, default=None, help="completion length (default 16, or the model's)")
+    ap.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-3, or the model's)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads of every part; 0 = all cores")
+    ap.add_argument("--generation-models", default="smollm2",
+                    help="models whose generation alone is measured through our HF engine, our vLLM engine and bare vLLM")
+    ap.add_argument("--generation-columns", default=",".join(GEN_COLUMNS))
+    ap.add_argument("--generation-reps", type=int, default=2, help="timed generate calls per column (after one warm-up)")
     ap.add_argument("--mt-tasks", type=int, default=16, help="multi-turn: tasks x group episodes per rollout")
     ap.add_argument("--mt-group", type=int, default=8)
     ap.add_argument("--mt-reps", type=int, default=2)
@@ -94,51 +159,98 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if a.quick:
         a.models, a.steps, a.warmup, a.kl, a.precisions, a.trl_precisions = "tiny", "2", 1, "0", "32", "32"
         a.tasks, a.group, a.mt_tasks, a.mt_group, a.mt_reps, a.mt_sft_steps = 4, 4, 2, 2, 1, 20
+        a.generation_models = ""
     from common.run import quiet
 
     quiet()
     have_trl = importlib.util.find_spec("trl") is not None
-    trl_precisions = [] if a.no_trl or not have_trl else a.trl_precisions.split(",")
+    trl_requested = [] if a.no_trl or not have_trl else a.trl_precisions.split(",")
     threads = a.threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     t_start = time.perf_counter()
+    budget = plan.Budget(a.max_minutes * 60)
+    requested = list(dict.fromkeys(a.precisions.split(",") + trl_requested))
+    rate_parts = {p: hardware.matmul_rates(p, device=a.device) for p in dict.fromkeys(["32", *requested])}
+    rates = {p: max(r.values()) for p, r in rate_parts.items()}
+    kept, skipped_precisions = hardware.usable_precisions(rates, requested)
+    our_precisions = [p for p in a.precisions.split(",") if p in kept]
+    trl_precisions = [p for p in trl_requested if p in kept]
     result: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "threads": threads, "cpu_flags": cpu_flags(), "platform": platform.platform(),
-                    "torch": torch.__version__, "trl": _version("trl") if have_trl else None,
-                    "transformers": _version("transformers"), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-                    "load_average_start": list(os.getloadavg())},
-        "settings": {"device": a.device, "engine": a.engine, "tasks_per_step": a.tasks, "group_size": a.group, "max_new_tokens": a.new_tokens, "lr": a.lr,
-                     "temperature": 1.0, "steps": a.steps, "warmup": a.warmup, "kl": a.kl},
-        "trl_skipped": None if trl_precisions else ("--no-trl" if a.no_trl else "trl is not installed (pip install .[bench])"),
-        "matmul_flops": {"32": matmul_rate(torch.float32, device=a.device), "bf16": matmul_rate(torch.bfloat16, device=a.device)},
+        "machine": {"cpus": os.cpu_count(), "threads": threads, "cpu": hardware.cpu(), "cpu_flags": cpu_flags(),
+                    "platform": platform.platform(), "torch": torch.__version__, "trl": _version("trl") if have_trl else None,
+                    "transformers": _version("transformers"), "vllm": _version("vllm"),
+                    "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_average_start": list(os.getloadavg())},
+        "settings": {"device": a.device, "engine": a.engine, "steps": a.steps, "warmup": a.warmup, "kl": a.kl,
+                     "temperature": 1.0, "max_minutes": a.max_minutes, **_workload("tiny", a)},
+        "trl_skipped": None if trl_requested else ("--no-trl" if a.no_trl else "trl is not installed (pip install .[bench])"),
+        "matmul_flops": rates,
+        "matmul_rates": rate_parts,
+        "precisions_skipped": skipped_precisions,
         "models": {},
     }
     steps = [int(x) for x in a.steps.split(",")]
-    for i, model in enumerate(a.models.split(",")):
+    one_precision = set(filter(None, a.one_precision_models.split(",")))
+    for i, model in enumerate(filter(None, a.models.split(","))):
         n_steps = steps[min(i, len(steps) - 1)]
-        base = Setting(model=model, tasks_per_step=a.tasks, group_size=a.group, max_new_tokens=a.new_tokens, lr=a.lr,
-                       threads=a.threads, work_dir=a.work_dir, device=a.device, engine=a.engine)
-        entry: dict[str, Any] = {"params": _params(base), "cells": {}}
-        if "bf16" in a.precisions.split(","):
+        work = _workload(model, a)
+        base = Setting(model=model, threads=a.threads, work_dir=a.work_dir, device=a.device, engine=a.engine, **work)
+        flops_step, _, params = _prior_flops(base)
+        entry: dict[str, Any] = {"params": params, "workload": work, "cells": {}}
+        result["models"][model] = entry
+        precisions, trl_cell = our_precisions, trl_precisions
+        if model in one_precision:
+            best = hardware.fastest(rates, kept)
+            precisions, trl_cell = [best], [best] if trl_precisions else []
+            entry["one_precision"] = f"{best}: the kept precision with the highest matmul rate (--one-precision-models)"
+        if "bf16" in precisions and budget.admit(f"{model}: bf16 accuracy", 2 * plan.prior_step_s(flops_step, rates["32"])):
             from bench.precision import precision_accuracy
 
             entry["bf16_accuracy"] = precision_accuracy(base)
-        precisions, trl_cell = a.precisions.split(","), trl_precisions
-        for kl in a.kl.split(","):
-            cell = run_cell(replace(base, kl_coef=float(kl)), precisions, trl_cell, a.warmup, n_steps)
+        measured: dict[str, float] = {}
+        startup: float | None = None
+        for j, kl in enumerate(filter(None, a.kl.split(","))):
+            s = replace(base, kl_coef=float(kl))
+            options: list[tuple[str, Any, float]] = []
+            for label, ps, tps in (("every precision", precisions, trl_cell),
+                                   ("one precision", [hardware.fastest(rates, precisions)],
+                                    [hardware.fastest(rates, trl_cell)] if trl_cell else [])):
+                names = list(cell_series(s, ps, tps))
+                if options and names == options[-1][1][2]:
+                    continue
+                est = estimate_cell(names, flops_step, rates, measured, startup, params, a.warmup, n_steps, kl=j > 0)
+                options.append((f"{label} ({len(names)} series)", (ps, tps, names), est))
+            chosen = budget.choose(f"{model} kl={kl}", options)
+            if chosen is None:
+                continue
+            cell = run_cell(s, chosen[0], chosen[1], a.warmup, n_steps)
             entry["cells"][f"kl={kl}"] = cell
+            if j == 0:
+                measured = {k: v["step"]["median_s"] for k, v in cell.items() if isinstance(v, dict) and "step" in v}
+                startup = cell["timing"]["startup_s"]
             if a.best_only_after_first:  # later cells: each trainer at its best precision of the first cell
                 precisions = [_best(cell, "ours")]
                 trl_cell = [_best(cell, "trl")] if trl_cell else []
-        result["models"][model] = entry
         print(f"[bench] {model} done at {time.perf_counter() - t_start:.0f} s", flush=True)
+        if model in set(filter(None, a.generation_models.split(","))):
+            gen_s = replace(base, precision=hardware.fastest(rates, kept))
+            columns = [c for c in a.generation_columns.split(",") if c]
+            _, gen_flops, _ = _prior_flops(gen_s)
+            est = len(columns) * (plan.STARTUP_S + 20.0 + (1 + a.generation_reps) * plan.prior_step_s(gen_flops, rates[gen_s.precision]))
+            if budget.admit(f"{model}: generation (hf, vllm, vllm-bare)", est):
+                from bench.generation import measure
+
+                entry["generation"] = {"precision": gen_s.precision, "rows": gen_s.tasks_per_step * gen_s.group_size,
+                                       "max_new_tokens": gen_s.max_new_tokens, "reps": a.generation_reps,
+                                       **measure(gen_s.as_dict(), columns, warmup=1, reps=a.generation_reps)}
     from bench.multiturn import measure_multiturn
 
-    if not a.no_multiturn:
+    if not a.no_multiturn and budget.admit("multi-turn rollouts", 8.0 if a.quick else 60.0):
         result["multiturn"] = measure_multiturn(Setting(threads=a.threads, work_dir=a.work_dir), a.mt_tasks, a.mt_group,
-                                                a.new_tokens, a.mt_sft_steps, a.mt_reps)
-    if not a.quick and not a.no_engines and (Path(__file__).parent / "engines.py").exists():
+                                                16 if a.new_tokens is None else a.new_tokens, a.mt_sft_steps, a.mt_reps)
+    if (not a.quick and not a.no_engines and (Path(__file__).parent / "engines.py").exists()
+            and budget.admit("engine columns (bench/engines.py, tiny model)", 150.0)):
         result["engines"] = run_engines(a.out, a.threads)
+    result["skipped_for_time"] = budget.skipped
     result["machine"]["load_average_end"] = list(os.getloadavg())
     result["wall_s"] = time.perf_counter() - t_start
     derive(result)
@@ -151,8 +263,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return result
 
 
+def mfu(flops: float, seconds: float, rate: float) -> tuple[float | None, str | None]:
+    """FLOPs over seconds against the matmul rate of the precision used; above 1 it cannot be right
+    (the count or the rate is wrong), so it is reported as n/a with the reason, never clamped."""
+    value = flops / seconds / rate
+    if value > 1.0:
+        return None, (f"n/a: the FLOP count over the time is {100 * value:.0f}% of the measured matmul rate; "
+                      f"the count or the rate is wrong")
+    return value, None
+
+
 def derive(result: dict[str, Any]) -> None:
-    """Ratios, overheads over the minimal work (same cell, same precision), and MFU."""
+    """Ratios, overheads over the minimal work (same cell, same precision), and MFU (against the
+    measured matmul rate of the precision each series ran at)."""
     for entry in result["models"].values():
         for cell in entry["cells"].values():
             series = {k: v for k, v in cell.items() if isinstance(v, dict) and "step" in v}
@@ -166,12 +289,15 @@ def derive(result: dict[str, Any]) -> None:
                 stats["overhead_over_minimal"] = stats["step"]["median_s"] / minimal["step"]["median_s"] - 1
                 if name.startswith("ours/"):
                     rate = result["matmul_flops"][p]
-                    stats["mfu_train"] = minimal["flops_train"] / stats["time_train_s"] / rate
-                    stats["mfu_step"] = (minimal["flops_train"] + minimal["flops_generate"]) / stats["step"]["median_s"] / rate
+                    stats["mfu_train"], stats["mfu_train_note"] = mfu(minimal["flops_train"], stats["time_train_s"], rate)
+                    stats["mfu_step"], stats["mfu_step_note"] = mfu(minimal["flops_train"] + minimal["flops_generate"],
+                                                                    stats["step"]["median_s"], rate)
             for p in {k.split("/")[1] for k in series}:
                 m = series.get(f"minimal/{p}")
                 if m is not None:
-                    m["mfu_train"] = m["flops_train"] / m["time_train_s"] / result["matmul_flops"][p]
+                    m["mfu_train"], m["mfu_train_note"] = mfu(m["flops_train"], m["time_train_s"], result["matmul_flops"][p])
+            if not ours:
+                continue
             best_ours = min(ours, key=lambda k: ours[k]["step"]["median_s"])
             cell["best_ours"] = best_ours
             if trl:
@@ -200,13 +326,6 @@ def run_engines(out: str, threads: int, timeout: int = 150) -> dict[str, Any]:
 def _best(cell: dict[str, Any], trainer: str) -> str:
     series = {k: v for k, v in cell.items() if k.startswith(trainer + "/")}
     return min(series, key=lambda k: series[k]["step"]["median_s"]).split("/")[1]
-
-
-def _params(s: Setting) -> int:
-    from bench.work import base_model
-
-    _, model = base_model(s)
-    return sum(p.numel() for p in model.parameters())
 
 
 def _version(name: str) -> str | None:

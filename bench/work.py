@@ -9,9 +9,10 @@ or `max_new_tokens`, so our trainer and TRL's generate the same kind of text fro
 from __future__ import annotations
 
 import contextlib
+import shutil
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +54,56 @@ class BenchArith(ArithEnv):
     stop = ()
 
 
-def model_config(name: str) -> ModelConfig:
-    data = OmegaConf.to_container(OmegaConf.load(CONF / "model" / f"{name}.yaml"))
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), data))  # type: ignore[return-value]
+# The workload of a model whose step is too slow for the small models' 16 x 8 prompts on 2 cores:
+# fewer rows, a learning rate that suits a pretrained model. Our trainer, TRL and the minimal work
+# all get it (`--tasks`, `--group`, `--new-tokens`, `--lr` given on the command line win).
+MODEL_WORKLOAD: dict[str, dict[str, Any]] = {
+    "smollm2": {"tasks_per_step": 8, "group_size": 4, "max_new_tokens": 16, "lr": 5e-5},
+}
+
+
+def model_config(name: str, work_dir: str | None = None) -> ModelConfig:
+    """common/conf/model/<name>.yaml as a ModelConfig (a file with a top-level `model:` key, such as
+    smollm2.yaml, is read from that key). With `work_dir`, a GGUF model is resolved to its
+    dequantized Hugging Face folder under work_dir (`dequantized`), so every process of the
+    benchmark loads the same float32 weights quickly and vLLM can serve them."""
+    data: Any = OmegaConf.to_container(OmegaConf.load(CONF / "model" / f"{name}.yaml"))
+    if "model" in data:
+        data = data["model"]
+    cfg: ModelConfig = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), data))  # type: ignore[assignment]
+    if work_dir is not None and cfg.kind == "pretrained" and cfg.gguf_file:
+        return replace(cfg, path=str(dequantized(cfg, work_dir)), gguf_file=None)
+    return cfg
+
+
+def dequantized(cfg: ModelConfig, work_dir: str) -> Path:
+    """The GGUF model `cfg` saved once as a float32 Hugging Face folder under work_dir."""
+    from filelock import FileLock
+
+    from common.policy import load_pretrained
+
+    folder = Path(work_dir) / "dequantized" / Path(str(cfg.gguf_file)).stem
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder) + ".lock"):
+        if not (folder / "config.json").exists():
+            import copy
+
+            from transformers import AutoModelForCausalLM
+
+            tok, model = load_pretrained(cfg)
+            # transformers refuses to save a model loaded from GGUF: copy its (already float32)
+            # weights into a plain model of the same config, which saves as any other
+            config = copy.deepcopy(model.config)
+            if hasattr(config, "quantization_config"):
+                del config.quantization_config
+            plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+            plain.load_state_dict(model.state_dict())
+            tmp = folder.with_suffix(".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tok.save_pretrained(tmp)
+            plain.save_pretrained(tmp)
+            tmp.rename(folder)
+    return folder
 
 
 def bench_env() -> BenchArith:
@@ -67,16 +115,28 @@ def base_model(s: Setting) -> tuple[Any, Any]:
     """Tokenizer and randomly initialised base model (built once, cached under work_dir)."""
     from common.policy import warm_started_base
 
-    tok, model, _ = warm_started_base(model_config(s.model), SFTConfig(enabled=False), bench_env(), s.seed, s.work_dir)
+    tok, model, _ = warm_started_base(model_config(s.model, s.work_dir), SFTConfig(enabled=False), bench_env(), s.seed,
+                                      s.work_dir)
     return tok, model
 
 
 def model_folder(s: Setting) -> str:
-    """The cache folder of the base model and tokenizer (loadable with from_pretrained)."""
+    """The folder of the base model and tokenizer (loadable with from_pretrained): the tiny model's
+    cache folder, or a pretrained model's own (dequantized) folder."""
     from common.policy import warm_started_base
 
-    _, _, info = warm_started_base(model_config(s.model), SFTConfig(enabled=False), bench_env(), s.seed, s.work_dir)
+    cfg = model_config(s.model, s.work_dir)
+    if cfg.kind == "pretrained":
+        return str(cfg.path)
+    _, _, info = warm_started_base(cfg, SFTConfig(enabled=False), bench_env(), s.seed, s.work_dir)
     return str(Path(s.work_dir) / "warmstart" / info["key"])
+
+
+def chat_format(s: Setting, tokenizer: Any) -> Any:
+    """The chat template pieces our rollout wraps a prompt in (None for a model without one)."""
+    from common.chat import ChatFormat
+
+    return ChatFormat.from_tokenizer(tokenizer) if model_config(s.model).chat_template else None
 
 
 def step_prompts(s: Setting, steps: int) -> list[list[dict[str, Any]]]:
@@ -94,12 +154,15 @@ def step_prompts(s: Setting, steps: int) -> list[list[dict[str, Any]]]:
     return [method.tasks(pool, k, random.Random(derive_seed(s.seed, k, "tasks"))) for k in range(steps)]
 
 
-def prompt_text(task: dict[str, Any]) -> str:
+def prompt_text(task: dict[str, Any], chat: Any = None) -> str:
+    """The prompt of `task` exactly as our rollout writes it: wrapped in the chat template (`chat`,
+    see `chat_format`) for an instruct model."""
     import json
 
+    from common.chat import observation_text
     from common.envs.arith import ArithEpisode
 
-    return ArithEpisode(json.loads(task["task"]), "single").start().text
+    return observation_text(chat, ArithEpisode(json.loads(task["task"]), "single").start().text, first=True)
 
 
 def answer(task: dict[str, Any]) -> int:
@@ -159,23 +222,27 @@ def matmul_rate(dtype: torch.dtype, n: int = 1024, seconds: float = 1.0, device:
 
 
 # ---- FLOP counts ---------------------------------------------------------------------------------
-def forward_flops(config: Any, lora_rank: int, lora_targets: list[str], rows: int, length: int) -> dict[str, float]:
+def forward_flops(config: Any, lora_rank: int, lora_targets: list[str], rows: int, length: int,
+                  head_positions: int | None = None) -> dict[str, float]:
     """Matmul FLOPs of one forward over rows x length tokens, and of the backward of a LoRA update.
 
-    Forward: 2 x weights per token for every linear layer (base and LoRA) and the LM head, plus
-    attention's two L x L products (SDPA computes the full square). Backward with a frozen base:
+    Forward: 2 x weights per token for every linear layer (base and LoRA), the LM head at the
+    `head_positions` last positions of each row only (all of them when None: the trainers keep the
+    logits of the completion's positions alone, generation those of the last position), plus
+    attention's two L x L products (the full square is computed). Backward with a frozen base:
     the activation gradients cost one forward again; LoRA weights also get weight gradients; the
     attention products have two gradient products each.
     """
     h, i = config.hidden_size, config.intermediate_size
-    q = config.num_attention_heads * config.head_dim
-    kv = config.num_key_value_heads * config.head_dim
+    head_dim = getattr(config, "head_dim", None) or h // config.num_attention_heads
+    q = config.num_attention_heads * head_dim
+    kv = config.num_key_value_heads * head_dim
     shapes = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
               "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
     layers, tokens = config.num_hidden_layers, rows * length
     linear = 2 * tokens * layers * sum(a * b for a, b in shapes.values())
     lora = 2 * tokens * layers * sum(lora_rank * (a + b) for name, (a, b) in shapes.items() if name in lora_targets)
-    head = 2 * tokens * h * config.vocab_size
+    head = 2 * rows * min(length, length if head_positions is None else head_positions) * h * config.vocab_size
     attn = 2 * 2 * rows * length * length * q * layers
     fwd = linear + lora + head + attn
     bwd = linear + 2 * lora + head + 2 * attn
@@ -183,10 +250,12 @@ def forward_flops(config: Any, lora_rank: int, lora_targets: list[str], rows: in
 
 
 def decode_flops(config: Any, lora_rank: int, lora_targets: list[str], rows: int, prompt: int, new: int) -> float:
-    """Matmul FLOPs of generating `new` tokens for `rows` prompts of length `prompt` with a KV cache."""
-    total = forward_flops(config, lora_rank, lora_targets, rows, prompt)["forward"]
-    for t in range(new):
+    """Matmul FLOPs of generating `new` tokens for `rows` prompts of length `prompt` with a KV cache
+    (the prefill's LM head at the last position only)."""
+    total = forward_flops(config, lora_rank, lora_targets, rows, prompt, head_positions=1)["forward"]
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    for t in range(new - 1):  # the first new token comes from the prefill's logits
         per = forward_flops(config, lora_rank, lora_targets, rows, 1)["forward"]
-        attn_one = 2 * 2 * rows * 1 * 1 * config.num_attention_heads * config.head_dim * config.num_hidden_layers
+        attn_one = 2 * 2 * rows * 1 * 1 * config.num_attention_heads * head_dim * config.num_hidden_layers
         total += per - attn_one + attn_one * (prompt + t + 1)
     return total

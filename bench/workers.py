@@ -92,7 +92,7 @@ def build_ours(s: Setting, steps: int, callbacks: list[Any]) -> tuple[Any, Any, 
                                 threads=s.threads, precision=s.precision, accelerator="gpu" if s.device == "cuda" else "cpu")
     engine = EngineConfig(name=s.engine, gpu_memory_utilization=0.3) if s.engine == "vllm" else EngineConfig()
     out = tempfile.mkdtemp(prefix="bench-ours-")
-    cfg = RunConfig(model=model_config(s.model), sft=SFTConfig(enabled=False), trainer=trainer_cfg, engine=engine,
+    cfg = RunConfig(model=model_config(s.model, s.work_dir), sft=SFTConfig(enabled=False), trainer=trainer_cfg, engine=engine,
                     eval=EvalConfig(at_start=False, every=0), seed=s.seed, out_dir=out, work_dir=s.work_dir, loggers=[],
                     progress=False, force=True)
     env = bench_env()
@@ -139,15 +139,23 @@ def run_trl(s: Setting, steps: int, conn: Any) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from bench.work import model_config, model_folder
+    from bench.work import chat_format, model_config, model_folder
 
     warnings.filterwarnings("ignore")
     logging.getLogger("transformers").setLevel(logging.ERROR)
-    cfg = model_config(s.model)
+    cfg = model_config(s.model, s.work_dir)
     folder = model_folder(s)
     tok, model = AutoTokenizer.from_pretrained(folder), AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    if tok.pad_token is None:  # as common.policy.load_pretrained does
+        tok.pad_token = tok.eos_token
     tasks = [t for step in step_prompts(s, steps + 1) for t in step]
-    data = Dataset.from_dict({"prompt": [prompt_text(t) for t in tasks], "answer": [answer(t) for t in tasks]})
+    # an instruct model's prompts go in already wrapped in the chat template, exactly as our rollout
+    # wraps them (TRL tokenizes a plain prompt as is), so both trainers see the same prompt tokens
+    prompts = [prompt_text(t, chat_format(s, tok)) for t in tasks]
+    ours = tok.encode(prompts[0], add_special_tokens=False)
+    if tok(text=prompts[:1])["input_ids"][0] != ours:
+        raise RuntimeError(f"TRL would tokenize the prompt differently from our rollout ({ours[:8]}...)")
+    data = Dataset.from_dict({"prompt": prompts, "answer": [answer(t) for t in tasks]})
     counted = {"tokens": 0}
     final = re.compile(r"#\s*(-?\d+)\s*$")
 

