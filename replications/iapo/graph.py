@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from common.episode import Episode
 
@@ -198,7 +198,7 @@ def hf_greedy(model_path: str, max_new_tokens: int = 256) -> Callable[[str], str
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16 if torch.cuda.is_available() else torch.float32)
+    model: Any = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16 if torch.cuda.is_available() else torch.float32)
     model.eval().requires_grad_(False)
     if torch.cuda.is_available():
         model.cuda()
@@ -207,6 +207,6 @@ def hf_greedy(model_path: str, max_new_tokens: int = 256) -> Callable[[str], str
         ids = tokenizer(prompt, return_tensors="pt").to(model.device)
         with torch.no_grad():
             out = model.generate(**ids, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.eos_token_id)
-        return tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+        return str(tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True))
 
     return generate
