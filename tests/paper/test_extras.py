@@ -23,7 +23,7 @@ def test_extra_tables_are_found_by_the_registry_names():
     assert set(extra_tables("ccpo")) == {"thinker", "compute"}
     assert set(extra_tables("canopy")) == {"ablations", "training", "ordering"}
     assert set(extra_tables("sharp")) == {"compute", "gap-growth"}
-    assert extra_tables("grpo") == {}  # in the registry, no tables.py
+    assert set(extra_tables("grpo")) == {"mode-selection"}
     assert extra_tables("toy") == {}  # not a registered method
 
 
