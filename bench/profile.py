@@ -1,10 +1,11 @@
 """Profile our GRPO step: where the time of N steps goes (cProfile, by own time and cumulative).
 
     .venv/bin/python -m bench.profile --model tiny --steps 6 [--precision bf16] [--kl 0.04] [--torch]
-    .venv/bin/python -m bench.profile --model smollm2 --steps 2 --precision bf16 --breakdown
+    .venv/bin/python -m bench.profile --model smollm2 --steps 3 --precision bf16 --breakdown
 
 `--torch` adds torch.profiler's operator table (self CPU time, grouped by input shape) for the last
-step. `--breakdown` times the parts of the last step by wall clock instead (no cProfile): the
+step. `--breakdown` times the parts of the step before the last (the last ends with the final
+evaluation) by wall clock instead (no cProfile): the
 rollout's prefill and decode, the update's scoring forward, the reference forward (KL), the
 backward, and inside them the LM head and the LoRA terms (bench/profile.py `PARTS`). The model's
 workload is the benchmark's (`bench.work.MODEL_WORKLOAD`).
@@ -99,7 +100,8 @@ def _lora_term(self: Any, x: torch.Tensor) -> torch.Tensor:
 
 
 def breakdown(s: Setting, steps: int) -> dict[str, Any]:
-    """Wall seconds of the parts of the last of `steps` steps (see the module docstring)."""
+    """Wall seconds of the parts of the step before the last of `steps` steps (the last one ends
+    with the trainer's final evaluation); see the module docstring."""
     import time
 
     import lightning as L
@@ -128,14 +130,17 @@ def breakdown(s: Setting, steps: int) -> dict[str, Any]:
     timers.wrap(sys.modules[__name__], "_lora_term", "  of which LoRA terms (x A^T) (sB)^T, forward only")
     step_wall: dict[str, float] = {}
 
+    if steps < 2:
+        raise ValueError("--breakdown times the step before the last (the last one ends with the final evaluation): --steps >= 2")
+
     class Last(L.Callback):
         def on_train_batch_start(self, tr: Any, pl: Any, batch: Any, idx: int) -> None:
-            if idx == steps - 1:
+            if idx == steps - 2:
                 timers.active = True
                 step_wall["t0"] = time.perf_counter()
 
         def on_train_batch_end(self, tr: Any, pl: Any, out: Any, batch: Any, idx: int) -> None:
-            if idx == steps - 1:
+            if idx == steps - 2:
                 timers.active = False
                 step_wall["step_s"] = time.perf_counter() - step_wall["t0"]
 
@@ -144,7 +149,7 @@ def breakdown(s: Setting, steps: int) -> dict[str, Any]:
         trainer.fit(module)
     finally:
         timers.undo()
-    last = run_dir.read_metrics()[-1]
+    last = [m for m in run_dir.read_metrics() if "time_rollout_s" in m][-2]
     return {"step_s": step_wall.get("step_s"), "time_rollout_s": last["time_rollout_s"], "time_train_s": last["time_train_s"],
             "generated_tokens": last["generated_tokens"], "parts_s": timers.seconds, "calls": timers.calls}
 
