@@ -95,7 +95,7 @@ RESUME_IRRELEVANT = {"progress", "force", "trainer.threads", "loggers", "out_dir
 # runs computed: a recorded config without the key equals a new one holding that value (the dev split
 # is generated after every other split and the default evaluation is still the held-out split)
 ADDED_SETTINGS = {"env.dev_size": 64, "eval.split": "heldout",
-                  "method.update": "rl",  # GRPO's supervised control arm (#16); every earlier run was RL
+                  "method.update": "rl",  # a supervised control arm's setting (#16); every earlier run was RL
                   # scale=paper's data paths (#14): read only at the paper scale; runs recorded before they
                   # existed ran without them
                   "method.paper_data": None, "method.paper_datasets": []}
