@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from common.run import quiet
 
     quiet()
-    have_trl = importlib.util.find_spec("trl") is not None
+    have_trl = trl_installed()
     trl_requested = [] if a.no_trl or not have_trl else a.trl_precisions.split(",")
     threads = a.threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
@@ -326,6 +326,11 @@ def run_engines(out: str, threads: int, timeout: int = 150) -> dict[str, Any]:
 def _best(cell: dict[str, Any], trainer: str) -> str:
     series = {k: v for k, v in cell.items() if k.startswith(trainer + "/")}
     return min(series, key=lambda k: series[k]["step"]["median_s"]).split("/")[1]
+
+
+def trl_installed() -> bool:
+    """Whether TRL is importable here (the `bench` extra); without it the TRL series are skipped, with a note."""
+    return importlib.util.find_spec("trl") is not None
 
 
 def _version(name: str) -> str | None:

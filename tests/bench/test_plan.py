@@ -131,6 +131,7 @@ def stubbed(monkeypatch):
     monkeypatch.setattr(bench.run, "_prior_flops", lambda s: (1e9, 1e8, 1_000_000))
     monkeypatch.setattr(bench.run, "run_cell", lambda *a: calls.append(a) or fake_cell(*a))
     monkeypatch.setattr(bench.run, "run_engines", lambda *a: {"ok": True, "files": "x"})
+    monkeypatch.setattr(bench.run, "trl_installed", lambda: True)  # the cells are stubbed: TRL itself never runs
     return calls
 
 
@@ -144,6 +145,17 @@ def test_run_skips_the_slow_precision_everywhere(stubbed, tmp_path):
     assert {"ours/32", "trl/32", "minimal/32"} <= series and not any("bf16" in s for s in series)
     assert "Precision bf16 skipped" in (tmp_path / "bench.md").read_text()
     assert r["machine"]["cpu"]["model"]  # what the manifests record
+
+
+def test_without_trl_its_series_are_skipped_with_a_note(stubbed, monkeypatch, tmp_path):
+    import bench.run
+
+    monkeypatch.setattr(bench.run, "trl_installed", lambda: False)
+    r = bench.run.main(["--models", "tiny", "--kl", "0", "--no-multiturn", "--no-engines", "--generation-models", "",
+                        "--out", str(tmp_path)])
+    series = set(r["models"]["tiny"]["cells"]["kl=0"])
+    assert "ours/32" in series and not any(s.startswith("trl/") for s in series)
+    assert "not installed" in r["trl_skipped"] and r["machine"]["trl"] is None
 
 
 def test_run_under_a_cap_skips_with_notes_never_silently(stubbed, tmp_path):
