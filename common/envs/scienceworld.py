@@ -46,6 +46,7 @@ from datasets import Dataset, DatasetDict
 
 from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
 from common.episode import Event
+from common.records import atomic_write_text
 
 PACKAGE, LICENSE = "scienceworld", "Apache-2.0"
 AGENT = "agent"
@@ -81,8 +82,7 @@ def variations(cache_dir: str, simplification: str) -> dict[str, dict[str, list[
                          "test": list(sim.get_variations_test())}
     finally:
         _give_back(sim)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out))
+    atomic_write_text(path, json.dumps(out))  # whole or not at all: parallel runs read it
     return out
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import random
 import sys
 import types
@@ -97,7 +98,7 @@ def game_file(cache_dir: str, seed: int, quest_length: int, rooms: int, objects:
         options.seeds = seed
         options.nb_rooms, options.nb_objects, options.quest_length = rooms, objects, quest_length
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{seed}.tmp")
+        tmp = path.with_suffix(f".{seed}.{os.getpid()}.tmp")  # one per process: parallel runs make the same game
         make_game(options).save(str(tmp))
         tmp.replace(path)
     return str(path)
