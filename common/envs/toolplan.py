@@ -30,11 +30,16 @@ The scripted demonstrator is deliberately imperfect (it calls the distractor wit
 `demo_distractor` and a wrong tool with `demo_wrong`), so the SFT warm start leaves a tool-choice
 error for RL to remove; with K workers, broadcast credit sees each worker's choice through an
 outcome that also needs the K - 1 others right.
+
+The planner-and-workers frame (`PlannerWorkersConfig`, `PlannerWorkersEpisode`, `PlannerWorkersEnv`,
+`match`, `Replay`: the phases, the outcome's metrics, the settings' checks) lives here and is shared
+with `toolhops`, its harder variant.
 """
 
 from __future__ import annotations
 
 import random
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,15 +56,25 @@ VALUES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 @dataclass
-class ToolPlanConfig(EnvConfig):
-    name: str = "toolplan"
-    k: int = 3  # sub-queries (= workers) per question, 2..5
+class PlannerWorkersConfig(EnvConfig):
+    """The settings of every planner-and-workers environment (`toolplan`, `toolhops`)."""
+
+    k: int = 3  # facts (sub-queries) per question, 2..5
     demo_distractor: float = 0.25  # the demonstrator calls the distractor tool with this probability
-    demo_wrong: float = 0.10  # ... and a wrong tool (returns ERR) with this probability
+    demo_wrong: float = 0.10  # ... and another tool (returns ERR) with this probability
+
+
+@dataclass
+class ToolPlanConfig(PlannerWorkersConfig):
+    name: str = "toolplan"  # k sub-queries = k workers; the demonstrator's error rates as in PlannerWorkersConfig
 
 
 def match(answer: list[str], truth: list[str]) -> float:
-    """Soft match of a composed answer: 1/2 share of right slots + 1/2 exact match (v of a coalition)."""
+    """Soft match of a composed answer: 1/2 share of right slots + 1/2 exact match (v of a coalition).
+
+    >>> match(["A", "B"], ["A", "C"]), match(["A", "C"], ["A", "C"]), match([], ["A", "C"])
+    (0.25, 1.0, 0.0)
+    """
     right = [a == t for a, t in zip(answer, truth, strict=False)]
     share = sum(right) / len(truth)
     exact = float(len(answer) == len(truth) and all(right))
@@ -70,8 +85,8 @@ def match(answer: list[str], truth: list[str]) -> float:
 class Replay:
     """A counterfactual replay of one episode: what the planner saw, what it answered, the score."""
 
-    results: list[str]  # the tool results shown to the planner (masked workers: the placeholder)
-    answer: list[str]  # the composed answer (masked workers' slots: the placeholder)
+    results: list[str]  # each worker's result as replayed (masked workers: the placeholder)
+    answer: list[str]  # the replayed composition, one slot per fact
     value: float  # match(answer, truth): v(S) for S = the unmasked workers
 
 
@@ -91,18 +106,90 @@ def _split(text: str) -> list[str]:
     return text.split()
 
 
-class ToolPlanEpisode(EpisodeState):
+class PlannerWorkersEpisode(EpisodeState):
+    """The phases every planner-and-workers episode goes through, and its outcome.
+
+    plan (the planner's one action) -> work (one tool call per worker) -> answer (the planner composes
+    `k` slots, one per fact) -> the end: reward 1 iff every slot equals `truth`. Subclasses parse the
+    plan, run the tools (`_plan`, `_work`, each call ending in `_called`), write the observations
+    (`_worker_obs`, `_compose_obs`) and add their own metrics and counterfactual record to the
+    outcome's info (`_more_info`).
+    """
+
+    def __init__(self, truth: list[str]):
+        self.truth = truth  # the true value of each fact slot
+        self.k = len(truth)
+        self.phase = "plan"
+        self.results: list[str] = []  # each worker's tool result, in order
+        self.kinds: list[str] = []  # each worker's call: value | distractor | error | invalid (toolhops: blocked too)
+
+    def step(self, action: str) -> StepResult:
+        if self.phase == "plan":
+            return self._plan(action)
+        if self.phase == "work":
+            return self._work(action)
+        return self._answer(action)
+
+    @abstractmethod
+    def _plan(self, action: str) -> StepResult:
+        """Parse the plan; a malformed one ends the episode (`_end(None, ...)`)."""
+
+    @abstractmethod
+    def _work(self, action: str) -> StepResult:
+        """Run the acting worker's tool call and return `_called(...)`."""
+
+    @abstractmethod
+    def _worker_obs(self) -> Observation:
+        """The next worker's sub-query (a fresh context)."""
+
+    @abstractmethod
+    def _compose_obs(self) -> Observation:
+        """The planner's view of the results, asking for the answer."""
+
+    def _called(self, result: str, kind: str, events: list[Event], workers: int) -> StepResult:
+        """Record one worker's call; the next worker acts, or after the last of `workers` the planner answers."""
+        self.results.append(result)
+        self.kinds.append(kind)
+        if len(self.results) < workers:
+            return StepResult(self._worker_obs(), events=events)
+        self.phase = "answer"
+        return StepResult(self._compose_obs(), events=events)
+
+    @abstractmethod
+    def _more_info(self, answer: list[str] | None) -> dict[str, Any]:
+        """The environment's own entries of the outcome's info, after the shared metrics (`record` last)."""
+
+    def _answer(self, action: str) -> StepResult:
+        answer, events = _split(action), []
+        if len(answer) != self.k:
+            events.append(Event("invalid_action", 0, {"role": "planner", "why": f"expected {self.k} answers separated by spaces"}))
+            answer = [PLACEHOLDER] * self.k
+        return self._end(answer, events, plan_ok=True)
+
+    def _end(self, answer: list[str] | None, events: list[Event], plan_ok: bool) -> StepResult:
+        slots = [a == v for a, v in zip(answer, self.truth, strict=True)] if answer else [False] * self.k
+        exact, kinds = all(slots), self.kinds
+        calls = max(len(kinds), 1)
+        info = {
+            "exact_match": exact,
+            "slot_accuracy": sum(slots) / self.k,
+            "match": match(answer or [], self.truth),
+            "plan_ok": plan_ok,
+            "distractor_rate": kinds.count("distractor") / calls,
+            "tool_error_rate": (kinds.count("error") + kinds.count("invalid")) / calls,
+            "right_tool_rate": kinds.count("value") / calls,
+            **self._more_info(answer),
+        }
+        return StepResult(None, reward=float(exact), events=events, success=exact, info=info)
+
+
+class ToolPlanEpisode(PlannerWorkersEpisode):
     def __init__(self, task: dict[str, Any], cfg: ToolPlanConfig, rng: random.Random):
+        super().__init__(list(task["values"]))
         self.queries: list[tuple[str, str]] = [(a, e) for a, e in task["queries"]]
-        self.values: list[str] = list(task["values"])
         self.decoys: list[str] = list(task["decoys"])
         self.cfg, self.rng = cfg, rng
-        self.k = len(self.queries)
-        self.phase = "plan"
         self.subqueries: list[tuple[str, str]] = []
-        self.results: list[str] = []
-        self.tools: list[str] = []
-        self.events_ok: list[str] = []  # per worker: value | distractor | error | invalid
 
     # ---- text ---------------------------------------------------------------------------
     def question(self) -> str:
@@ -134,13 +221,6 @@ class ToolPlanEpisode(EpisodeState):
         return " " + " ".join(self.results)  # a copy of the results line: ERR/BAD slots are simply wrong
 
     # ---- the rules ------------------------------------------------------------------------
-    def step(self, action: str) -> StepResult:
-        if self.phase == "plan":
-            return self._plan(action)
-        if self.phase == "work":
-            return self._work(action)
-        return self._answer(action)
-
     def _plan(self, action: str) -> StepResult:
         items = _split(action)
         if len(items) != self.k or any(a not in ATTRIBUTES for a in items):
@@ -162,7 +242,7 @@ class ToolPlanEpisode(EpisodeState):
             events.append(Event("invalid_action", 0, {"role": "worker", "worker": m,
                                                       "why": f"unknown tool {tool!r}; tools: {', '.join(TOOLS)}"}))
         elif slot is not None and tool == RIGHT_TOOL[sub[0]]:
-            result, kind = self.values[slot], "value"
+            result, kind = self.truth[slot], "value"
         elif slot is not None and tool == DISTRACTOR_TOOL[sub[0]]:
             result, kind = self.decoys[slot], "distractor"
         else:
@@ -170,59 +250,47 @@ class ToolPlanEpisode(EpisodeState):
         events.append(Event("tool_result", 0, {"worker": m, "result": result, "kind": kind}))
         if kind == "error":
             events.append(Event("error", 0, {"worker": m, "why": f"{tool} cannot answer {sub[0]} {sub[1]}"}))
-        self.results.append(result)
-        self.tools.append(kind)
-        if len(self.results) < self.k:
-            return StepResult(self._worker_obs(), events=events)
-        self.phase = "answer"
-        return StepResult(self._compose_obs(), events=events)
+        return self._called(result, kind, events, self.k)
 
-    def _answer(self, action: str) -> StepResult:
-        answer = _split(action)
-        events = []
-        if len(answer) != self.k or any(not a for a in answer):
-            events.append(Event("invalid_action", 0, {"role": "planner", "why": f"expected {self.k} answers separated by spaces"}))
-            answer = [PLACEHOLDER] * self.k
-        return self._end(answer, events, plan_ok=True)
-
-    def _end(self, answer: list[str] | None, events: list[Event], plan_ok: bool) -> StepResult:
-        slots = [a == v for a, v in zip(answer, self.values, strict=True)] if answer else [False] * self.k
-        exact = all(slots)
-        calls = max(len(self.tools), 1)
-        info = {
-            "exact_match": exact,
-            "slot_accuracy": sum(slots) / self.k,
-            "match": match(answer or [], self.values),
-            "plan_ok": plan_ok,
-            "distractor_rate": self.tools.count("distractor") / calls if self.tools else 0.0,
-            "tool_error_rate": (self.tools.count("error") + self.tools.count("invalid")) / calls if self.tools else 0.0,
-            "right_tool_rate": self.tools.count("value") / calls if self.tools else 0.0,
-            # for counterfactual replays (not a metric: evaluation averages numbers only)
-            "record": {"truth": list(self.values), "results": list(self.results), "answer": answer,
-                       "tool_kinds": list(self.tools)},
-        }
-        return StepResult(None, reward=float(exact), events=events, success=exact, info=info)
+    def _more_info(self, answer: list[str] | None) -> dict[str, Any]:
+        # for counterfactual replays (not a metric: evaluation averages numbers only)
+        return {"record": {"truth": list(self.truth), "results": list(self.results), "answer": answer,
+                           "tool_kinds": list(self.kinds)}}
 
 
-class ToolPlanEnv(Environment):
-    name = "toolplan"
+class PlannerWorkersEnv(Environment):
+    """What every planner-and-workers environment shares: the roles, one fact count `k` (the one tier),
+    the demonstrator's error rates, and counterfactual replay (a `replay` of its own in each)."""
+
     roles = ("planner", "worker")
     offers = frozenset({"multi_agent_shared_outcome", "counterfactual_replay"})  # common/envs/features.py
-    config_class = ToolPlanConfig
     stop = ("\n",)
-    replay = staticmethod(replay)  # counterfactual re-scoring: env.replay(Episode.info["record"], masked)
 
-    def __init__(self, cfg: ToolPlanConfig):
+    def __init__(self, cfg: PlannerWorkersConfig):
         if not 2 <= cfg.k <= 5:
             raise ValueError(f"env.k must be in 2..5; got {cfg.k}")
         if not (cfg.demo_distractor >= 0 and cfg.demo_wrong >= 0 and cfg.demo_distractor + cfg.demo_wrong <= 1):
             raise ValueError("need env.demo_distractor, env.demo_wrong >= 0 with a sum <= 1")
         super().__init__(cfg)
-        self.cfg: ToolPlanConfig = cfg
+        self.cfg: PlannerWorkersConfig = cfg
 
     @property
     def tiers(self) -> tuple[int, ...]:
         return (self.cfg.k,)
+
+    def _main_only(self, variant: str) -> None:
+        if variant != "main":
+            raise ValueError(f"{self.name} has no episode variant {variant!r}; counterfactuals use {self.name}.replay()")
+
+
+class ToolPlanEnv(PlannerWorkersEnv):
+    name = "toolplan"
+    config_class = ToolPlanConfig
+    replay = staticmethod(replay)  # counterfactual re-scoring: env.replay(Episode.info["record"], masked)
+
+    def __init__(self, cfg: ToolPlanConfig):
+        super().__init__(cfg)
+        self.cfg: ToolPlanConfig = cfg
 
     def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
         queries: list[tuple[str, str]] = []
@@ -235,6 +303,5 @@ class ToolPlanEnv(Environment):
         return {"queries": queries, "values": values, "decoys": decoys}
 
     def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
-        if variant != "main":
-            raise ValueError(f"toolplan has no episode variant {variant!r}; counterfactuals use toolplan.replay()")
+        self._main_only(variant)
         return ToolPlanEpisode(task, self.cfg, rng)
