@@ -132,7 +132,7 @@ class Environment(ABC):
     # ---- tasks -------------------------------------------------------------------------
     @abstractmethod
     def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
-        """One task as a JSON-serializable dict."""
+        """One task as a JSON-serializable dict (an override may take further keyword arguments: `split_plan`'s)."""
 
     @property
     @abstractmethod
@@ -142,13 +142,15 @@ class Environment(ABC):
     def task_set(self) -> DatasetDict:
         """Train, held-out, dev (and optional demo) splits, generated deterministically from `data_seed`.
 
-        No two splits share a task (by content), so the warm start never saw the tasks RL trains on
+        No two splits share a task (by `task_key`), so the warm start never saw the tasks RL trains on
         (when `demo_size` > 0) and neither saw the held-out tasks. Design and tuning evaluate on dev;
         held-out is the test split, touched only by the final evaluations. Dev is generated last, from
-        the same stream, so adding it left every other split exactly as it was.
+        the same stream, so adding it left every other split exactly as it was. What each split's rows
+        are made of is `split_plan`'s, from the stream `split_rng` gives; a drawn task already in a
+        split is drawn again for the same row.
         """
         if self._tasks is None:
-            rng = random.Random(self.cfg.data_seed)
+            stream = random.Random(self.cfg.data_seed)
             seen: set[str] = set()
             splits: dict[str, Dataset] = {}
             sizes = [("train", self.cfg.train_size), ("heldout", self.cfg.heldout_size)]
@@ -157,24 +159,43 @@ class Environment(ABC):
             if self.cfg.dev_size:
                 sizes.append(("dev", self.cfg.dev_size))
             for split, size in sizes:
+                rng = self.split_rng(split, stream)
+                plan = self.split_plan(split, size, rng)
                 rows: dict[str, list[Any]] = {"id": [], "tier": [], "task": []}
                 attempts = 0
                 while len(rows["id"]) < size:
                     attempts += 1
                     if attempts > 50 * size + 1000:
-                        raise ValueError(f"{self.name}: cannot generate {size} distinct {split} tasks; lower {split}_size")
-                    tier = self.tiers[len(rows["id"]) % len(self.tiers)]
-                    task = self.generate_task(rng, tier)
-                    key = json.dumps(task, sort_keys=True)
+                        raise ValueError(f"{self.name}: cannot generate {size} distinct {split} tasks; lower env.{split}_size")
+                    tier, extra = plan[len(rows["id"])]
+                    task = self.generate_task(rng, tier, **extra)
+                    key = self.task_key(task)
                     if key in seen:
                         continue
                     seen.add(key)
                     rows["id"].append(f"{split}-{len(rows['id']):05d}")
                     rows["tier"].append(tier)
-                    rows["task"].append(key)
+                    rows["task"].append(json.dumps(task, sort_keys=True))
                 splits[split] = Dataset.from_dict(rows)
             self._tasks = DatasetDict(splits)
         return self._tasks
+
+    def split_rng(self, split: str, stream: random.Random) -> random.Random:
+        """The random stream `split`'s tasks are drawn from. Default: one stream from `data_seed` runs
+        through the splits in order (train, heldout, demo, dev); an environment may give each split a
+        stream of its own (textworld)."""
+        return stream
+
+    def split_plan(self, split: str, size: int, rng: random.Random) -> list[tuple[int, dict[str, Any]]]:
+        """Each row of `split` in order: its tier and the further keyword arguments of `generate_task`.
+        Default: the tiers in turn, no further arguments. An environment whose splits differ in kind
+        overrides it (terminal: defects in train only, a composition tier in dev and held-out); it may
+        draw from `rng`, the split's stream, before the first task is drawn."""
+        return [(self.tiers[i % len(self.tiers)], {}) for i in range(size)]
+
+    def task_key(self, task: dict[str, Any]) -> str:
+        """What makes two tasks the same (no split holds a task of another): by default the whole task."""
+        return json.dumps(task, sort_keys=True)
 
     # ---- episodes ----------------------------------------------------------------------
     @abstractmethod

@@ -51,8 +51,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from datasets import Dataset, DatasetDict
-
 from common import sandbox
 from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
 from common.envs.terminal_tasks import DEFECTS, make_task, quota, verify
@@ -346,46 +344,24 @@ class TerminalEnv(Environment):
     def tiers(self) -> tuple[int, ...]:
         return (1, 2)
 
-    def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
-        return make_task(rng, tier)
+    def generate_task(self, rng: random.Random, tier: int, defect: str = "clean") -> dict[str, Any]:
+        return make_task(rng, tier, defect)
 
-    def task_set(self) -> DatasetDict:
-        """train (defects in their shares, tier 1), heldout (test), dev (clean, with tier 2), demo (clean,
-        tier 1); generated from `data_seed`, no task (by its files and instruction) in two splits."""
-        if self._tasks is None:
-            c = self.cfg
-            rng = random.Random(c.data_seed)
-            seen: set[str] = set()
-            sizes = [("train", c.train_size), ("heldout", c.heldout_size)]
-            sizes += [("demo", c.demo_size)] if c.demo_size else []
-            sizes += [("dev", c.dev_size)] if c.dev_size else []
-            splits = {}
-            for split, size in sizes:
-                if split == "train":
-                    labels = quota(c.shares(), size)
-                    rng.shuffle(labels)
-                    plan = [(1, d) for d in labels]
-                elif split == "demo":
-                    plan = [(1, "clean")] * size
-                else:
-                    n_long = round(c.long_share * size)
-                    plan = [(1, "clean")] * (size - n_long) + [(2, "clean")] * n_long
-                rows: dict[str, list[Any]] = {"id": [], "tier": [], "task": []}
-                for tier, defect in plan:
-                    for _ in range(1000):
-                        task = make_task(rng, tier, defect)
-                        key = json.dumps([task["instruction"], task["files"]], sort_keys=True)
-                        if key not in seen:
-                            break
-                    else:
-                        raise ValueError(f"terminal: cannot generate {size} distinct {split} tasks; lower env.{split}_size")
-                    seen.add(key)
-                    rows["id"].append(f"{split}-{len(rows['id']):05d}")
-                    rows["tier"].append(tier)
-                    rows["task"].append(json.dumps(task, sort_keys=True))
-                splits[split] = Dataset.from_dict(rows)
-            self._tasks = DatasetDict(splits)
-        return self._tasks
+    def split_plan(self, split: str, size: int, rng: random.Random) -> list[tuple[int, dict[str, Any]]]:
+        """train: the defects in their shares (shuffled), tier 1; demo: clean, tier 1; dev and heldout
+        (the test split): clean, with the composition tier 2 (a share `long_share`), never trained on."""
+        if split == "train":
+            labels = quota(self.cfg.shares(), size)
+            rng.shuffle(labels)
+            return [(1, {"defect": d}) for d in labels]
+        if split == "demo":
+            return [(1, {"defect": "clean"})] * size
+        n_long = round(self.cfg.long_share * size)
+        return [(1, {"defect": "clean"})] * (size - n_long) + [(2, {"defect": "clean"})] * n_long
+
+    def task_key(self, task: dict[str, Any]) -> str:
+        """A task is its files and instruction (no two splits hold the same)."""
+        return json.dumps([task["instruction"], task["files"]], sort_keys=True)
 
     def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
         if variant != "main":
