@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from common.stats import NAN, Interval, mean_ci, paired_seeds_needed, t_interval
-from paper.claims import pair_verdict
+from common.stats import NAN, Interval, mean_ci
+from paper.claims import paired_difference, table_verdict
 from paper.extras import ExtraTable
 from paper.load import Run
 from paper.tables import CI, Table, fmt_ci
@@ -63,40 +63,26 @@ def delays(runs: Summaries) -> list[int]:
 
 
 def verdict(iv: Interval, n: int, sd: float, margin: float = MARGIN) -> str:
-    """The card's four verdicts for a seed-paired difference (paper/claims.py), inconclusive whenever
-    fewer than the seeds its power calculation needs."""
-    m, lo, hi = iv
-    if m != m or n < 2:
-        return "inconclusive (not enough runs)"
-    alone = pair_verdict(iv, margin)
-    needed = max(SEEDS_FLOOR, paired_seeds_needed(sd, margin)) if np.isfinite(sd) else SEEDS_FLOOR
-    if n < needed:
-        return f"inconclusive (underpowered: n={n} < required {needed}; the interval alone says {alone})"
-    return alone
+    """The card's four verdicts for a seed-paired difference (`paper.claims.table_verdict`, the card's
+    seed floor), inconclusive whenever fewer than the seeds its power calculation needs."""
+    return table_verdict(iv, n, sd, margin, SEEDS_FLOOR)
 
 
 def _by_seed(runs: Summaries, arm: str, d: int) -> dict[int, float]:
     return {r["seed"]: r.get(f"final_{d}", NAN) for r in runs.get(arm, [])}
 
 
-def _paired(diffs: list[float]) -> tuple[Interval, int, float]:
-    diffs = [x for x in diffs if x == x]
-    if len(diffs) < 2:
-        return (NAN, NAN, NAN), len(diffs), NAN
-    return t_interval(diffs), len(diffs), float(np.std(diffs, ddof=1))
-
-
 def gap(runs: Summaries, d: int, arm: str = "iapo", base: str = "grpo") -> tuple[Interval, int, float]:
     """`arm` - `base` on final mean@k at delay d, paired by seed: (t interval, pairs, SD of the differences)."""
     x, y = _by_seed(runs, arm, d), _by_seed(runs, base, d)
-    return _paired([x[s] - y[s] for s in sorted(set(x) & set(y))])
+    return paired_difference([x[s] - y[s] for s in sorted(set(x) & set(y))])
 
 
 def gap_growth(runs: Summaries, d_lo: int, d_hi: int) -> tuple[Interval, int, float]:
     """(IAPO - GRPO at d_hi) - (IAPO - GRPO at d_lo), per seed present in both arms."""
     cells = [_by_seed(runs, arm, d) for arm, d in (("iapo", d_hi), ("grpo", d_hi), ("iapo", d_lo), ("grpo", d_lo))]
     seeds = sorted(set.intersection(*(set(c) for c in cells)))
-    return _paired([(cells[0][s] - cells[1][s]) - (cells[2][s] - cells[3][s]) for s in seeds])
+    return paired_difference([(cells[0][s] - cells[1][s]) - (cells[2][s] - cells[3][s]) for s in seeds])
 
 
 def behaviour_table(runs: list[Run]) -> Table:
