@@ -8,7 +8,8 @@ an installed Python package, as `model=smollm2` does). Nothing downloads.
 
 A warm start (SFT on the environment's scripted demonstrations) updates the *base* weights, so the
 reference of the RL phase is the warm-started model. It is cached by a hash of everything it
-depends on and computed once (a file lock guards concurrent runs).
+depends on (the settings, and the source of the code that makes its data and trains it:
+`warm_start_code`) and computed once (a file lock guards concurrent runs).
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import inspect
 import json
 import random
+import sys
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -120,6 +124,57 @@ def config_hash(*parts: Any) -> str:
 
 
 # ---- SFT warm start ----------------------------------------------------------------------------
+SFT_CODE = ("common.policy", "common.chat")  # the tokenizer, the tiny model, the demonstrations' tokens, the SFT
+ENV_PACKAGE = "common.envs."  # an environment's code: its module and the modules of this package it draws on
+
+
+def _env_modules(env: Environment) -> dict[str, ModuleType]:
+    """The environment's module, the modules of its classes' bases and its config's, and, transitively, the
+    `common.envs` modules any of them takes a name from (base, shared frames, task generators)."""
+    found: dict[str, ModuleType] = {}
+    todo = [c.__module__ for cls in (type(env), type(env.cfg)) for c in cls.__mro__
+            if c.__module__ == type(env).__module__ or c.__module__.startswith(ENV_PACKAGE)]
+    while todo:
+        name = todo.pop()
+        module = sys.modules.get(name)
+        if module is None or name in found:
+            continue
+        found[name] = module
+        for obj in vars(module).values():
+            if inspect.ismodule(obj):
+                todo.append(obj.__name__)
+            elif inspect.isclass(obj) or inspect.isfunction(obj):
+                todo.append(obj.__module__)
+        todo = [n for n in todo if n.startswith(ENV_PACKAGE) or n == type(env).__module__]
+    return found
+
+
+def warm_start_code(env: Environment) -> dict[str, str]:
+    """Module name -> sha256 (16 hex) of its source file, for the code a warm start of `env` depends on:
+    the environment's own code (`_env_modules`: its tasks, observations and scripted demonstrator) and
+    the SFT code (`SFT_CODE`). Part of the warm start's cache key, so an edit of an env's demonstrator
+    builds a new warm start instead of reusing a stale one, while an edit elsewhere (another env, the
+    trainer, a method) reuses it. Read from disk at each call. Not covered: code outside `common.envs`
+    that an env calls (`common.sandbox`), and installed packages (an env's `provenance()` names them)."""
+    modules = _env_modules(env) | {name: importlib.import_module(name) for name in SFT_CODE}
+    code = {}
+    for name, module in sorted(modules.items()):
+        source = inspect.getsourcefile(module)
+        if source is not None:
+            code[name] = hashlib.sha256(Path(source).read_bytes()).hexdigest()[:16]
+    return code
+
+
+def warm_start_key(model_cfg: ModelConfig, sft_cfg: SFTConfig, env: Environment, seed: int) -> tuple[str, dict[str, str]]:
+    """The warm start's cache key (a hash of the settings it depends on and of `warm_start_code`) and that code's
+    fingerprint. The run seed matters only through the SFT seed (`sft.seed`, default the run's) when SFT runs."""
+    sft_seed = seed if sft_cfg.seed is None else sft_cfg.seed
+    code = warm_start_code(env)
+    key = config_hash(model_cfg.__dict__ | {"roles": None, "frozen_adapters": None}, asdict(sft_cfg) if sft_cfg.enabled else None,
+                      env.cfg, sft_seed if sft_cfg.enabled else None, type(env).__name__, code)
+    return key, code
+
+
 def demonstrations(env: Environment, tokenizer: Any, n_tasks: int, seed: int,
                    chat: ChatFormat | None = None) -> list[tuple[list[int], list[int]]]:
     """(context ids, action ids) pairs from expert plays, tokenized exactly as rollouts build them
@@ -196,10 +251,10 @@ def sft(model: Any, pairs: list[tuple[list[int], list[int]]], cfg: SFTConfig, se
 
 def warm_started_base(model_cfg: ModelConfig, sft_cfg: SFTConfig, env: Environment, seed: int, work_dir: str,
                       progress: bool = False) -> tuple[Any, Any, dict[str, Any]]:
-    """Tokenizer and base model (warm-started if sft.enabled), built once per config hash."""
+    """Tokenizer and base model (warm-started if sft.enabled), built once per `warm_start_key`. Its record
+    (`warmstart` in the run's manifest) holds the key and the code fingerprint (`code`) it was built from."""
     sft_seed = seed if sft_cfg.seed is None else sft_cfg.seed
-    key = config_hash(model_cfg.__dict__ | {"roles": None, "frozen_adapters": None}, asdict(sft_cfg) if sft_cfg.enabled else None,
-                      env.cfg, sft_seed if sft_cfg.enabled else None, type(env).__name__)
+    key, code = warm_start_key(model_cfg, sft_cfg, env, seed)
     folder = Path(work_dir) / "warmstart" / key
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder) + ".lock"):
@@ -215,7 +270,7 @@ def warm_started_base(model_cfg: ModelConfig, sft_cfg: SFTConfig, env: Environme
             model = build_tiny_model(model_cfg, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
         else:
             tokenizer, model = load_pretrained(model_cfg)
-        info: dict[str, Any] = {"key": key, "sft": asdict(sft_cfg), "sft_seed": sft_seed}
+        info: dict[str, Any] = {"key": key, "code": code, "sft": asdict(sft_cfg), "sft_seed": sft_seed}
         if sft_cfg.enabled:
             chat = ChatFormat.from_tokenizer(tokenizer) if model_cfg.chat_template else None
             pairs = demonstrations(env, tokenizer, sft_cfg.demos, sft_seed, chat)
