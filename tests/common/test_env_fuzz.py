@@ -45,7 +45,9 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
                                          "docs": "signatures", "max_result_chars": 200, "demo_slip": 0.5}],
     # retail (its database copies in ~0.04 s; airline's in ~0.25 s) and short conversations: an episode copies it at its first tool call
     "tau2": [{"domains": ["retail"], "dev_size": 4, "max_messages": 2, "tool_docs": "signatures", "demo_slip": 0.5}],
-    "textworld": [{"max_steps": 6, "quest_lengths": [1, 3], "demo_slip": 0.5, "dev_size": 2}],
+    "textworld": [{"max_steps": 6, "quest_lengths": [1, 3], "demo_slip": 0.5, "dev_size": 2},
+                  # families (SkillRise's chains): solver and curator, the curate variant; 12 two-game families
+                  {"families": True, "quest_lengths": [1, 2], "max_steps": 5, "demo_slip": 0.5, "dev_size": 2, "invalid_penalty": 0.5}],
     # one JVM per live episode, ~0.1 s per command: two short task types, two commands per episode
     "scienceworld": [{"task_names": ["lifespan-shortest-lived", "find-plant"], "max_steps": 2, "dev_size": 2, "demo_slip": 0.5}],
     # hand-written rows in GSM8K's and MATH's published layouts (common/envs/paper_data.py)
