@@ -491,32 +491,20 @@ class TextWorldEnv(Environment):
         return {"quest_length": tier, "seed": rng.randrange(2**31)}
 
     def task_set(self) -> DatasetDict:
-        """Each split from its own seed stream (seeded by data_seed and the split); no seed in two splits.
-        With families: whole families per split, one game per tier in consecutive rows (`family_tasks`)."""
+        """The base's splits (`Environment.task_set`), each from its own seed stream (`split_rng`), no game
+        seed in two splits (`task_key`). With families: whole families per split, one game per tier in
+        consecutive rows (`family_tasks`)."""
         if self._tasks is None and self.cfg.families:
             self._tasks = self.family_tasks()
-        if self._tasks is None:
-            c = self.cfg
-            sizes = [("train", c.train_size), ("heldout", c.heldout_size)]
-            sizes += [("demo", c.demo_size)] if c.demo_size else []
-            sizes += [("dev", c.dev_size)] if c.dev_size else []
-            seen: set[int] = set()
-            splits = {}
-            for split, size in sizes:
-                rng = random.Random(f"{c.data_seed}/{split}")
-                rows: dict[str, list[Any]] = {"id": [], "tier": [], "task": []}
-                while len(rows["id"]) < size:
-                    tier = self.tiers[len(rows["id"]) % len(self.tiers)]
-                    task = self.generate_task(rng, tier)
-                    if task["seed"] in seen:
-                        continue
-                    seen.add(task["seed"])
-                    rows["id"].append(f"{split}-{len(rows['id']):05d}")
-                    rows["tier"].append(tier)
-                    rows["task"].append(json.dumps(task, sort_keys=True))
-                splits[split] = Dataset.from_dict(rows)
-            self._tasks = DatasetDict(splits)
-        return self._tasks
+        return super().task_set()
+
+    def split_rng(self, split: str, stream: random.Random) -> random.Random:
+        """Each split draws from its own stream, seeded by data_seed and the split's name."""
+        return random.Random(f"{self.cfg.data_seed}/{split}")
+
+    def task_key(self, task: dict[str, Any]) -> str:
+        """A game is its seed."""
+        return str(task["seed"])
 
     def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
         if variant not in self.variants():
