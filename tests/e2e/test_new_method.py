@@ -28,8 +28,9 @@ from paper.cards import load_cards
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "new_method.py"
-BUDGET_S = 120  # the scaffold plus a smoke replication, on 2 cores
-COMPARE_BUDGET_S = 30  # make compare SCALE=smoke ENVS=arith: GRPO's one smoke cell and the comparison
+SHARERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # parallel test workers share the cores
+BUDGET_S = 120 * SHARERS  # the scaffold plus a smoke replication, on 2 cores of its own
+COMPARE_BUDGET_S = 30 * SHARERS  # make compare SCALE=smoke ENVS=arith: GRPO's one smoke cell and the comparison
 
 
 def scaffold(root: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,6 +1,7 @@
 """`make replicate-grpo SCALE=smoke` through the real local launcher (submitit), then the tables;
 a bad setting or argument is one line, and failed cells are always listed."""
 
+import os
 import subprocess
 import sys
 import time
@@ -23,7 +24,8 @@ def test_smoke_replication_end_to_end(tmp_path):
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     elapsed = time.time() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert elapsed < 120, f"smoke replication took {elapsed:.0f} s (budget: 2 minutes)"
+    budget = 120 * int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # 2 minutes on a machine of its own
+    assert elapsed < budget, f"smoke replication took {elapsed:.0f} s (budget: {budget} s)"
     cell = out / "grpo" / "arith" / "grpo" / "seed-0"
     for name in ("config.yaml", "manifest.json", "metrics.jsonl", "eval.json", "done"):
         assert (cell / name).exists(), name
