@@ -16,8 +16,9 @@ observation is rendered from the game's own state facts: the objective (first tu
 (`Invalid command.` or the effect), where the player is, what is here (open containers' and
 supporters' contents included), the exits, what the player carries and, with `show_commands`, the
 admissible commands (TextWorld's `admissible_commands`). The action is one command (the first
-line, matched case-insensitively to TextWorld's command strings); a command the game does not
-admit is an `invalid_action` (TextWorld's own "Invalid command.", no effect). The episode ends when
+line, matched case-insensitively to TextWorld's command strings; with families, a reply that names a
+listed command in its first 300 characters plays the first one named, `FamilyEpisode.command_in`);
+a command the game does not admit is an `invalid_action` (TextWorld's own "Invalid command.", no effect). The episode ends when
 the quest is won (reward 1) or lost, or after `max_steps` commands (reward 0).
 
 Splits: every task is (tier, seed); each split draws its seeds from its own stream of `data_seed`,
@@ -205,7 +206,7 @@ def family_game_file(cache_dir: str, task: dict[str, Any]) -> str:
 
 def objective(plan: int) -> str:
     return (f"Put each thing on its place. {plan} of the things here {'has' if plan == 1 else 'have'} one; which goes "
-            "where is for you to find.")
+            "where is for you to find. Reply with one of the listed commands.")
 
 
 def parse_skill(action: str, max_words: int) -> list[str] | None:
@@ -385,17 +386,29 @@ class FamilyEpisode(EpisodeState):
             return f"take {thing} from {holder}" if holder else f"take {thing}"
         return "look"
 
+    def command_in(self, action: str) -> str | None:
+        """The command a reply plays: its first line when that is an admissible command (case and spacing
+        aside), else the listed command the reply's first 300 characters name first (a small model wraps
+        its command in prose: "Take red mug, then ..."); None when it names none."""
+        admissible = {c.lower(): c for c in self.state["_valid_commands"]}
+        lines = action.strip().splitlines()
+        first = " ".join(lines[0].split()).lower()[:MAX_COMMAND_CHARS] if lines else ""
+        if first in admissible:
+            return str(admissible[first])
+        text = " " + " ".join(re.sub(r"[^a-z0-9]", " ", action[:300].lower()).split()) + " "
+        named = [(text.find(f" {c} "), -len(c), c) for c in map(str.lower, self.state["admissible_commands"])
+                 if c.split()[0] in SHOWN_VERBS and f" {c} " in text]
+        return str(admissible[min(named)[2]]) if named else None
+
     def step(self, action: str) -> StepResult:
         if self.done:
             return StepResult(None, events=[Event("invalid_action", 0, {"why": "the episode is over"})])
-        lines = action.strip().splitlines()
-        command = " ".join(lines[0].split()).lower()[:MAX_COMMAND_CHARS] if lines else ""
-        admissible = {c.lower(): c for c in self.state["_valid_commands"]}
+        command = self.command_in(action)
         events = []
-        if command in admissible:
-            self.state, score, _ = self.engine.step(admissible[command])
+        if command is not None:
+            self.state, score, _ = self.engine.step(command)
             if score > self.score:
-                self.found.append(admissible[command])
+                self.found.append(command)
             self.score = int(score)
             feedback = "Done."
         else:

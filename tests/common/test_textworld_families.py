@@ -213,3 +213,17 @@ def test_family_settings_that_cannot_work_are_refused(setting, match, tmp_path):
     base = {"families": True, "train_size": 9, "heldout_size": 3, "dev_size": 3, "cache_dir": str(tmp_path)}
     with pytest.raises(ValueError, match=match):
         TextWorldEnv(TextWorldConfig(**{**base, **setting}))
+
+
+def test_a_reply_that_names_a_listed_command_plays_the_first_one_named(env):
+    """SmolLM2-135M wraps its commands in prose; the first listed command a reply names is played."""
+    t = tasks(env)[2]
+    a, b = sorted(f"{c} {n}" for c, n in t["things"])[:2]
+    ep = env.new_episode(t, random.Random(0))
+    ep.start()
+    assert ep.command_in(f"  TAKE  {a.upper()}  ") == f"take {a}"
+    assert ep.command_in(f"Sure! I will Take {b}, then take {a}.") == f"take {b}"
+    assert ep.command_in(f"take {a[:-1]}") is None and ep.command_in("take it") is None
+    assert ep.command_in("x" * 300 + f" take {a}") is None  # past the first 300 characters
+    r = ep.step(f"1. Take {a}\n2. Take {b}")
+    assert not r.events and f"You carry: {a}." in r.next.text
