@@ -26,7 +26,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from common.envs.braid import CATEGORIES, OPS, Value, apply_op, perturb
+from common.envs.braid import CATEGORIES, OPS, Value, apply_op, perturb, read, render
 
 HANDOFF = 0.97  # a value crossing a call boundary arrives intact with this probability [I]
 COMPOSITION = 0.98  # each operation after the first in one call succeeds with this extra factor [I]
@@ -90,6 +90,70 @@ CREATED: tuple[ScriptedAgent, ...] = tuple(
 def agents_by_name(with_created: bool = True) -> dict[str, ScriptedAgent]:
     """The pool (and the on-demand specialists), by name."""
     return {a.name: a for a in (*POOL, *(CREATED if with_created else ()))}
+
+
+# ---- policy agents: a model of the suite behind a card (the model side is policy_agents.py) ----------
+MODEL_CALL_LATENCY, MODEL_OP_LATENCY = 1.0, 0.2  # a policy agent's card: simulated seconds, as a specialist's [I]
+
+
+@dataclass(frozen=True)
+class ModelAgent:
+    """A policy of the suite as a pool agent: a LoRA adapter warm-started on `trained_on`'s
+    operation categories. Its card declares exactly those; its competence is measured
+    (`policy_agents.measure_competence`), never declared. It has no hidden error rate: it computes
+    an operation by generating the output text (`prompt`), which `read_output` parses and the
+    executor's contracts judge like any agent's value (unreadable text is a malformed value)."""
+
+    card: AgentCard
+    adapter: str  # the peft adapter's name in the run's model
+    trained_on: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.card.name
+
+
+def model_agent(categories: Sequence[str]) -> ModelAgent:
+    """The policy agent warm-started on `categories` (named `lora-<c1>+<c2>`).
+
+    >>> model_agent(["text", "cipher"]).card.declares == {"text", "cipher"}, model_agent(["num"]).name
+    (True, 'lora-num')
+    """
+    unknown = sorted(set(categories) - set(CATEGORIES))
+    if unknown or not categories:
+        raise ValueError(f"a policy agent is trained on categories of {list(CATEGORIES)}; got {list(categories)}")
+    name = "lora-" + "+".join(categories)
+    return ModelAgent(AgentCard(name, frozenset(categories), MODEL_CALL_LATENCY, MODEL_OP_LATENCY), name, tuple(categories))
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One operation a policy agent is asked to compute: the executor yields it, a driver answers
+    it with the agent's generated text (batched over many runs: `execute.drive`)."""
+
+    agent: str
+    adapter: str
+    prompt: str
+
+
+def prompt(op: str, k: int, inputs: Sequence[Value]) -> str:
+    """The operation as braid's episode shows one node (without the task header).
+
+    >>> prompt("sort", 0, [[5, 1, 3]]), prompt("add", 4, [17])
+    ('OP sort | 5 1 3\\nOUT:', 'OP add 4 | 17\\nOUT:')
+    """
+    head = f"{op} {k}" if k else op
+    return f"OP {head} | {' | '.join(render(x) for x in inputs)}\nOUT:"
+
+
+def read_output(text: str, op: str) -> Value:
+    """A policy agent's generated text as a value of `op`'s output type; None (malformed) when it
+    does not parse (never raises).
+
+    >>> read_output(" 1 3 5", "sort"), read_output("one", "sum"), read_output("7", "max")
+    ([1, 3, 5], None, 7)
+    """
+    return read(text, OPS[op].output)
 
 
 @dataclass

@@ -25,22 +25,39 @@ pieces) and the subtasks downstream of it that already ran are re-run; every oth
 subtask keeps its cached outputs. `repair="rerun"` re-runs the whole plan from scratch on any
 fault (the paper's re-run-everything baseline); `repair="none"` keeps going with what it has. At
 most `max_repairs` repairs (or re-runs) per task; after that the run goes on without repair.
+
+**Policy agents** (`agents.ModelAgent`) compute an operation by generating text: the run is a
+generator that yields an `Ask` for each such operation and resumes with the text. `drive` runs many
+tasks' runs side by side and answers the pending asks of all of them with one `answer` call per
+round (one batched generate: `policy_agents.Answerer`); a run with scripted agents only never
+yields, and `Executor.run` is exactly the old one-task loop.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from common.envs.braid import OPS, BraidTask, Value, input_contract, is_type, output_contract, perturb
-from replications.inflowop.agents import HANDOFF, AgentCard, Profile, ScriptedAgent
+from replications.inflowop.agents import (
+    HANDOFF,
+    AgentCard,
+    Ask,
+    ModelAgent,
+    Profile,
+    ScriptedAgent,
+    prompt,
+    read_output,
+)
 from replications.inflowop.plan import Reliability, Subtask, Weights, best_agent, latency, order
 
 RepairMode = Literal["local", "rerun", "none"]
 FaultKind = Literal["assignment", "decomposition"]
+Agent = ScriptedAgent | ModelAgent
+Answer = Callable[[list[Ask]], list[str]]  # a batch of policy agents' operations -> their generated texts
 
 
 @dataclass
@@ -82,7 +99,7 @@ def classify(subtask: Subtask, card: AgentCard, task: BraidTask, rel: Reliabilit
 class Executor:
     """Runs one task's plan with the given agents, contract checks and repair policy."""
 
-    def __init__(self, task: BraidTask, agents: dict[str, ScriptedAgent], cards: Sequence[AgentCard], rel: Reliability,
+    def __init__(self, task: BraidTask, agents: dict[str, Agent], cards: Sequence[AgentCard], rel: Reliability,
                  w: Weights, rng: random.Random, repair: RepairMode = "local", max_repairs: int = 4, tau: float = 0.85,
                  profile: Profile | None = None):
         self.task, self.agents, self.cards, self.rel, self.w = task, agents, list(cards), rel, w
@@ -90,7 +107,7 @@ class Executor:
 
     # ---- one call -------------------------------------------------------------------------------
     def _call(self, s: Subtask, done: dict[Subtask, dict[int, Value]], trace: Trace, is_repair: bool, may_repair: bool
-              ) -> tuple[dict[int, Value], Subtask | None, bool]:
+              ) -> Generator[Ask, str, tuple[dict[int, Value], Subtask | None, bool]]:
         """Run subtask s: (its exit values, the producer blamed for a broken input contract, whether
         its output contracts hold). A broken input contract stops the call before it runs when
         `may_repair` (the producer is to be repaired), else the call runs on what arrived."""
@@ -117,7 +134,12 @@ class Executor:
         values: dict[int, Value] = dict(arrived)
         for position, v in enumerate(sorted(s.nodes)):
             node = task.nodes[v]
-            values[v] = agent.attempt(node.op, node.k, task.inputs_of(node, values), position, self.rng)
+            inputs = task.inputs_of(node, values)
+            if isinstance(agent, ModelAgent):  # inside a merged call the model reads its own earlier outputs
+                text = yield Ask(agent.name, agent.adapter, prompt(node.op, node.k, inputs))
+                values[v] = read_output(text, node.op)
+            else:
+                values[v] = agent.attempt(node.op, node.k, inputs, position, self.rng)
             trace.executions[v] += 1
         seconds = latency(agent.card, len(s.nodes))
         trace.calls += 1
@@ -172,8 +194,13 @@ class Executor:
         return order(self.task, [*rest, *pieces])
 
     # ---- the run ----------------------------------------------------------------------------------
-    def run(self, plan: Sequence[Subtask]) -> Trace:
-        """Run `plan` to the end, repairing as `repair` says; the trace of what happened."""
+    def run(self, plan: Sequence[Subtask], answer: Answer | None = None) -> Trace:
+        """Run `plan` to the end, repairing as `repair` says; the trace of what happened. `answer`
+        computes policy agents' operations (needed only when the pool has some)."""
+        return drive([self.steps(plan)], answer)[0]
+
+    def steps(self, plan: Sequence[Subtask]) -> Generator[Ask, str, Trace]:
+        """`run` as a generator: yields each policy agent's operation, returns the trace."""
         trace = Trace()
         plan = list(plan)
         done: dict[Subtask, dict[int, Value]] = {}
@@ -190,7 +217,7 @@ class Executor:
             is_repair = s not in first_pass
             first_pass.discard(s)
             may_repair = self.repair != "none" and repairs < self.max_repairs
-            outs, blamed, ok = self._call(s, done, trace, is_repair, may_repair)
+            outs, blamed, ok = yield from self._call(s, done, trace, is_repair, may_repair)
             culprit = blamed if blamed is not None else (None if ok else s)
             if culprit is None or not may_repair:
                 done[s] = outs
@@ -210,3 +237,31 @@ class Executor:
         trace.values = {v: val for outs in done.values() for v, val in outs.items()}
         trace.plan = plan
         return trace
+
+
+def drive(runs: Sequence[Generator[Ask, str, Trace]], answer: Answer | None) -> list[Trace]:
+    """Run many tasks' runs side by side: advance each to its next policy-agent operation, answer
+    all pending operations with one `answer` call (a batch), resume, until every run has finished.
+    Runs that never ask (scripted agents only) finish in their first advance, in order."""
+    traces: list[Trace | None] = [None] * len(runs)
+    pending: dict[int, Ask] = {}
+
+    def advance(i: int, text: str | None) -> None:
+        try:
+            pending[i] = next(runs[i]) if text is None else runs[i].send(text)
+        except StopIteration as stop:
+            pending.pop(i, None)
+            traces[i] = stop.value
+
+    for i in range(len(runs)):
+        advance(i, None)
+    while pending:
+        if answer is None:
+            raise ValueError("the plan gives operations to a policy agent, but no answer function computes them")
+        ids = sorted(pending)
+        texts = answer([pending[i] for i in ids])
+        if len(texts) != len(ids):
+            raise ValueError(f"answer returned {len(texts)} texts for {len(ids)} operations")
+        for i, text in zip(ids, texts, strict=True):
+            advance(i, text)
+    return [t for t in traces if t is not None]

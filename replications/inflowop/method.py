@@ -31,19 +31,36 @@ agent is chosen on the dev split), `template` (a fixed workflow: atomic steps, e
 agent whose card declares its category, no repair), `rerun-all` (InFlowOp's plan; any fault re-runs
 everything), `greedy` (the greedy split instead of COALESCE, otherwise InFlowOp), `no-repair`,
 `no-profile` (reliability from the cards alone: no warm-up, no updates), `inflowop` (all of it).
+
+Policy agents (`method.policy_agents`, e.g. `[list, num, text+cipher]`; empty by default, the
+scripted pool of the committed replication): LoRA adapters of the run's model warm-started on those
+categories join the pool (`policy_agents.py`); their competence per category is measured on the
+dev split and recorded in the run's metrics (`competence_<agent>_<category>`), and the optimizer
+treats them like any agent (card prior, profile from their own runs). With them, `play_batch`
+tasks are planned and run side by side so that their operations are generated in batches.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from common.envs.braid import DOMAINS, BraidEnv, BraidTask
 from common.episode import Episode, Group, Turn
 from common.method import Method, MethodConfig, Mode
-from replications.inflowop.agents import POOL, AgentCard, Prior, Profile, agents_by_name, reliability
-from replications.inflowop.execute import Executor, RepairMode, Trace, classify
+from replications.inflowop.agents import (
+    POOL,
+    AgentCard,
+    ModelAgent,
+    Prior,
+    Profile,
+    agents_by_name,
+    model_agent,
+    reliability,
+)
+from replications.inflowop.execute import Answer, Executor, RepairMode, Trace, classify, drive
 from replications.inflowop.plan import (
     Subtask,
     Weights,
@@ -62,7 +79,7 @@ if TYPE_CHECKING:
     from common.rollout import Rollout
 
 __all__ = ["InFlowOp", "InFlowOpConfig", "Subtask", "Weights", "best_agent", "classify", "coalesce", "cost",
-           "greedy_split", "latency", "reliability", "solve", "warm_up"]
+           "greedy_split", "latency", "model_agent", "pool_of", "prepare", "reliability", "solve", "warm_up"]
 
 Arm = Literal["single", "template", "rerun-all", "greedy", "no-repair", "no-profile", "inflowop"]
 
@@ -84,6 +101,17 @@ class InFlowOpConfig(MethodConfig):
     prior_strength: float = 4.0  # eq. R: the card prior is worth this many runs [I]
     create: bool = True  # on-demand specialists may be created (gamma) [I]
     single_agent: str = "generalist"  # the single-agent arm's agent: the best single agent on the dev split [I: tune.py]
+    # policy agents (issue #22): LoRA adapters of the run's model, one per entry, warm-started on its
+    # categories ("list", "text+cipher", ...); empty: the scripted pool only [I]
+    policy_agents: list[str] = field(default_factory=list)
+    agent_steps: int = 300  # SFT steps per adapter (policy_agents.AgentTraining) [I]
+    agent_lr: float = 3e-3  # SFT learning rate of the adapters [I]
+    agent_batch_size: int = 32  # SFT batch [I]
+    agent_demos: int = 256  # train tasks whose nodes of the agent's categories are demonstrated [I]
+    agent_seed: int = 0  # the adapters' SFT seed: the same adapters for every run seed (paired arms) [I]
+    agent_temperature: float = 0.0  # policy agents decode greedily (their best guess) [I]
+    agent_max_tokens: int = 40  # longest output: a 12-item list of two-digit numbers [I]
+    play_batch: int = 128  # with policy agents: tasks planned and run side by side (their generations batched) [I]
 
 
 ARMS: dict[str, dict[str, Any]] = {  # arm -> planner, repair mode, profiles (warm-up and updates)
@@ -101,10 +129,24 @@ def _task_rng(seed: int, tag: str) -> random.Random:
     return random.Random(f"inflowop/{seed}/{tag}")
 
 
-def solve(task: BraidTask, cfg: InFlowOpConfig, profile: Profile | None, rng: random.Random) -> Trace:
-    """Plan and run one task under `cfg.arm`; `profile` is read for reliability and, when given, updated by the run."""
+def pool_of(cfg: InFlowOpConfig) -> list[ModelAgent]:
+    """The policy agents `cfg.policy_agents` names (none by default)."""
+    return [model_agent(spec.split("+")) for spec in cfg.policy_agents]
+
+
+def solve(task: BraidTask, cfg: InFlowOpConfig, profile: Profile | None, rng: random.Random,
+          models: Sequence[ModelAgent] = (), answer: Answer | None = None) -> Trace:
+    """Plan and run one task under `cfg.arm`; `profile` is read for reliability and, when given,
+    updated by the run. `models`: policy agents in the pool, whose operations `answer` computes."""
+    executor, plan = prepare(task, cfg, profile, rng, models)
+    return executor.run(plan, answer)
+
+
+def prepare(task: BraidTask, cfg: InFlowOpConfig, profile: Profile | None, rng: random.Random,
+            models: Sequence[ModelAgent] = ()) -> tuple[Executor, list[Subtask]]:
+    """The plan of one task under `cfg.arm` (from the profile as it is now) and the executor that runs it."""
     spec = ARMS[cfg.arm]
-    agents = agents_by_name(with_created=cfg.create)
+    agents: dict[str, Any] = {**agents_by_name(with_created=cfg.create), **{m.name: m for m in models}}
     cards: list[AgentCard] = [a.card for a in agents.values()]
     prior = Prior(cfg.prior_declared, cfg.prior_undeclared, cfg.prior_strength)
     rel = (lambda card, c: reliability(card, c, profile, prior))  # noqa: E731
@@ -119,23 +161,31 @@ def solve(task: BraidTask, cfg: InFlowOpConfig, profile: Profile | None, rng: ra
     else:
         plan = coalesce(task, cards, rel, w)
     repair: RepairMode = spec["repair"]
-    return Executor(task, agents, cards, rel, w, rng, repair=repair, max_repairs=cfg.max_repairs, tau=cfg.tau,
-                    profile=profile).run(plan)
+    return (Executor(task, agents, cards, rel, w, rng, repair=repair, max_repairs=cfg.max_repairs, tau=cfg.tau,
+                     profile=profile), plan)
 
 
-def warm_up(tasks: list[BraidTask], profile: Profile, rng: random.Random) -> Profile:
+def warm_up(tasks: list[BraidTask], profile: Profile, rng: random.Random, models: Sequence[ModelAgent] = (),
+            answer: Answer | None = None, batch: int = 1) -> Profile:
     """Build profiles from exploration runs: every step of every task to a uniformly random pool
-    agent, no repair; the contracts judge each run (no labels). Returns `profile`, updated."""
-    agents = agents_by_name(with_created=False)
-    cards = [a.card for a in POOL]
-    for task in tasks:
-        plan = [Subtask(frozenset({n.index}), rng.choice(POOL).name) for n in task.nodes]
-        Executor(task, agents, cards, lambda card, c: 0.5, Weights(0.0, 0.0), rng, repair="none", profile=profile).run(plan)
+    agent (policy agents included), no repair; the contracts judge each run (no labels). `batch`
+    tasks run side by side (their policy agents' operations generated together). Returns `profile`, updated."""
+    pool: list[Any] = [*POOL, *models]
+    agents: dict[str, Any] = {**agents_by_name(with_created=False), **{m.name: m for m in models}}
+    cards = [a.card for a in pool]
+    for start in range(0, len(tasks), batch):
+        runs = []
+        for task in tasks[start:start + batch]:
+            plan = [Subtask(frozenset({n.index}), rng.choice(pool).name) for n in task.nodes]
+            runs.append(Executor(task, agents, cards, lambda card, c: 0.5, Weights(0.0, 0.0), rng, repair="none",
+                                 profile=profile).steps(plan))
+        drive(runs, answer)
     return profile
 
 
-def record(task: BraidTask, trace: Trace) -> dict[str, Any]:
-    """An episode's `info`: overall and per-domain numbers (evaluation averages each over the episodes reporting it)."""
+def record(task: BraidTask, trace: Trace, models: Sequence[ModelAgent] = ()) -> dict[str, Any]:
+    """An episode's `info`: overall and per-domain numbers (evaluation averages each over the episodes
+    reporting it); with policy agents in the pool, the share of subtasks they hold in the final plan."""
     truth = task.truth()
     success = all(trace.values.get(i) == truth[i] for i in task.sinks)
     d = DOMAINS[task.domain][0]
@@ -147,7 +197,8 @@ def record(task: BraidTask, trace: Trace) -> dict[str, Any]:
         "subtasks": len(trace.plan), "merged_share": merged / max(len(trace.plan), 1),
         "created_share": sum(s.agent.startswith("new-") for s in trace.plan) / max(len(trace.plan), 1),
         f"success_{d}": success, f"latency_{d}": trace.latency, f"repair_latency_{d}": trace.repair_latency,
-    }
+    } | ({"policy_share": sum(s.agent in {m.name for m in models} for s in trace.plan) / max(len(trace.plan), 1)}
+         if models else {})
 
 
 class InFlowOp(Method):
@@ -160,12 +211,15 @@ class InFlowOp(Method):
     def __init__(self, cfg: InFlowOpConfig, run: RunConfig, env: Environment):
         super().__init__(cfg, run, env)
         self.profile = Profile()
+        self.agent_records: dict[str, dict[str, Any]] = {}  # policy agents' warm starts (cached or trained)
+        self.competence: dict[str, dict[str, dict[str, float]]] = {}  # policy agents' measured competence (dev split)
 
     def validate(self) -> None:
-        """Training-free on `braid`, with settings in range; scale=small and paper refuse (no LLM agents here yet)."""
-        if self.run.scale == "small":
-            raise ValueError("scale=small would make SmolLM2 adapters pool agents (model=smollm2); InFlowOp's "
-                             "LLM agents are not implemented yet: run scale=cpu (scripted agents) instead")
+        """Training-free on `braid`, with settings in range; scale=small (too slow here) and paper (no data) refuse."""
+        if self.run.scale == "small":  # measured beside other jobs on the 2-core machine (CARD.md, policy agents)
+            raise ValueError("scale=small would warm-start SmolLM2-135M adapters as the policy agents (+pool=policy), "
+                             "measured at ~15 s per SFT step on one CPU thread: 3 adapters x 300 steps is ~3.9 h, over "
+                             "the hour this scale allows; run scale=cpu +pool=policy (the tiny model's adapters) instead")
         super().validate()
         if self.run.scale == "paper":
             raise ValueError(f"scale=paper needs {self.paper_data_hint}")
@@ -178,8 +232,17 @@ class InFlowOp(Method):
             raise ValueError("method.beta, gamma, max_repairs, warmup_tasks must be >= 0 and prior_strength > 0")
         if not (0 < c.prior_undeclared < 1 and 0 < c.prior_declared < 1 and 0 < c.tau <= 1):
             raise ValueError("method.prior_declared and prior_undeclared must be in (0, 1), tau in (0, 1]")
-        if c.single_agent not in {a.name for a in POOL}:
-            raise ValueError(f"method.single_agent must be a pool agent {[a.name for a in POOL]}; got {c.single_agent!r}")
+        models = pool_of(c)  # raises on an unknown category
+        if len({m.name for m in models}) != len(models):
+            raise ValueError(f"method.policy_agents names an agent twice: {c.policy_agents}")
+        names = [a.name for a in POOL] + [m.name for m in models]
+        if c.single_agent not in names:
+            raise ValueError(f"method.single_agent must be a pool agent {names}; got {c.single_agent!r}")
+        if min(c.agent_steps, c.agent_batch_size, c.agent_demos, c.agent_max_tokens, c.play_batch) < 1 or c.agent_lr <= 0:
+            raise ValueError("method.agent_steps, agent_batch_size, agent_demos, agent_max_tokens, play_batch must be >= 1 "
+                             "and agent_lr > 0")
+        if models and self.run.engine.name != "hf":
+            raise ValueError(f"policy agents are adapters of the HF engine's policy: set engine=hf (got {self.run.engine.name})")
 
     def play(self, rollout: Rollout, tasks: list[dict[str, Any]], step: int, mode: Mode = "train",
              variant: str = "main") -> list[Group]:
@@ -189,25 +252,59 @@ class InFlowOp(Method):
             raise ValueError("inflowop is training-free: it only plays evaluations (trainer.steps=0)")
         seed = self.run.seed
         spec = ARMS[self.cfg.arm]
+        models = pool_of(self.cfg)
+        answer, extra = self._policy_pool(rollout, models) if models else (None, {})
+        batch = self.cfg.play_batch if models else 1  # scripted only: one task at a time, exactly as before
+        names = {m.name for m in models}
         profile = Profile() if spec["profiles"] else None
         if profile is not None and self.cfg.warmup_tasks:
             train = self.env.task_set()["train"]
             rows = [train[i] for i in _task_rng(seed, "warmup").sample(range(len(train)), min(self.cfg.warmup_tasks, len(train)))]
-            warm_up([BraidTask.parse(_json(r["task"])) for r in rows], profile, _task_rng(seed, "warmup-runs"))
-        groups = []
-        for row in tasks:
-            task = BraidTask.parse(_json(row["task"]))
-            episodes = []
-            for j in range(self.group_size(row, mode)):
-                trace = solve(task, self.cfg, profile, _task_rng(seed, f"{row['id']}/{j}"))
-                info = record(task, trace)
+            warm_up([BraidTask.parse(_json(r["task"])) for r in rows], profile, _task_rng(seed, "warmup-runs"), models, answer,
+                    batch)
+        plays = [(row, BraidTask.parse(_json(row["task"])), j) for row in tasks for j in range(self.group_size(row, mode))]
+        episodes: dict[str, list[Episode]] = {row["id"]: [] for row in tasks}
+        for start in range(0, len(plays), batch):
+            chunk = plays[start:start + batch]
+            runs, planned = [], []
+            for row, task, j in chunk:  # planned from the profile as it stands before the chunk runs
+                executor, plan = prepare(task, self.cfg, profile, _task_rng(seed, f"{row['id']}/{j}"), models)
+                runs.append(executor.steps(plan))
+                planned.append({"policy_share_planned": sum(s.agent in names for s in plan) / len(plan)} if models else {})
+            for (row, task, _), trace, before in zip(chunk, drive(runs, answer), planned, strict=True):
+                info = record(task, trace, models) | before | extra
                 turns = [Turn(role="agent", adapter=None, prompt_ids=[], action_ids=[], logprobs=[], text=line,
                               trainable=False) for line in trace.log if line.startswith("call")]
-                episodes.append(Episode(row["id"], row["tier"], turns=turns, reward=float(info["success"]),
-                                        success=bool(info["success"]), info=info, counts_for_training=False))
-            groups.append(Group(row["id"], row["tier"], episodes))
+                episodes[row["id"]].append(Episode(row["id"], row["tier"], turns=turns, reward=float(info["success"]),
+                                                   success=bool(info["success"]), info=info, counts_for_training=False))
         self.profile = profile or Profile()
-        return groups
+        return [Group(row["id"], row["tier"], episodes[row["id"]]) for row in tasks]
+
+    def _policy_pool(self, rollout: Rollout, models: list[ModelAgent]) -> tuple[Answer, dict[str, float]]:
+        """Warm-start (or load) the policy agents' adapters, measure their competence on the dev
+        split; the answer function that generates their operations, and the competence as metrics."""
+        from common.engines.base import SamplingParams
+        from replications.inflowop.policy_agents import (
+            AgentTraining,
+            Answerer,
+            add_agents,
+            measure_competence,
+        )
+
+        policy = getattr(rollout.engine, "policy", None)
+        if policy is None:
+            raise ValueError("policy agents are adapters of the HF engine's policy: set engine=hf")
+        c = self.cfg
+        training = AgentTraining(c.agent_steps, c.agent_lr, c.agent_batch_size, c.agent_demos, c.agent_seed)
+        assert isinstance(self.env, BraidEnv)  # validate() made sure
+        self.agent_records = add_agents(policy, models, self.env, self.run.model, self.run.sft, training, self.run.work_dir,
+                                        rollout.chat)
+        answer = Answerer(rollout.engine, rollout.tokenizer, SamplingParams(temperature=c.agent_temperature,
+                          max_new_tokens=c.agent_max_tokens, stop=self.env.stop), self.run.seed, rollout.chat)
+        dev = [BraidTask.parse(_json(r["task"])) for r in self.env.task_set()["dev"]]
+        self.competence = measure_competence(dev, (), models, answer)
+        return answer, {f"competence_{agent}_{cat}": row["accuracy"]
+                        for agent, table in self.competence.items() for cat, row in table.items()}
 
     def state_dict(self) -> dict[str, Any]:
         return {"profile": {f"{a}|{c}": v for (a, c), v in self.profile.counts.items()}}
