@@ -214,7 +214,10 @@ def load_run(path: Path, method: str, env: str, arm: str, seed: int) -> Run:
     _check_eval(evals)
     metrics = _read_metrics(path / "metrics.jsonl")
     _check_steps(metrics, config)
-    for key, expected in (("method", method), ("env", env), ("arm", arm), ("seed", seed)):
+    # a reused run (`make compare` links a method's own run under its compare arm's name) ran as the
+    # arm its own folder names: that is the arm its manifest must say
+    ran_as = path.resolve().parent.name if path.is_symlink() else arm
+    for key, expected in (("method", method), ("env", env), ("arm", ran_as), ("seed", seed)):
         if key in manifest and manifest[key] != expected:
             raise InvalidRun(f"manifest.json says {key}={manifest[key]!r} but the directory says {expected!r}")
     return Run(method, env, arm, seed, path, config, manifest, metrics, evals)

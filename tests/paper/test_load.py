@@ -82,6 +82,23 @@ def test_a_done_run_of_the_wrong_shape_is_invalid(run, damage, reason):
     assert problem.kind == "invalid" and reason in problem.reason, problem.reason
 
 
+def test_a_linked_run_is_checked_against_the_arm_it_ran_as(tmp_path):
+    """`make compare` reuses a method's own run by a symlink named after its compare arm."""
+    own = tmp_path / "results/grpo/arith/grpo-home/seed-0"
+    shutil.copytree(SEED_0, own)
+    manifest = json.loads((own / "manifest.json").read_text())
+    (own / "manifest.json").write_text(json.dumps({**manifest, "arm": "grpo-home"}))
+    link = tmp_path / "compare/grpo/arith/grpo/seed-0"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(own)
+    results = load_results(tmp_path / "compare")
+    assert results.problems == [] and [(r.arm, r.seed) for r in results.runs] == [("grpo", 0)]
+    copy = tmp_path / "copied/grpo/arith/grpo/seed-0"  # the same folder copied, not linked: the names disagree
+    shutil.copytree(own, copy)
+    [problem] = load_results(tmp_path / "copied").problems
+    assert "manifest.json says arm='grpo-home' but the directory says 'grpo'" in problem.reason
+
+
 def test_an_unfinished_run_with_few_steps_is_unfinished_not_invalid(run):
     rewrite_metrics(run, metric_rows(run)[:2])
     (run / "done").unlink()
