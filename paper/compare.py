@@ -247,13 +247,14 @@ def matrix_figure(comparisons: list[EnvComparison], scale: str, out_dir: Path) -
     fig, axes = new_figure(1, 1, (2.4 + 1.7 * len(envs), 1.2 + 0.7 * len(methods)))
     ax = axes[0, 0]
     lim = max(0.05, float(np.nanmax(np.abs(est)))) if np.isfinite(est).any() else 0.05
-    grey = np.where(np.array([[applies[m, e] for e in envs] for m in methods]), np.nan, 0.0)
+    grey = np.where(np.array([[applies[m, e] for e in envs] for m in methods]), np.nan, 1.0)  # n/a: light grey
     ax.imshow(grey, cmap="Greys", vmin=0, vmax=4, aspect="auto")
     image = ax.imshow(est, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
     fig.colorbar(image, ax=ax, label=f"method − GRPO, final held-out {METRIC}")
     for i in range(len(methods)):
         for j in range(len(envs)):
-            ax.text(j, i, text[i][j], ha="center", va="center", fontsize=7)
+            dark = np.isfinite(est[i, j]) and abs(est[i, j]) > 0.6 * lim  # white text on the deepest colours
+            ax.text(j, i, text[i][j], ha="center", va="center", fontsize=7, color="white" if dark else "black")
     ax.set_xticks(range(len(envs)), envs, rotation=30, ha="right")
     ax.set_yticks(range(len(methods)), methods)
     ax.grid(False)
