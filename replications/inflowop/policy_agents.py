@@ -26,6 +26,7 @@ types, their competence measured, not declared)". Every choice here is ours [I]:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import time
@@ -42,7 +43,7 @@ from common.chat import ChatFormat, demonstrated_action_ids, observation_text
 from common.config import ModelConfig, SFTConfig
 from common.engines.base import Engine, Request, SamplingParams
 from common.envs.braid import OPS, BraidEnv, BraidTask
-from common.policy import config_hash, sft
+from common.policy import config_hash, sft, warm_start_code
 from replications.inflowop.agents import Ask, ModelAgent, ScriptedAgent, prompt, read_output
 
 
@@ -101,9 +102,13 @@ def add_agents(policy: Any, agents: Sequence[ModelAgent], env: BraidEnv, run_mod
     lora = LoraConfig(r=run_model.lora_rank, lora_alpha=run_model.lora_alpha, lora_dropout=0.0,
                       target_modules=list(run_model.lora_targets), bias="none", task_type="CAUSAL_LM")
     records: dict[str, dict[str, Any]] = {}
+    # what the adapters depend on besides their settings: braid's code, the SFT code and this module
+    # (its demonstrations), so an edit there trains new adapters instead of loading stale ones
+    code = warm_start_code(env) | {__name__: hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]}
     for agent in agents:
         key = config_hash(run_model.__dict__ | {"roles": None, "frozen_adapters": None},
-                          asdict(run_sft) if run_sft.enabled else None, env.cfg, list(agent.trained_on), asdict(training))
+                          asdict(run_sft) if run_sft.enabled else None, env.cfg, list(agent.trained_on), asdict(training),
+                          code)
         folder = Path(work_dir) / "inflowop-agents" / key
         folder.parent.mkdir(parents=True, exist_ok=True)
         if agent.adapter not in model.peft_config:

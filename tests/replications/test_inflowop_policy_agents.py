@@ -175,6 +175,10 @@ def test_adapters_for_two_categories_differ_and_the_warm_start_is_cached(tmp_pat
     assert all(torch.equal(v, lora_weights(again, "lora-list")[k]) for k, v in a.items())
     with pytest.raises(AssertionError, match="redone"):  # another category is another warm start
         add_agents(again, [model_agent(["num"])], env, TINY, SFTConfig(enabled=False), training, str(tmp_path))
+    real_code = policy_agents.warm_start_code
+    monkeypatch.setattr(policy_agents, "warm_start_code", lambda e: real_code(e) | {"common.envs.braid": "edited"})
+    with pytest.raises(AssertionError, match="redone"):  # an edit of braid's code is another warm start too
+        add_agents(again, agents, env, TINY, SFTConfig(enabled=False), training, str(tmp_path))
 
 
 class FakeRollout:
