@@ -139,6 +139,18 @@ def doc_kind(words: list[str]) -> str:
     return "other"
 
 
+def curate_result(words: list[str] | None, kind: str, right: bool, penalty: float, why: str) -> StepResult:
+    """A curate turn's outcome from its parsed document (`words`, None when malformed: an `invalid_action`
+    event with `why` and reward -`penalty`), its kind and whether it is right: the turn's info
+    (`doc_<kind>` flags, `doc_right`, `skill`). Shared by every environment with a curate turn."""
+    events = [] if words is not None else [Event("invalid_action", 0, {"why": why})]
+    info: dict[str, Any] = {f"doc_{k}": kind == k for k in DOC_KINDS}
+    info["doc_right"] = right
+    info["skill"] = " ".join(words or [])
+    reward = 0.0 if words is not None else -penalty
+    return StepResult(None, reward=reward, events=events, success=words is not None, info=info)
+
+
 def tools_line(tools: list[list[str]]) -> str:
     """`tools: 1 sort 2 clean ...`: a tool's step is the same word (the same token) as in a document."""
     return "tools: " + " ".join(f"{name} {step}" for name, step in tools)
@@ -236,16 +248,10 @@ class CurateEpisode(EpisodeState):
 
     def step(self, action: str) -> StepResult:
         words = parse_skill(action, self.cfg.max_skill_words)
-        events = []
-        if words is None:
-            events.append(Event("invalid_action", 0, {"why": f"expected <skill> up to {self.cfg.max_skill_words} "
-                                                              "lowercase words or numbers </skill>"}))
         kind = doc_kind(words or [])
-        info: dict[str, Any] = {f"doc_{k}": kind == k for k in DOC_KINDS}
-        info["doc_right"] = kind == "abstract" and words == self.order[: len(words or [])]
-        info["skill"] = " ".join(words or [])
-        reward = 0.0 if words is not None else -self.cfg.invalid_penalty
-        return StepResult(None, reward=reward, events=events, success=words is not None, info=info)
+        right = kind == "abstract" and words == self.order[: len(words or [])]
+        return curate_result(words, kind, right, self.cfg.invalid_penalty,
+                             f"expected <skill> up to {self.cfg.max_skill_words} lowercase words or numbers </skill>")
 
 
 class SkillFamiliesEnv(Environment):

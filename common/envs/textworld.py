@@ -81,6 +81,7 @@ from typing import Any, ClassVar
 from datasets import Dataset, DatasetDict
 
 from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from common.envs.skill_families import curate_result  # the curate turn's outcome, as skill_families gives it
 from common.episode import Event
 
 PACKAGE, LICENSE = "textworld", "MIT"
@@ -95,7 +96,6 @@ PLACE_NOUNS = ("stand", "shelf", "desk", "table", "bench", "rack", "stool", "cou
 ROOM_NOUNS = ("attic", "kitchen", "cellar", "study", "hall", "pantry", "workshop", "bedroom", "library", "garage")
 FILLER = ("put", "the", "a", "an", "on", "onto", "to", "goes", "go", "then", "and", "first", "next", "each", "thing",
           "things", "place", "places", "take", "it", "of", "is", "in", "with", "its")  # words a document's kind ignores
-DOC_KINDS = ("abstract", "concrete", "empty", "other")
 SHOWN_VERBS = ("take", "put", "drop")  # families: the commands listed (examine, look, inventory stay admissible)
 _SKILL = re.compile(r"<skill>(.*?)</skill>", re.DOTALL)
 _SKILL_TEXT = re.compile(r"[a-z0-9 \n\t,.;:]*")
@@ -462,16 +462,8 @@ class CurateEpisode(EpisodeState):
 
     def step(self, action: str) -> StepResult:
         words = parse_skill(action, self.cfg.max_skill_words)
-        events = []
-        if words is None:
-            events.append(Event("invalid_action", 0, {"why": f"expected <skill> up to {self.cfg.max_skill_words} words of "
-                                                              "letters or digits </skill>"}))
-        kind = doc_kind(words or [])
-        info: dict[str, Any] = {f"doc_{k}": kind == k for k in DOC_KINDS}
-        info["doc_right"] = doc_right(words or [], self.recipe)
-        info["skill"] = " ".join(words or [])
-        reward = 0.0 if words is not None else -self.cfg.invalid_penalty
-        return StepResult(None, reward=reward, events=events, success=words is not None, info=info)
+        return curate_result(words, doc_kind(words or []), doc_right(words or [], self.recipe), self.cfg.invalid_penalty,
+                             f"expected <skill> up to {self.cfg.max_skill_words} words of letters or digits </skill>")
 
 
 class TextWorldEnv(Environment):
