@@ -37,7 +37,7 @@ ENVS: dict[str, type[Environment]] = {
     "terminal": TerminalEnv,  # shell tasks in bubblewrap, defective tasks in known shares (River)
     "service_desk": ServiceDeskEnv,  # a multi-turn service agent with a simulated user, a trap and a delay knob (IAPO)
     "braid": BraidEnv,  # DAGs of typed operations with contracts (InFlowOp's Braid-like benchmark)
-    "skill_families": SkillFamiliesEnv,  # related tasks sharing an abstract step order, tools renamed per task (SkillRise)
+    "skill_families": SkillFamiliesEnv,  # related tasks sharing an abstract step order, tools renamed per task
 }
 
 __all__ = ["ENVS", "EnvConfig", "Environment", "EpisodeState", "Observation", "StepResult"]

@@ -30,7 +30,7 @@ plays TextWorld's winning policy from the current state (`policy_commands`: the 
 when nothing went astray). Injected error: with probability `demo_slip` per turn it plays an
 admissible command uniformly instead.
 
-**Families** (`families: true`, off by default; SkillRise's chains, `replications/skillrise`). The
+**Families** (`families: true`, off by default; chains of related games with a curate turn). The
 games are then built by TextWorld's `GameMaker` instead of `make_game`: one room, a few *things*
 on the floor and a few *places* (supporters), each named by a colour and a noun (`red mug`,
 `blue stand`). A family is a hidden *recipe*: `max(quest_lengths)` placements of a colour of thing
@@ -130,7 +130,7 @@ class TextWorldConfig(EnvConfig):
     show_commands: bool = True  # list the admissible commands in every observation
     demo_slip: float = 0.0  # the demonstrator plays a uniformly drawn admissible command instead, per turn
     cache_dir: str = ".cache/textworld"  # generated games (relative to the working directory)
-    # ---- families (SkillRise's chains; see the module doc). Off: every setting below is unused.
+    # ---- families (chains of related games with a curate turn; see the module doc). Off: every setting below is unused.
     families: bool = False  # games built from per-family hidden recipes, roles solver and curator, a curate variant
     family_distractors: int = 1  # things and places per game whose colours are in no step of the recipe
     family_slack: int = 2  # commands beyond the 2 L a game of plan length L needs (max_steps caps it too)
@@ -195,7 +195,7 @@ def family_game_file(cache_dir: str, task: dict[str, Any]) -> str:
         for k in game.infos:
             if k in maker._entities:
                 game.infos[k] = maker._entities[k].infos
-        game.metadata["desc"] = "SkillRise families (common/envs/textworld.py)"
+        game.metadata["desc"] = "a family game (common/envs/textworld.py)"
         game._objective = objective(task["plan"])
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -574,7 +574,7 @@ class TextWorldEnv(Environment):
                 "splits": {"train": self.cfg.train_size, "heldout": self.cfg.heldout_size, "dev": self.cfg.dev_size,
                            "demo": self.cfg.demo_size},
                 **({"families": "games built by textworld.GameMaker from per-family hidden recipes (colours of things "
-                                "on colours of places), fresh nouns per game, [I] for SkillRise's chains",
+                                "on colours of places), fresh nouns per game, [I] for chains with a curate turn",
                     "family_distractors": self.cfg.family_distractors} if self.cfg.families else {})}
 
 
