@@ -5,8 +5,28 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # parallel workers share the cores: each gets its share
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # parallel test workers (pytest-xdist), 1 without
+if WORKERS > 1:  # they share the cores: each gets its share
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // WORKERS))
+
+
+@pytest.fixture(scope="session")
+def wall_budget():
+    """A wall-clock budget in seconds, stated for a machine of the test's own, as it holds here: times
+    the parallel test workers sharing the cores."""
+    return lambda seconds: seconds * WORKERS
+
+
+@pytest.fixture()
+def own_sandbox_uids(monkeypatch):
+    """The test's sandboxes run as uids no other sandbox uses (a block outside UID_RANGE per test
+    worker), so "no sandbox process is left" is about the test's own runs while parallel test workers
+    run sandboxes of their own."""
+    from common import sandbox
+
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    first = sandbox.UID_RANGE[1] + 1000 * worker
+    monkeypatch.setattr(sandbox, "UID_RANGE", (first, first + 1000))
 
 
 @pytest.fixture(scope="session")

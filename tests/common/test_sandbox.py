@@ -40,13 +40,8 @@ def sandbox_processes() -> list[int]:
 
 
 @pytest.fixture(autouse=True)
-def own_uids(monkeypatch):
-    """This test's sandboxes run as uids no other sandbox uses (outside UID_RANGE, one block per test
-    worker), so "no sandbox process is left" is about this test's runs even while parallel test
-    workers run sandboxes of their own."""
-    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-    first = sandbox.UID_RANGE[1] + 1000 * worker
-    monkeypatch.setattr(sandbox, "UID_RANGE", (first, first + 1000))
+def _own_uids(own_sandbox_uids):
+    """Every test here counts only its own sandboxes' processes (tests/conftest.py)."""
 
 
 @pytest.fixture()

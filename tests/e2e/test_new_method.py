@@ -28,9 +28,8 @@ from paper.cards import load_cards
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "new_method.py"
-SHARERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # parallel test workers share the cores
-BUDGET_S = 120 * SHARERS  # the scaffold plus a smoke replication, on 2 cores of its own
-COMPARE_BUDGET_S = 30 * SHARERS  # make compare SCALE=smoke ENVS=arith: GRPO's one smoke cell and the comparison
+BUDGET_S = 120  # the scaffold plus a smoke replication, on 2 cores of its own (wall_budget: times the test workers)
+COMPARE_BUDGET_S = 30  # make compare SCALE=smoke ENVS=arith: GRPO's one smoke cell and the comparison
 
 
 def scaffold(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -156,7 +155,7 @@ print(json.dumps({"replications": replications.__file__, "common": common.method
 
 
 @pytest.mark.e2e
-def test_scaffolded_method_runs_smoke_end_to_end(tmp_path):
+def test_scaffolded_method_runs_smoke_end_to_end(tmp_path, wall_budget):
     suite = tmp_path / "suite"
     copy_suite(suite)
     assert not (suite / "replications" / "foo").exists(), "the suite already has a method foo"
@@ -187,7 +186,7 @@ def test_scaffolded_method_runs_smoke_end_to_end(tmp_path):
     assert (cell / "done").exists(), run.stdout[-2000:]
     assert json.loads((cell / "manifest.json").read_text())["method"] == "foo"
     assert "## Foo:" in run.stdout  # the method's section of the report, built from its card
-    assert elapsed < BUDGET_S, f"scaffold + smoke replication took {elapsed:.0f} s (budget: {BUDGET_S} s)"
+    assert elapsed < wall_budget(BUDGET_S), f"scaffold + smoke replication took {elapsed:.0f} s (budget: {wall_budget(BUDGET_S)} s)"
 
     # the new method joins the head-to-head comparison with no other change: on arith beside GRPO, its
     # cell the replication's own finished run (reused, not rerun), GRPO's run here
@@ -202,5 +201,5 @@ def test_scaffolded_method_runs_smoke_end_to_end(tmp_path):
     assert (steps / "grpo" / "arith" / "grpo" / "seed-0" / "done").exists()
     matrix = next(line for line in compare.stdout.splitlines() if line.startswith("| foo |"))
     assert "n=1: inconclusive" in matrix and "n/a" not in matrix.split("|")[2]  # arith is the matrix's first env
-    assert elapsed < COMPARE_BUDGET_S, f"make compare took {elapsed:.0f} s (budget: {COMPARE_BUDGET_S} s)"
+    assert elapsed < wall_budget(COMPARE_BUDGET_S), f"make compare took {elapsed:.0f} s (budget: {wall_budget(COMPARE_BUDGET_S)} s)"
     assert not (ROOT / "replications" / "foo").exists() and not (ROOT / "runs" / "smoke" / "foo").exists()

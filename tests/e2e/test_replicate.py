@@ -1,7 +1,6 @@
 """`make replicate-grpo SCALE=smoke` through the real local launcher (submitit), then the tables;
 a bad setting or argument is one line, and failed cells are always listed."""
 
-import os
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.e2e
-def test_smoke_replication_end_to_end(tmp_path):
+def test_smoke_replication_end_to_end(tmp_path, wall_budget):
     out, work = tmp_path / "out", tmp_path / "work"
     cmd = [sys.executable, "-m", "replications.replicate", "--method", "grpo", "--scale", "smoke",
            f"out_dir={out}", f"work_dir={work}"]
@@ -24,7 +23,7 @@ def test_smoke_replication_end_to_end(tmp_path):
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     elapsed = time.time() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]
-    budget = 120 * int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # 2 minutes on a machine of its own
+    budget = wall_budget(120)  # 2 minutes on a machine of its own
     assert elapsed < budget, f"smoke replication took {elapsed:.0f} s (budget: {budget} s)"
     cell = out / "grpo" / "arith" / "grpo" / "seed-0"
     for name in ("config.yaml", "manifest.json", "metrics.jsonl", "eval.json", "done"):
