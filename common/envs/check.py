@@ -85,6 +85,8 @@ ORACLE_ACTIONS: dict[str, Callable[[EpisodeState, Observation], str]] = {
     "voting": lambda state, obs: f" #{state.value}",  # type: ignore[attr-defined]  # the hidden right value
     # the demonstrator searches where it has no skill document; the oracle calls the hidden next step
     "skill_families": lambda state, obs: state.oracle_action(),  # type: ignore[attr-defined]
+    # with env.families the same: the oracle reads the hidden recipe (the default games' demonstrator is one)
+    "textworld": lambda state, obs: getattr(state, "oracle_action", state.expert_action)(),
 }
 
 Policy = Callable[[Environment, EpisodeState, Observation, random.Random], str]

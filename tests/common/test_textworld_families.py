@@ -10,16 +10,8 @@ import random
 
 import pytest
 
-from common.envs.textworld import (
-    COLOURS,
-    FILLER,
-    TextWorldConfig,
-    TextWorldEnv,
-    _textworld,
-    doc_kind,
-    doc_right,
-    parse_skill,
-)
+from common.envs.textworld import TextWorldConfig, TextWorldEnv, _textworld
+from common.envs.textworld_families import COLOURS, FILLER, doc_kind, doc_right, guided_pairs, parse_skill
 
 try:
     _textworld()
@@ -30,7 +22,7 @@ except ImportError:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory) -> TextWorldEnv:
     return TextWorldEnv(TextWorldConfig(families=True, train_size=9, heldout_size=6, dev_size=3, demo_slip=0.0,
-                                        invalid_penalty=0.25, cache_dir=str(tmp_path_factory.mktemp("twf"))))
+                                        invalid_penalty=0.25, demo_abstract=1.0, demo_concrete=0.0, cache_dir=str(tmp_path_factory.mktemp("twf"))))
 
 
 def tasks(env: TextWorldEnv, split: str = "train") -> list[dict]:
@@ -101,9 +93,9 @@ def test_roles_variants_and_the_default_mode_is_unchanged(env):
         plain.new_episode(json.loads(plain.task_set()["train"]["task"][0]), random.Random(0), "curate")
 
 
-def test_the_engine_judges_placements_and_the_demonstrator_wins(env):
+def test_the_engine_judges_placements_and_the_oracle_wins(env):
     for t in tasks(env):
-        r, events, first = play(env, t, lambda ep, obs: ep.expert_action())
+        r, events, first = play(env, t, lambda ep, obs: ep.oracle_action())
         assert r.success and r.reward == 1.0 and not events and r.info["steps"] == 2 * t["plan"], t
         colour = {f"{c} {n}": c for c, n in t["things"] + t["places"]}
         placed = [(colour[c.split(" on ")[0][4:]], colour[c.split(" on ")[1]]) for c in r.info["found"]]
@@ -133,7 +125,7 @@ def test_an_abstract_document_from_game_0_wins_games_1_and_2_a_concrete_one_does
     """The mechanism can show: the curate turn's abstract document (colours) transfers to the chain's
     later games, whose nouns are fresh; the concrete one (nouns) names things that are not there."""
     for fam in (tasks(env)[0:3], tasks(env)[3:6]):
-        r, _, _ = play(env, fam[0], lambda ep, obs: ep.expert_action())
+        r, _, _ = play(env, fam[0], lambda ep, obs: ep.oracle_action())
         curate = {**fam[0], "skill": "", "found": r.info["found"]}
         ep = env.new_episode(curate, random.Random(0), "curate")
         assert "Right placements in the last game: put " in ep.start().text
@@ -227,3 +219,79 @@ def test_a_reply_that_names_a_listed_command_plays_the_first_one_named(env):
     assert ep.command_in("x" * 300 + f" take {a}") is None  # past the first 300 characters
     r = ep.step(f"1. Take {a}\n2. Take {b}")
     assert not r.events and f"You carry: {a}." in r.next.text
+
+
+def test_guided_pairs_by_hand():
+    things, places = ["red mug", "blue lamp"], ["green stand", "white desk"]
+    assert guided_pairs("red on green, then blue on white", things, places) == [("red mug", "green stand"),
+                                                                              ("blue lamp", "white desk")]
+    assert guided_pairs("mug on desk", things, places) == [("red mug", "white desk")]  # nouns that are here
+    assert guided_pairs("cup on shelf then blue on white", things, places) == [("blue lamp", "white desk")]
+    assert guided_pairs("red green blue", things, places) == [("red mug", "green stand")]  # an odd word is dropped
+    assert guided_pairs("", things, places) == []
+
+
+def test_the_demonstrator_reads_only_the_prompt(env):
+    """The SFT demonstrator follows a right document to a win in 2 L commands without the hidden recipe,
+    searches by elimination without one (never the same wrong placement twice, never an invalid command),
+    and wins some games that way but not all."""
+    wins = []
+    for t in tasks(env):
+        doc = " ".join(f"{a} on {b}" for a, b in t["recipe"][:t["plan"]])
+        ep = env.new_episode({**t, "skill": doc}, random.Random(0))
+        ep.steps_right = []  # the oracle's hidden recipe is gone: the document alone must carry the game
+        obs, r = ep.start(), None
+        while obs is not None:
+            r = ep.step(ep.expert_action())
+            obs = r.next
+        assert r.success and r.info["steps"] == 2 * t["plan"] and r.info["invalid_calls"] == 0
+        for seed in range(4):
+            ep = env.new_episode(t, random.Random(seed))
+            ep.steps_right = []
+            obs, puts = ep.start(), []
+            while obs is not None:
+                action = ep.expert_action()
+                r = ep.step(action)
+                assert not r.events, action
+                if action.startswith("put ") and action[4:] not in {f[4:] for f in ep.found}:
+                    puts.append(action)
+                obs = r.next
+            assert len(puts) == len(set(puts))  # a placement that raised nothing is not tried again
+            wins.append(r.success)
+    assert 0 < sum(wins) < len(wins)
+
+
+def test_the_demo_split_is_scripted_chains_and_leaves_the_other_splits_alone(tmp_path):
+    base = dict(families=True, train_size=6, heldout_size=3, dev_size=3, cache_dir=str(tmp_path))
+    plain = TextWorldEnv(TextWorldConfig(**base))
+    env = TextWorldEnv(TextWorldConfig(**base, demo_size=30, demo_abstract=0.5, demo_concrete=0.25))
+    for split in ("train", "heldout", "dev"):
+        assert env.task_set()[split]["task"] == plain.task_set()[split]["task"]
+    rows = [json.loads(t) for t in env.task_set()["demo"]["task"]]
+    assert len(rows) == 10 * 5 and env.task_set()["demo"]["tier"] == [1, 1, 2, 2, 3] * 10
+    kinds = []
+    for c in range(10):
+        chain = rows[5 * c: 5 * c + 5]
+        assert [r.get("kind", "solve") for r in chain] == ["solve", "curate", "solve", "curate", "solve"]
+        assert len({r["family"] for r in chain}) == 1 and chain[0]["skill"] == "" and chain[1]["skill"] == ""
+        for p in (1, 3):  # each curate row holds the placements found in the game before it, with its document
+            cur = chain[p]
+            assert cur["plan"] == chain[p - 1]["plan"] and cur["skill"] == chain[p - 1]["skill"]
+            assert all(f.startswith("put ") for f in cur["found"]) and len(cur["found"]) <= cur["plan"]
+            assert isinstance(env.new_episode(cur, random.Random(0)), type(env.new_episode(cur, random.Random(0), "curate")))
+            kinds.append(doc_kind(chain[p + 1]["skill"].split()))  # what the scripted curator wrote
+    assert set(kinds) <= {"abstract", "concrete", "empty"} and {"abstract", "empty"} <= set(kinds)
+
+
+@pytest.mark.parametrize("abstract, concrete, kind", [(1.0, 0.0, "abstract"), (0.0, 1.0, "concrete"), (0.0, 0.0, "empty")])
+def test_the_scripted_curator_writes_each_kind(env, abstract, concrete, kind):
+    t = tasks(env)[1]
+    names = {c: f"{c} {n}" for c, n in t["things"] + t["places"]}
+    found = [f"put {names[a]} on {names[b]}" for a, b in t["recipe"][:2]]
+    cfg = TextWorldConfig(**{**env.cfg.__dict__, "demo_abstract": abstract, "demo_concrete": concrete})
+    ep = TextWorldEnv(cfg).new_episode({**t, "skill": "", "found": found}, random.Random(0), "curate")
+    ep.start()
+    done = ep.step(ep.expert_action())
+    assert done.info[f"doc_{kind}"] and done.info["doc_right"] == (kind == "abstract")
+    if kind == "concrete":
+        assert done.info["skill"] == " ".join(f"{names[a].split()[1]} on {names[b].split()[1]}" for a, b in t["recipe"][:2])

@@ -161,7 +161,7 @@ def test_chains_of_splits_repeated_families():
     assert [[r["id"] for r in c] for c in chains_of(rows)] == [["a2", "a3", "a4"], ["a2", "a3"], ["b3"]]
 
 
-# ---- the small scale: chains of TextWorld games (common/envs/textworld.py, env.families=true) ---------------
+# ---- the small scale: chains of TextWorld games (common/envs/textworld_families.py) ---------------
 
 
 def _needs_textworld() -> None:
@@ -174,7 +174,8 @@ def _needs_textworld() -> None:
 
 
 class ScriptedRollout:
-    """Plays every spec with the environment's demonstrator (no model), recording each first prompt."""
+    """Plays every spec with the environment's oracle where it has one (the scripted curator otherwise; no
+    model), recording each first prompt."""
 
     rank_salt = ""
 
@@ -188,7 +189,7 @@ class ScriptedRollout:
             obs = ep.start()
             self.prompts.append((spec.task["tier"], spec.variant, obs.text))
             while obs is not None:
-                r = ep.step(ep.expert_action())
+                r = ep.step(getattr(ep, "oracle_action", ep.expert_action)())
                 obs = r.next
             out.append(Episode(spec.task["id"], spec.task["tier"], reward=r.reward, success=r.success, info=r.info, tag=spec.tag))
         return out
@@ -200,7 +201,7 @@ def test_the_chain_code_plays_textworld_families(tmp_path):
     from common.envs.textworld import TextWorldConfig, TextWorldEnv
 
     _needs_textworld()
-    env = TextWorldEnv(TextWorldConfig(families=True, train_size=12, heldout_size=3, dev_size=3, demo_slip=0.0,
+    env = TextWorldEnv(TextWorldConfig(families=True, train_size=12, heldout_size=3, dev_size=3, demo_slip=0.0, demo_abstract=1.0, demo_concrete=0.0,
                                        cache_dir=str(tmp_path)))
     trainer = SimpleNamespace(group_size=2, tasks_per_step=2, devices=1, num_nodes=1, kl=SimpleNamespace(placement="none"))
     m = SkillRise(SkillRiseConfig(arm="skillrise"), SimpleNamespace(scale="cpu", trainer=trainer, eval=SimpleNamespace(k=1)), env)  # type: ignore[arg-type]
