@@ -56,6 +56,7 @@ class SFTConfig:
     lr: float = 3e-3
     batch_size: int = 32
     demos: int = 256  # train tasks demonstrated
+    pack: bool = False  # one row per multi-turn context (every action of it labelled), not one row per turn
     seed: int | None = None  # None: the run's seed (each seed gets its own warm start)
 
 

@@ -201,6 +201,26 @@ def demonstrations(env: Environment, tokenizer: Any, n_tasks: int, seed: int,
     return pairs
 
 
+def packed_rows(pairs: list[tuple[list[int], list[int]]]) -> list[tuple[list[int], list[int]]]:
+    """(ids, labels) rows with the turns of one multi-turn context in one row (`sft.pack`): a pair whose
+    context starts with a recent row's whole text (as `demonstrations` builds the next turn of a role's
+    context) extends that row, its action tokens labelled too (-100 elsewhere), so that a context is read
+    once rather than once per turn. Every action token is trained as often as unpacked; the mean of a
+    batch's loss weighs contexts by their action tokens."""
+    rows: list[tuple[list[int], list[int]]] = []
+    recent: list[int] = []  # rows that later turns may extend (the last few: roles interleave)
+    for ctx, act in pairs:
+        for i in reversed(recent):
+            ids, labels = rows[i]
+            if len(ctx) >= len(ids) and ctx[: len(ids)] == ids:
+                rows[i] = (ctx + act, labels + [-100] * (len(ctx) - len(ids)) + act)
+                break
+        else:
+            rows.append((ctx + act, [-100] * len(ctx) + act))
+            recent = [*recent[-7:], len(rows) - 1]
+    return rows
+
+
 def sft(model: Any, pairs: list[tuple[list[int], list[int]]], cfg: SFTConfig, seed: int, pad_id: int,
         progress: bool = False) -> list[float]:
     """Full-parameter supervised training on action tokens only: AdamW under torch's OneCycleLR,
@@ -209,7 +229,8 @@ def sft(model: Any, pairs: list[tuple[list[int], list[int]]], cfg: SFTConfig, se
     0.95 -> 0.85 during the warm-up and back to 0.95 by the end (kept: the warm starts behind the
     committed results were trained this way).
 
-    Batches go to the model's device. No autocast: the warm start is float32 whatever
+    A row is a demonstrated pair (context, action), or with `cfg.pack` a whole multi-turn context with
+    every action in it (`packed_rows`). Batches go to the model's device. No autocast: the warm start is float32 whatever
     `trainer.precision` is, since its cache key (`warm_started_base`) does not include precision."""
     from tqdm import tqdm
 
@@ -224,18 +245,18 @@ def sft(model: Any, pairs: list[tuple[list[int], list[int]]], cfg: SFTConfig, se
     device = next(model.parameters()).device
     model.train()
     losses = []
+    rows = packed_rows(pairs) if cfg.pack else [(ctx + act, [-100] * len(ctx) + act) for ctx, act in pairs]
     for _ in tqdm(range(cfg.steps), desc="sft warm start", disable=not progress, leave=False):
-        idx = torch.randint(len(pairs), (cfg.batch_size,), generator=gen).tolist()
-        rows = [pairs[i][0] + pairs[i][1] for i in idx]
-        width = max(map(len, rows))
-        ids = torch.full((len(rows), width), pad_id)
-        labels = torch.full((len(rows), width), -100)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        idx = torch.randint(len(rows), (cfg.batch_size,), generator=gen).tolist()
+        width = max(len(rows[i][0]) for i in idx)
+        ids = torch.full((len(idx), width), pad_id)
+        labels = torch.full((len(idx), width), -100)
+        mask = torch.zeros((len(idx), width), dtype=torch.long)
         for r, i in enumerate(idx):
-            ctx, act = pairs[i]
-            ids[r, : len(ctx) + len(act)] = torch.tensor(ctx + act)
-            labels[r, len(ctx) : len(ctx) + len(act)] = torch.tensor(act)
-            mask[r, : len(ctx) + len(act)] = 1
+            row_ids, row_labels = rows[i]
+            ids[r, : len(row_ids)] = torch.tensor(row_ids)
+            labels[r, : len(row_ids)] = torch.tensor(row_labels)
+            mask[r, : len(row_ids)] = 1
         ids, labels, mask = ids.to(device), labels.to(device), mask.to(device)
         logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100)

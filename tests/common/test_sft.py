@@ -1,4 +1,5 @@
-"""The SFT warm start runs at any step count (OneCycleLR needs a warm-up step and an annealing phase)."""
+"""The SFT warm start runs at any step count (OneCycleLR needs a warm-up step and an annealing phase), and
+packing a multi-turn context into one row (`sft.pack`) trains the same tokens on the same prefixes."""
 
 import copy
 
@@ -14,3 +15,34 @@ def test_sft_runs_at_small_step_counts(tiny_parts, steps):
     pairs = demonstrations(env, tok, n_tasks=8, seed=0)
     losses = sft(copy.deepcopy(base), pairs, SFTConfig(steps=steps, batch_size=4), seed=0, pad_id=tok.pad_token_id)
     assert len(losses) == steps and all(loss == loss for loss in losses)
+
+
+def test_packed_rows_by_hand():
+    from common.policy import packed_rows
+
+    pairs = [([1, 2], [3]), ([1, 2, 3, 4], [5]), ([9], [8]), ([1, 2, 3, 4, 5, 6], [7]), ([9, 8, 4], [2, 2])]
+    assert packed_rows(pairs) == [([1, 2, 3, 4, 5, 6, 7], [-100, -100, 3, -100, 5, -100, 7]),
+                                  ([9, 8, 4, 2, 2], [-100, 8, -100, 2, 2])]
+    assert packed_rows([([1], [2]), ([1], [3])]) == [([1, 2], [-100, 2]), ([1, 3], [-100, 3])]  # not a continuation
+
+
+def test_packing_changes_nothing_for_one_turn_contexts(tiny_parts):
+    env, _, tok, base = tiny_parts
+    pairs = demonstrations(env, tok, n_tasks=8, seed=0)  # arith: one turn per context
+    plain = sft(copy.deepcopy(base), pairs, SFTConfig(steps=3, batch_size=4), seed=0, pad_id=tok.pad_token_id)
+    packed = sft(copy.deepcopy(base), pairs, SFTConfig(steps=3, batch_size=4, pack=True), seed=0, pad_id=tok.pad_token_id)
+    assert packed == plain
+
+
+def test_a_packed_context_costs_the_token_weighted_mean_of_its_turns(tiny_parts):
+    """A causal model sees the same prefix at every action token whether the turn is its own row or part of
+    the whole context's row, so the packed row's loss is the per-turn losses weighted by action length."""
+    _, _, tok, base = tiny_parts
+    ctx1, act1 = [5, 6, 7, 8], [9, 10]
+    ctx2, act2 = ctx1 + act1 + [11, 12, 13], [14, 15, 16]
+    pairs = [(ctx1, act1), (ctx2, act2)]
+    cfg = SFTConfig(steps=1, batch_size=1, lr=1e-9)
+    per_turn = [sft(copy.deepcopy(base), [p], cfg, seed=0, pad_id=tok.pad_token_id)[0] for p in pairs]
+    packed = sft(copy.deepcopy(base), pairs, SFTConfig(steps=1, batch_size=1, lr=1e-9, pack=True), seed=0,
+                 pad_id=tok.pad_token_id)[0]
+    assert packed == pytest.approx((2 * per_turn[0] + 3 * per_turn[1]) / 5, rel=1e-5)
