@@ -150,7 +150,7 @@ def breakdown(s: Setting, steps: int) -> dict[str, Any]:
     finally:
         timers.undo()
     last = [m for m in run_dir.read_metrics() if "time_rollout_s" in m][-2]
-    return {"step_s": step_wall.get("step_s"), "time_rollout_s": last["time_rollout_s"], "time_train_s": last["time_train_s"],
+    return {"step_s": step_wall.get("step_s"), "time_rollout_s": last["time_rollout_s"], "time_reference_s": last.get("time_reference_s"), "time_train_s": last["time_train_s"],
             "generated_tokens": last["generated_tokens"], "parts_s": timers.seconds, "calls": timers.calls}
 
 

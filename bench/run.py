@@ -44,7 +44,7 @@ def series_stats(records: list[dict[str, Any]], stats: dict[str, Any]) -> dict[s
     tokens = [r["generated_tokens"] for r in records]
     out = {"step": summary(times), "generated_tokens_per_step": statistics.mean(tokens),
            "tokens_per_s": sum(tokens) / sum(times), **stats}
-    for part in ("time_rollout_s", "time_train_s", "time_generate_s", "flops_train", "flops_generate"):
+    for part in ("time_rollout_s", "time_reference_s", "time_train_s", "time_generate_s", "flops_train", "flops_generate"):
         if records and part in records[0]:
             out[part] = statistics.median(r[part] for r in records)
     return out
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="common/conf/model/<name>.yaml, comma-separated, in the order they run (smollm2 alone: --models smollm2)")
     ap.add_argument("--steps", default="12,5,2", help="measured steps per series, per model (comma list, last repeats)")
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured steps first")
-    ap.add_argument("--max-minutes", type=float, default=10.0,
+    ap.add_argument("--max-minutes", type=float, default=25.0,
                     help="time cap of the whole benchmark: a part whose estimate does not fit in what is left is "
                          "reduced or skipped, with a note in bench.json and bench.md (bench/plan.py)")
     ap.add_argument("--all-precisions", dest="best_only_after_first", action="store_false",
@@ -150,7 +150,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--device", default="cpu", help="cpu | cuda (bench/gpu.sh)")
     ap.add_argument("--engine", default="hf", help="our engine: hf | vllm (then TRL generates with vLLM too)")
     ap.add_argument("--no-multiturn", action="store_true", help="skip the multi-turn rollout part")
-    ap.add_argument("--no-engines", action="store_true", help="skip bench/engines.py (HF vs vLLM engine columns)")
+    ap.add_argument("--engines", action="store_true",
+                    help="also run bench/engines.py (HF vs vLLM engines on the tiny model; the 135M generation columns supersede it)")
+    ap.add_argument("--no-engines", action="store_true", help="skip bench/engines.py (the default; overrides --engines)")
     ap.add_argument("--no-trl", action="store_true", help="skip TRL (also skipped when it is not installed)")
     ap.add_argument("--quick", action="store_true", help="a tiny configuration for tests (2 steps, tiny model)")
     ap.add_argument("--work-dir", default=".cache/bench")
@@ -247,7 +249,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not a.no_multiturn and budget.admit("multi-turn rollouts", 8.0 if a.quick else 60.0):
         result["multiturn"] = measure_multiturn(Setting(threads=a.threads, work_dir=a.work_dir), a.mt_tasks, a.mt_group,
                                                 16 if a.new_tokens is None else a.new_tokens, a.mt_sft_steps, a.mt_reps)
-    if (not a.quick and not a.no_engines and (Path(__file__).parent / "engines.py").exists()
+    if (a.engines and not a.quick and not a.no_engines and (Path(__file__).parent / "engines.py").exists()
             and budget.admit("engine columns (bench/engines.py, tiny model)", 150.0)):
         result["engines"] = run_engines(a.out, a.threads)
     result["skipped_for_time"] = budget.skipped

@@ -121,7 +121,7 @@ def run_ours(s: Setting, steps: int, conn: Any) -> None:
     def info() -> dict[str, Any]:
         last = run_dir.read_metrics()[-1]
         return {"generated_tokens": last["generated_tokens"], "time_rollout_s": last["time_rollout_s"],
-                "time_train_s": last["time_train_s"]}
+                "time_reference_s": last["time_reference_s"], "time_train_s": last["time_train_s"]}
 
     gate = Gate(conn, info)
     trainer.fit(module)

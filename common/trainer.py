@@ -227,8 +227,10 @@ class RLModule(L.LightningModule):
         episodes = [e for g in groups for e in g.all_episodes()]
         rows = build_rows(episodes, self.method.trainable_roles(step), self.method.excluded)
         kl = self.cfg.trainer.kl
+        t_ref = time.perf_counter()
         if kl.placement != "none" and rows:
             self.reference_logprobs(rows)
+        t_ref = time.perf_counter() - t_ref
         penalty = kl_reward_penalty(rows, kl.coef, kl.estimator, self.method.agent_of) if kl.placement == "reward" else None
         advantages = to_advantages(groups, credit, self.method.agent_of, self.method.estimator, self.method.excluded, penalty)
         metrics.update(self.method.credit_metrics(groups, advantages))
@@ -241,7 +243,8 @@ class RLModule(L.LightningModule):
         metrics.update(after)
         metrics["generated_tokens"] = after["generated_tokens_total"] - before["generated_tokens_total"]
         metrics["model_calls"] = after["model_calls_total"] - before["model_calls_total"]
-        metrics.update(time_rollout_s=t_rollout, time_train_s=time.perf_counter() - t1)
+        # rollout, reference forward (KL) and update; credit and bookkeeping are the step's remainder
+        metrics.update(time_rollout_s=t_rollout, time_reference_s=t_ref, time_train_s=time.perf_counter() - t1)
         every = self.cfg.eval.every
         if every and self.next_step % every == 0 and self.next_step < self.cfg.trainer.steps:
             self.evals["history"].append(self.run_eval(self.next_step))

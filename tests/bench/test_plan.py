@@ -161,7 +161,7 @@ def test_without_trl_its_series_are_skipped_with_a_note(stubbed, monkeypatch, tm
 def test_run_under_a_cap_skips_with_notes_never_silently(stubbed, tmp_path):
     from bench.run import main
 
-    r = main(["--models", "tiny,tiny10m", "--max-minutes", "0.01", "--no-multiturn", "--generation-models", "",
+    r = main(["--models", "tiny,tiny10m", "--max-minutes", "0.01", "--no-multiturn", "--engines", "--generation-models", "",
               "--out", str(tmp_path)])
     assert stubbed == [] and all(not e["cells"] for e in r["models"].values())
     parts = [s["part"] for s in r["skipped_for_time"]]

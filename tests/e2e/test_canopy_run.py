@@ -19,7 +19,7 @@ from tests.helpers import last_checkpoint
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-TIMING = ("time_rollout_s", "time_train_s", "time_step_s")
+TIMING = ("time_rollout_s", "time_reference_s", "time_train_s", "time_step_s")
 
 
 def args(out, work, arm, *extra):
