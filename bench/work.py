@@ -80,24 +80,16 @@ def dequantized(cfg: ModelConfig, work_dir: str) -> Path:
     """The GGUF model `cfg` saved once as a float32 Hugging Face folder under work_dir."""
     from filelock import FileLock
 
-    from common.policy import load_pretrained
+    from common.policy import load_pretrained, savable
 
     folder = Path(work_dir) / "dequantized" / Path(str(cfg.gguf_file)).stem
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder) + ".lock"):
         if not (folder / "config.json").exists():
-            import copy
 
-            from transformers import AutoModelForCausalLM
 
             tok, model = load_pretrained(cfg)
-            # transformers refuses to save a model loaded from GGUF: copy its (already float32)
-            # weights into a plain model of the same config, which saves as any other
-            config = copy.deepcopy(model.config)
-            if hasattr(config, "quantization_config"):
-                del config.quantization_config
-            plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-            plain.load_state_dict(model.state_dict())
+            plain = savable(model)  # transformers refuses to save a model loaded from GGUF
             tmp = folder.with_suffix(".tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             tok.save_pretrained(tmp)

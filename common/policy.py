@@ -15,6 +15,7 @@ depends on (the settings, and the source of the code that makes its data and tra
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import importlib.util
 import inspect
@@ -116,6 +117,18 @@ def load_pretrained(cfg: ModelConfig) -> tuple[Any, Any]:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer, model
+
+
+def savable(model: Any) -> Any:
+    """The model itself, or for one loaded from GGUF (which transformers refuses to save: its config keeps
+    the quantization marker) the same float32 weights in a plain model of the same config."""
+    if getattr(model.config, "quantization_config", None) is None:
+        return model
+    config = copy.deepcopy(model.config)
+    del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(model.state_dict())
+    return plain
 
 
 def config_hash(*parts: Any) -> str:
@@ -302,6 +315,7 @@ def warm_started_base(model_cfg: ModelConfig, sft_cfg: SFTConfig, env: Environme
         if model_cfg.kind == "tiny" or sft_cfg.enabled:
             tmp = folder.with_suffix(".tmp")
             tokenizer.save_pretrained(tmp)
+            model = savable(model)
             model.save_pretrained(tmp)
             (tmp / "warmstart.json").write_text(json.dumps(info, indent=2))
             tmp.rename(folder)

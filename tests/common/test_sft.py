@@ -46,3 +46,23 @@ def test_a_packed_context_costs_the_token_weighted_mean_of_its_turns(tiny_parts)
     packed = sft(copy.deepcopy(base), pairs, SFTConfig(steps=1, batch_size=1, lr=1e-9, pack=True), seed=0,
                  pad_id=tok.pad_token_id)[0]
     assert packed == pytest.approx((2 * per_turn[0] + 3 * per_turn[1]) / 5, rel=1e-5)
+
+
+def test_a_model_loaded_from_gguf_is_saved_as_a_plain_copy(tiny_parts, tmp_path):
+    """transformers refuses to save a model whose config keeps GGUF's quantization marker (the warm start of
+    SmolLM2 failed at its save after 45 minutes of SFT): `savable` gives the same weights in a plain model."""
+    import torch
+
+    from common.policy import savable
+
+    _, _, _, base = tiny_parts
+    assert savable(base) is base  # nothing to strip
+    marked = copy.deepcopy(base)
+    marked.config.quantization_config = {"quant_method": "gguf"}
+    plain = savable(marked)
+    assert plain is not marked and getattr(plain.config, "quantization_config", None) is None
+    assert marked.config.quantization_config == {"quant_method": "gguf"}  # the original is left alone
+    for (name, a), (_, b) in zip(marked.state_dict().items(), plain.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    plain.save_pretrained(tmp_path)
+    assert (tmp_path / "config.json").exists()
