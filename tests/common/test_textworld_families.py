@@ -295,3 +295,10 @@ def test_the_scripted_curator_writes_each_kind(env, abstract, concrete, kind):
     assert done.info[f"doc_{kind}"] and done.info["doc_right"] == (kind == "abstract")
     if kind == "concrete":
         assert done.info["skill"] == " ".join(f"{names[a].split()[1]} on {names[b].split()[1]}" for a, b in t["recipe"][:2])
+
+
+def test_the_warm_start_key_covers_the_families_code(env):
+    """An edit of the demonstrator or of the demo chains builds a new warm start (textworld imports its families)."""
+    from common.policy import warm_start_code
+
+    assert {"common.envs.textworld", "common.envs.textworld_families"} <= set(warm_start_code(env))
