@@ -57,6 +57,7 @@ class SFTConfig:
     batch_size: int = 32
     demos: int = 256  # train tasks demonstrated
     pack: bool = False  # one row per multi-turn context (every action of it labelled), not one row per turn
+    micro_batch_rows: int = 0  # rows per forward/backward, gradients accumulated (0: the whole batch at once)
     seed: int | None = None  # None: the run's seed (each seed gets its own warm start)
 
 
@@ -298,6 +299,8 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
                 errors.append(f"sft.{key} must be >= 1 with sft.enabled=true (or set sft.enabled=false); got {getattr(sft, key)}")
         if not _positive(sft.lr):
             errors.append(f"sft.lr must be > 0 and finite; got {sft.lr}")
+        if sft.micro_batch_rows < 0:
+            errors.append(f"sft.micro_batch_rows must be >= 0 (0: the whole batch at once); got {sft.micro_batch_rows}")
     # (with sft.enabled=false the sft.* settings are not errors: a scale file sets them, a user may switch it off)
     # ---- engine and machine
     if e.name not in ("hf", "vllm"):

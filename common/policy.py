@@ -271,10 +271,21 @@ def sft(model: Any, pairs: list[tuple[list[int], list[int]]], cfg: SFTConfig, se
             labels[r, : len(row_ids)] = torch.tensor(row_labels)
             mask[r, : len(row_ids)] = 1
         ids, labels, mask = ids.to(device), labels.to(device), mask.to(device)
-        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        if not cfg.micro_batch_rows or cfg.micro_batch_rows >= len(idx):
+            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100)
+            loss.backward()
+        else:  # the same mean over the batch's labelled tokens, its rows in chunks (gradients accumulate)
+            n_labelled = int((labels[:, 1:] != -100).sum())
+            loss = torch.zeros(())
+            for c in range(0, len(idx), cfg.micro_batch_rows):
+                part = slice(c, c + cfg.micro_batch_rows)
+                logits = model(input_ids=ids[part], attention_mask=mask[part]).logits[:, :-1]
+                part_loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels[part, 1:].reshape(-1),
+                                            ignore_index=-100, reduction="sum") / n_labelled
+                part_loss.backward()
+                loss = loss + part_loss.detach()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()

@@ -66,3 +66,18 @@ def test_a_model_loaded_from_gguf_is_saved_as_a_plain_copy(tiny_parts, tmp_path)
         assert torch.equal(a, b), name
     plain.save_pretrained(tmp_path)
     assert (tmp_path / "config.json").exists()
+
+
+def test_micro_batches_give_the_whole_batch_step(tiny_parts):
+    """sft.micro_batch_rows splits a batch's forward/backward (the SmolLM2 warm start held 22 GB in one) into
+    chunks with the same mean over the batch's labelled tokens: the same losses and weights, to rounding."""
+    import torch
+
+    env, _, tok, base = tiny_parts
+    pairs = demonstrations(env, tok, n_tasks=8, seed=0)
+    whole, parts = copy.deepcopy(base), copy.deepcopy(base)
+    a = sft(whole, pairs, SFTConfig(steps=3, batch_size=5), seed=0, pad_id=tok.pad_token_id)
+    b = sft(parts, pairs, SFTConfig(steps=3, batch_size=5, micro_batch_rows=2), seed=0, pad_id=tok.pad_token_id)
+    assert b == pytest.approx(a, rel=1e-5)
+    for (name, x), (_, y) in zip(whole.state_dict().items(), parts.state_dict().items(), strict=True):
+        assert torch.allclose(x, y, atol=1e-5), name
