@@ -86,8 +86,6 @@ def dequantized(cfg: ModelConfig, work_dir: str) -> Path:
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder) + ".lock"):
         if not (folder / "config.json").exists():
-
-
             tok, model = load_pretrained(cfg)
             plain = savable(model)  # transformers refuses to save a model loaded from GGUF
             tmp = folder.with_suffix(".tmp")
