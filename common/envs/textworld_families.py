@@ -243,7 +243,7 @@ class FamilyEpisode(EpisodeState):
         if self.rng.random() < self.cfg.demo_slip and admissible:
             return str(self.rng.choice(admissible))
         facts = self._facts()
-        right = {tuple(c[4:].split(" on ")) for c in self.found}
+        right = {placement(c) for c in self.found}
         held = next((t for t in self.things if ("in", t, "I") in facts), None)
         for thing, place in self.guide:
             if (thing, place) not in right | self.tried and held in (None, thing):
@@ -286,7 +286,7 @@ class FamilyEpisode(EpisodeState):
             if score > self.score:
                 self.found.append(command)
             elif command.startswith("put ") and " on " in command:
-                self.tried.add(tuple(command[4:].split(" on ", 1)))  # type: ignore[arg-type]
+                self.tried.add(placement(command))
             self.score = int(score)
             feedback = "Done."
         else:
@@ -313,12 +313,10 @@ class CurateEpisode(EpisodeState):
         self.recipe: list[list[str]] = [list(pair) for pair in task["recipe"]]
         colour_of = {f"{colour} {noun}": colour for colour, noun in [*task["things"], *task["places"]]}
         self.found: list[tuple[str, str]] = []  # (thing, place) of each right placement the game reported
-        for command in task.get("found", [])[:8]:
-            words = str(command).split()
-            for cut in range(2, len(words)):  # "put <thing> on <place>"
-                thing, place = " ".join(words[1:cut]), " ".join(words[cut + 1:])
-                if words[0] == "put" and words[cut] == "on" and thing in colour_of and place in colour_of:
-                    self.found.append((thing, place))
+        for command in map(str, task.get("found", [])[:8]):
+            thing, place = placement(command)
+            if command.startswith("put ") and thing in colour_of and place in colour_of:
+                self.found.append((thing, place))
         self.colour_of = colour_of
 
     def start(self) -> Observation:
@@ -347,6 +345,12 @@ class CurateEpisode(EpisodeState):
         return curate_result(words, doc_kind(words or []), doc_right(words or [], self.recipe), self.cfg.invalid_penalty,
                              f"expected <skill> up to {self.cfg.max_skill_words} words of letters or digits </skill>")
 
+
+
+def placement(command: str) -> tuple[str, str]:
+    """(thing, place) of a `put <thing> on <place>` command (names never hold " on ")."""
+    thing, _, place = command[len("put "):].partition(" on ")
+    return thing, place
 
 
 def guided_pairs(doc: str, things: list[str], places: list[str]) -> list[tuple[str, str]]:
