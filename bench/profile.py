@@ -115,9 +115,9 @@ def breakdown(s: Setting, steps: int) -> dict[str, Any]:
     timers.wrap(fast.FastDecoder, "__init__", "rollout: decoder set-up (LoRA merged, KV buffers)")
     timers.wrap(fast.FastDecoder, "prefill", "rollout: prefill")
     timers.wrap(fast.FastDecoder, "step", "rollout: decode steps")
-    timers.wrap(fast.FastScorer, "logits", grad)
+    timers.wrap(fast.FastScorer, "logits_at", grad)
     timers.wrap(fast._FastModel, "_logits", "  of which LM head (final norm + 49k-vocab matmul), forward only")
-    timers.wrap(common.trainer, "score_rows", "update: score_rows (forward + gather + log-softmax over the vocabulary)")
+    timers.wrap(common.trainer, "score_rows", "update: score_rows (forward + logsumexp over the vocabulary)")
     timers.wrap(common.trainer.RLModule, "manual_backward", "update: backward")
 
     def proj_call(self: Any, x: torch.Tensor) -> torch.Tensor:

@@ -115,17 +115,22 @@ def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, ent
         x.to(device) for x in (ids_B_L, attn_B_L, gather_B_T, targets_B_T, mask_B_T))
     pos_B_L = (attn_B_L.cumsum(-1) - 1).clamp(min=0)
     if fast and FastScorer.supports(model):
-        hidden = FastScorer(model, width).logits(ids_B_L, attn_B_L, pos_B_L, keep=width - first)
+        logits_B_T_V = FastScorer(model, width).logits_at(ids_B_L, attn_B_L, pos_B_L, gather_B_T + first)
     else:
         hidden = model(input_ids=ids_B_L, attention_mask=attn_B_L, position_ids=pos_B_L,
                        logits_to_keep=width - first).logits  # B x (width - first) x V
-    logits_B_T_V = hidden.gather(1, gather_B_T[..., None].expand(-1, -1, hidden.size(-1))).float() / temperature
-    logp_B_T_V = torch.log_softmax(logits_B_T_V, dim=-1)
-    logp_B_T = logp_B_T_V.gather(-1, targets_B_T[..., None]).squeeze(-1) * mask_B_T
+        logits_B_T_V = hidden.gather(1, gather_B_T[..., None].expand(-1, -1, hidden.size(-1)))
+    z_B_T_V = logits_B_T_V.float()
+    if temperature != 1.0:
+        z_B_T_V = z_B_T_V / temperature
+    # log p(target) = z_target - logsumexp(z): no B x T x V log-softmax is materialized (nor, in the
+    # backward, a scatter into one); the vocabulary pass is one logsumexp
+    lse_B_T = torch.logsumexp(z_B_T_V, dim=-1)
+    logp_B_T = (z_B_T_V.gather(-1, targets_B_T[..., None]).squeeze(-1) - lse_B_T) * mask_B_T
     entropy = None
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = -(logp_B_T_V.exp() * logp_B_T_V).sum(-1) * mask_B_T
+            entropy = (lse_B_T - (torch.softmax(z_B_T_V, dim=-1) * z_B_T_V).sum(-1)) * mask_B_T  # H = lse - E_p[z]
     return Scored(logp_B_T, mask_B_T, entropy)
 
 

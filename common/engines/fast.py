@@ -14,6 +14,12 @@ forward gives, to float32 rounding.
   with the adapters' own parameters, so gradients reach them as through peft; the stacked base
   weights are built once per model and reused while they do not change.
 
+Under bf16 autocast, autocast casts every float32 weight to bf16 on every call (it caches casts
+only of leaf tensors that require grad, which frozen or merged weights are not): on a 135M model a
+decode step spent as long casting as multiplying. Both paths therefore hold their weights (and the
+decoder its KV buffers) in the autocast dtype from the start: the same cast, done once, so the
+arithmetic is what autocast gives. LoRA's A and B stay the trainable float32 parameters.
+
 It is a CPU path (on a GPU, HF's forward with its fused attention kernels runs instead). Models
 outside this shape (other attention or RoPE types, sliding windows, biases on MLPs, LoRA
 variants such as DoRA, LoRA dropout while training) use HF's forward (`supports` says which).
@@ -59,15 +65,18 @@ class _Proj:
     block-diagonal of the s B, built from the live parameters on every construction.
     """
 
-    def __init__(self, modules: list[Any], adapter: str | None, merge: bool, base: tuple | None = None):
+    def __init__(self, modules: list[Any], adapter: str | None, merge: bool, base: tuple | None = None,
+                 dtype: torch.dtype | None = None):
         weights = [_plain(m) for m in modules]
         loras = [_lora(m, adapter) for m in modules]
         if merge:
-            self.weight = _stack([w if lo is None else w + (lo[1] @ lo[0] * lo[2]).to(w.dtype)
-                                  for (w, _), lo in zip(weights, loras, strict=True)])
+            self.weight = _cast(_stack([w if lo is None else w + (lo[1] @ lo[0] * lo[2]).to(w.dtype)
+                                        for (w, _), lo in zip(weights, loras, strict=True)]), dtype)
+            self.bias = _cast(_stack_bias(weights), dtype)
+        elif base is not None:
+            self.weight, self.bias = base
         else:
-            self.weight = base[0] if base is not None else _stack([w for w, _ in weights])
-        self.bias = base[1] if base is not None else _stack_bias(weights)
+            self.weight, self.bias = _cast(_stack([w for w, _ in weights]), dtype), _cast(_stack_bias(weights), dtype)
         self.lora: tuple[torch.Tensor, torch.Tensor] | None = None  # (stacked A, block-diagonal s B)
         if not merge and any(lo is not None for lo in loras):
             d_in = self.weight.size(1)
@@ -81,6 +90,16 @@ class _Proj:
         if self.lora is not None:
             y = y + F.linear(F.linear(x, self.lora[0]), self.lora[1])
         return y
+
+
+def _cast(t: torch.Tensor | None, dtype: torch.dtype | None) -> Any:
+    """`t` in `dtype` (a copy only where the dtype changes); unchanged when dtype is None."""
+    return t if t is None or dtype is None else t.to(dtype)
+
+
+def autocast_dtype() -> torch.dtype | None:
+    """The dtype CPU autocast casts matmul inputs to now, or None when it is off."""
+    return torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
 
 
 def _stack(mats: list[torch.Tensor]) -> torch.Tensor:
@@ -111,21 +130,25 @@ def _groups(layer: Any) -> dict[str, list[Any]]:
             "gate_up": [mlp.gate_proj, mlp.up_proj], "down": [mlp.down_proj]}
 
 
-# Stacked base weights per model, reused while every constituent tensor is unchanged (same storage
-# and version): the trainer scores with frozen base weights many times per step.
+# Stacked base weights per model and dtype (the LM head's under "head"), reused while every
+# constituent tensor is unchanged (same storage and version): the trainer scores with frozen base
+# weights many times per step.
 _BASE_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _stacked_base(base: Any) -> list[dict[str, tuple[torch.Tensor, torch.Tensor | None]]]:
-    parts = [[_plain(m) for ms in _groups(layer).values() for m in ms] for layer in base.model.layers]
-    key = tuple((w.data_ptr(), w._version) for layer in parts for w, _ in layer)
-    hit = _BASE_CACHE.get(base)
+def _stacked_base(base: Any, dtype: torch.dtype | None) -> list[dict[str, tuple[torch.Tensor, torch.Tensor | None]]]:
+    groups = [_groups(layer) for layer in base.model.layers] + [{"head": [base.lm_head]}]
+    key = tuple((w.data_ptr(), w._version) for g in groups for ms in g.values() for w, _ in map(_plain, ms))
+    per_dtype = _BASE_CACHE.setdefault(base, {})
+    hit = per_dtype.get(dtype)
     if hit is not None and hit[0] == key:
         return hit[1]
+    if any(k != key for k, _ in per_dtype.values()):
+        per_dtype.clear()  # the weights changed: every dtype's copy is stale
     with torch.no_grad():
-        stacked = [{name: (_stack([_plain(m)[0] for m in ms]), _stack_bias([_plain(m) for m in ms]))
-                    for name, ms in _groups(layer).items()} for layer in base.model.layers]
-    _BASE_CACHE[base] = (key, stacked)
+        stacked = [{name: (_cast(_stack([_plain(m)[0] for m in ms]), dtype), _cast(_stack_bias([_plain(m) for m in ms]), dtype))
+                    for name, ms in g.items()} for g in groups]
+    per_dtype[dtype] = (key, stacked)
     return stacked
 
 
@@ -157,11 +180,12 @@ class _FastModel:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.scaling = self.head_dim**-0.5
         use = adapter if hasattr(model, "get_base_model") else None
-        stacked = None if merge else _stacked_base(base)
+        self.dtype = autocast_dtype()  # weights held in the dtype autocast would cast them to on every call
+        stacked = None if merge else _stacked_base(base, self.dtype)
         self.layers = []
         for i, layer in enumerate(base.model.layers):
             att = layer.self_attn
-            projs = {name: _Proj(ms, use, merge, None if stacked is None else stacked[i][name])
+            projs = {name: _Proj(ms, use, merge, None if stacked is None else stacked[i][name], self.dtype)
                      for name, ms in _groups(layer).items()}
             self.layers.append(_Layer(
                 layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
@@ -170,7 +194,7 @@ class _FastModel:
         self.split = [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim]
         self.embed = base.model.embed_tokens.weight
         self.norm = base.model.norm.weight
-        self.head = _Proj([base.lm_head], use, merge)
+        self.head = _Proj([base.lm_head], use, merge, None if stacked is None else stacked[-1]["head"], self.dtype)
         rope = base.model.rotary_emb
         pos_L = torch.arange(max_len, dtype=torch.float32)
         freqs_L_D = pos_L[:, None] * rope.inv_freq.float()[None, :]
@@ -249,7 +273,7 @@ class FastDecoder(_FastModel):
 
     def __init__(self, model: Any, adapter: str | None, rows: int, max_len: int):
         super().__init__(model, adapter, max_len, merge=True)
-        dtype = self.embed.dtype
+        dtype = self.dtype or self.embed.dtype  # keys and values as the projections give them
         self.k_cache = [torch.zeros(rows, self.kv_heads, max_len, self.head_dim, dtype=dtype) for _ in self.layers]
         self.v_cache = [torch.zeros(rows, self.kv_heads, max_len, self.head_dim, dtype=dtype) for _ in self.layers]
         self.keys_B_L = torch.zeros(rows, max_len, dtype=torch.bool)  # which cache columns hold real tokens
@@ -279,7 +303,7 @@ class FastDecoder(_FastModel):
         return self._last_logits(tok_B[:, None], pos_B[:, None], mask)
 
     def select(self, keep_B: torch.Tensor) -> None:
-        """Keep only these rows (finished rows leave the batch)."""
+        """Keep these rows, in this order (finished rows leave the batch; a repeated row is copied)."""
         self.k_cache = [c[keep_B] for c in self.k_cache]
         self.v_cache = [c[keep_B] for c in self.v_cache]
         self.keys_B_L = self.keys_B_L[keep_B]
@@ -297,6 +321,9 @@ class FastScorer(_FastModel):
     def supports(model: Any) -> bool:
         if not _FastModel.supports(model):
             return False
+        base = _base(model)
+        if any(p.requires_grad for n, p in base.named_parameters() if "lora_" not in n):
+            return False  # the stacked base weights are copies outside autograd: for frozen bases only
         for m in _lora_layers(model):
             if m.training and any(not isinstance(d, torch.nn.Identity) for d in m.lora_dropout.values()):
                 return False
@@ -313,7 +340,9 @@ class FastScorer(_FastModel):
     def __init__(self, model: Any, max_len: int):
         super().__init__(model, self.adapter_in_use(model), max_len, merge=False)
 
-    def logits(self, ids_B_L: torch.Tensor, mask_B_L: torch.Tensor, pos_B_L: torch.Tensor, keep: int) -> torch.Tensor:
-        """Logits of the last `keep` positions (B x keep x V), as HF's `logits_to_keep` gives them."""
-        x = self._forward(ids_B_L, pos_B_L, self._prompt_mask(mask_B_L.bool()))
-        return self._logits(x[:, -keep:])
+    def logits_at(self, ids_B_L: torch.Tensor, mask_B_L: torch.Tensor, pos_B_L: torch.Tensor,
+                  at_B_T: torch.Tensor) -> torch.Tensor:
+        """Logits (B x T x V) at the positions `at_B_T` of each row: the hidden states are gathered
+        first, so the final norm and the LM head run on those positions only."""
+        x_B_L_D = self._forward(ids_B_L, pos_B_L, self._prompt_mask(mask_B_L.bool()))
+        return self._logits(x_B_L_D.gather(1, at_B_T[..., None].expand(-1, -1, x_B_L_D.size(-1))))

@@ -2,7 +2,9 @@
 
 Requests are grouped by adapter (one peft adapter is active per forward), sorted by prompt length
 to keep left padding small, and decoded together; finished rows leave the batch (their KV cache
-rows are dropped), so a long straggler does not make the whole batch pay. Log-probabilities are
+rows are dropped), so a long straggler does not make the whole batch pay. A prompt sent several
+times (a GRPO group's completions of one task) is prefilled once and its KV cache rows copied to
+each of its rows (`share_prefill`). Log-probabilities are
 those of softmax(logits / T), the distribution sampled from, in float32.
 
 Every tensor handed to the model is on the model's device (the trainer's module, which Lightning
@@ -23,9 +25,11 @@ from common.engines.fast import FastDecoder
 
 
 class HFEngine(Engine):
-    def __init__(self, policy: Any, max_batch: int = 256, bf16: bool = False, fast: bool = True):
+    def __init__(self, policy: Any, max_batch: int = 256, bf16: bool = False, fast: bool = True,
+                 share_prefill: bool = True):
         self.policy = policy
         self.fast = fast  # the lean decode path (common/engines/fast.py) where the model supports it
+        self.share_prefill = share_prefill  # prefill each distinct prompt once
         self.tokenizer = policy.tokenizer
         self.max_batch = max_batch
         self.bf16 = bf16
@@ -63,9 +67,12 @@ class HFEngine(Engine):
                         gen: torch.Generator) -> list[Sample]:
         n = len(prompts)
         width = max(map(len, prompts))
-        ids_B_L = torch.full((n, width), self.pad_id, dtype=torch.long)
-        mask_B_L = torch.zeros((n, width), dtype=torch.long)
-        for r, p in enumerate(prompts):
+        distinct: dict[tuple[int, ...], int] = {}  # prompt -> its row in the prefill
+        of_row = [distinct.setdefault(tuple(p), len(distinct) if self.share_prefill else r) for r, p in enumerate(prompts)]
+        firsts = list(distinct) if self.share_prefill else prompts
+        ids_B_L = torch.full((len(firsts), width), self.pad_id, dtype=torch.long)  # B: the prefilled rows
+        mask_B_L = torch.zeros((len(firsts), width), dtype=torch.long)
+        for r, p in enumerate(firsts):
             ids_B_L[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
             mask_B_L[r, width - len(p) :] = 1
         tokens: list[list[int]] = [[] for _ in range(n)]
@@ -79,9 +86,13 @@ class HFEngine(Engine):
             ids_B_L, mask_B_L = ids_B_L.to(device), mask_B_L.to(device)
             pos_B_L = (mask_B_L.cumsum(-1) - 1).clamp(min=0)
             fast = self.fast and FastDecoder.supports(model)
-            dec = FastDecoder(model, adapter, n, width + params.max_new_tokens) if fast else _HFDecoder(model)
+            dec = FastDecoder(model, adapter, len(firsts), width + params.max_new_tokens) if fast else _HFDecoder(model)
             logits_B_V = dec.prefill(ids_B_L, mask_B_L, pos_B_L)
             next_pos_B = pos_B_L[:, -1] + 1
+            if len(firsts) < n:  # copy each shared prompt's cache and logits to all of its rows
+                rows_n = torch.tensor(of_row, device=device)
+                dec.select(rows_n)
+                logits_B_V, next_pos_B = logits_B_V[rows_n], next_pos_B[rows_n]
             for t in range(params.max_new_tokens):
                 tok_B, lp_B = self._sample(logits_B_V, params, gen)
                 keep: list[int] = []

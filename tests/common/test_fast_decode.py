@@ -5,6 +5,8 @@ import pytest
 import torch
 from transformers import DynamicCache
 
+from common.engines import fast as fast_module
+from common.engines import hf as hf_module
 from common.engines.base import Request, SamplingParams
 from common.engines.fast import FastDecoder
 from common.engines.hf import HFEngine
@@ -43,3 +45,44 @@ def test_fast_and_hf_paths_sample_alike(policy):
     for a, b in zip(fast, slow, strict=True):
         assert a.action_ids == b.action_ids  # same uniforms, logits equal to rounding
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-5
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_shared_prompt_is_prefilled_once_and_samples_as_if_prefilled_per_row(policy, fast, monkeypatch):
+    """A GRPO group sends one prompt several times: its KV cache is computed once and copied."""
+    tok = policy.tokenizer
+    prompts = [tok.encode(t, add_special_tokens=False) for t in ("Q: 3+4\nA:", "Q: 12-5*2+7\nA:", "Q: 9\nA:")]
+    reqs = [Request(prompts[i], "policy") for i in (0, 1, 0, 2, 1, 0, 0)]
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, stop=("\n",))
+    prefilled: list[int] = []
+    decoder = FastDecoder if fast else hf_module._HFDecoder
+    real = decoder.prefill
+    monkeypatch.setattr(decoder, "prefill", lambda self, ids, *a: prefilled.append(ids.size(0)) or real(self, ids, *a))
+    shared = HFEngine(policy, fast=fast).generate(reqs, params, seed=3)
+    assert prefilled == [3]  # three distinct prompts, seven rows
+    per_row = HFEngine(policy, fast=fast, share_prefill=False).generate(reqs, params, seed=3)
+    assert prefilled == [3, 7]
+    for a, b in zip(shared, per_row, strict=True):
+        assert a.action_ids == b.action_ids  # same uniforms, logits equal to rounding
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-5
+    assert len({tuple(s.action_ids) for s in shared}) > 3  # rows of one prompt still sample apart
+
+
+def test_fast_decoder_under_bf16_autocast_casts_once_what_autocast_casts_every_call(policy, monkeypatch):
+    """Weights and KV buffers held in bf16 give bit for bit the logits of float32 ones cast per call."""
+    tok = policy.tokenizer
+    ids = torch.tensor([tok.encode("Q: 12-5*2+7\nA:", add_special_tokens=False)] * 2)
+    mask, pos = torch.ones_like(ids), torch.arange(ids.size(1)).expand(2, -1)
+
+    def run():
+        with torch.inference_mode(), policy.use("policy") as model, torch.autocast("cpu", dtype=torch.bfloat16):
+            dec = FastDecoder(model, "policy", 2, ids.size(1) + 1)
+            return dec, [dec.prefill(ids, mask, pos), dec.step(torch.tensor([5, 7]), pos[:, -1] + 1)]
+
+    dec, once = run()
+    assert dec.layers[0].qkv.weight.dtype == torch.bfloat16 and dec.k_cache[0].dtype == torch.bfloat16
+    monkeypatch.setattr(fast_module, "autocast_dtype", lambda: None)  # as before: float32, autocast casts
+    dec, per_call = run()
+    assert dec.layers[0].qkv.weight.dtype == torch.float32
+    for a, b in zip(once, per_call, strict=True):
+        assert torch.equal(a, b)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from common.batch import build_rows, score_rows
+from common.engines import fast as fast_module
 from common.engines.fast import FastScorer
 from common.episode import Episode, Turn
 from common.policy import Policy
@@ -58,6 +59,29 @@ def test_fast_scorer_bf16_close_to_hf_bf16(policy):
     assert (fast.logp_B_T - slow.logp_B_T).abs().max() < 0.05  # bf16 rounding, both paths
     flat_f, flat_s = torch.cat([g.flatten() for g in g_fast]), torch.cat([g.flatten() for g in g_slow])
     assert torch.nn.functional.cosine_similarity(flat_f, flat_s, dim=0) > 0.999
+
+
+def test_fast_scorer_under_bf16_holds_bf16_base_weights_with_autocasts_arithmetic(policy, monkeypatch):
+    """The frozen base cast once per weight change gives bit for bit what autocast's per-call cast gives."""
+    once, g_once = _score(policy, "policy", fast=True, autocast=True)
+    cached = fast_module._BASE_CACHE[fast_module._base(policy.model)]
+    assert cached[torch.bfloat16][1][0]["qkv"][0].dtype == torch.bfloat16
+    monkeypatch.setattr(fast_module, "autocast_dtype", lambda: None)  # as before: float32, autocast casts
+    per_call, g_per_call = _score(policy, "policy", fast=True, autocast=True)
+    assert torch.equal(once.logp_B_T, per_call.logp_B_T) and torch.equal(once.entropy_B_T, per_call.entropy_B_T)
+    for a, b in zip(g_once, g_per_call, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_fast_scorer_falls_back_when_the_base_itself_trains(policy):
+    with policy.use("policy") as model:
+        assert FastScorer.supports(model)
+        weight = fast_module._base(model).model.layers[0].mlp.down_proj.base_layer.weight
+        weight.requires_grad_(True)
+        try:
+            assert not FastScorer.supports(model)  # its stacked copies would carry no gradient
+        finally:
+            weight.requires_grad_(False)
 
 
 def test_fast_scorer_follows_the_active_adapter_and_weight_changes(tiny_parts):
@@ -142,3 +166,21 @@ def test_merged_adapter_falls_back_to_hf_in_both_paths(policy):
         assert not FastDecoder.supports(model) and not FastScorer.supports(model)
         model.unmerge_adapter()
         assert FastDecoder.supports(model) and FastScorer.supports(model)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_score_rows_logp_and_entropy_equal_a_log_softmax_by_hand(policy, fast):
+    """logp = z_target - logsumexp(z) and H = logsumexp(z) - E_p[z], z = logits / T: as log_softmax gives them."""
+    tok, temperature = policy.tokenizer, 0.7
+    rows = _rows(tok)
+    with torch.no_grad(), policy.use("policy") as model:
+        s = score_rows(model, rows, tok.pad_token_id, with_entropy=True, temperature=temperature, fast=fast)
+        for b, row in enumerate(rows):
+            positions = row.positions()
+            logits = model(input_ids=torch.tensor([row.ids])).logits[0].float() / temperature
+            logp_L_V = torch.log_softmax(logits, dim=-1)
+            want = torch.stack([logp_L_V[p - 1, row.ids[p]] for p in positions])
+            want_h = torch.stack([-(logp_L_V[p - 1].exp() * logp_L_V[p - 1]).sum() for p in positions])
+            assert torch.allclose(s.logp_B_T[b, : len(positions)], want, atol=2e-5)
+            assert torch.allclose(s.entropy_B_T[b, : len(positions)], want_h, atol=2e-5)
+            assert s.mask_B_T[b].sum() == len(positions) and not s.logp_B_T[b, len(positions):].any()
