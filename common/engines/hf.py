@@ -67,9 +67,12 @@ class HFEngine(Engine):
                         gen: torch.Generator) -> list[Sample]:
         n = len(prompts)
         width = max(map(len, prompts))
-        distinct: dict[tuple[int, ...], int] = {}  # prompt -> its row in the prefill
-        of_row = [distinct.setdefault(tuple(p), len(distinct) if self.share_prefill else r) for r, p in enumerate(prompts)]
-        firsts = list(distinct) if self.share_prefill else prompts
+        firsts: list[Any] = prompts  # the prompts prefilled, and the one each row continues
+        of_row = list(range(n))
+        if self.share_prefill:
+            distinct: dict[tuple[int, ...], int] = {}
+            of_row = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+            firsts = list(distinct)
         ids_B_L = torch.full((len(firsts), width), self.pad_id, dtype=torch.long)  # B: the prefilled rows
         mask_B_L = torch.zeros((len(firsts), width), dtype=torch.long)
         for r, p in enumerate(firsts):
