@@ -15,10 +15,10 @@ forward gives, to float32 rounding.
   weights are built once per model and reused while they do not change.
 
 Under bf16 autocast, autocast casts every float32 weight to bf16 on every call (it caches casts
-only of leaf tensors that require grad, which frozen or merged weights are not): on a 135M model a
-decode step spent as long casting as multiplying. Both paths therefore hold their weights (and the
-decoder its KV buffers) in the autocast dtype from the start: the same cast, done once, so the
-arithmetic is what autocast gives. LoRA's A and B stay the trainable float32 parameters.
+only of leaf tensors that require grad, which frozen or merged weights are not). Both paths
+therefore hold their weights (and the decoder its KV buffers) in the autocast dtype from the start:
+the same cast, done once, so the arithmetic is what autocast gives (on SmolLM2-135M a rollout's 15
+decode steps took 1.97 s instead of 2.35). LoRA's A and B stay the trainable float32 parameters.
 
 It is a CPU path (on a GPU, HF's forward with its fused attention kernels runs instead). Models
 outside this shape (other attention or RoPE types, sliding windows, biases on MLPs, LoRA
