@@ -54,14 +54,15 @@ def markdown(r: dict[str, Any]) -> str:
                 lines.append(f"| {model} ({entry['params'] / 1e6:.2f}M) | {kl.split('=')[1]} | {name} | "
                              f"{_ms(s['step']['median_s'])} ({_ms(s['step']['min_s'])}-{_ms(s['step']['max_s'])}) | "
                              f"{s['tokens_per_s']:.0f} | {over} | {mfu} | {s['peak_rss_mib']:.0f} |")
-    lines += ["", "| model | KL | best ours | best TRL | ours / TRL | same precision (ours / TRL) |",
-              "| --- | --- | --- | --- | --- | --- |"]
+    lines += ["", "| model | KL | best ours | best TRL | ours / TRL | paired (median of per-round ratios) | same precision (ours / TRL) |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
     for model, entry in r["models"].items():
         for kl, cell in entry["cells"].items():
             ratio = f"{cell['ratio_ours_over_trl']:.2f}" if "ratio_ours_over_trl" in cell else "n/a"
+            paired = f"{cell['ratio_paired']:.2f}" if cell.get("ratio_paired") is not None else "n/a"
             same = ", ".join(f"{p}: {v:.2f}" for p, v in cell.get("ratio_same_precision", {}).items())
             lines.append(f"| {model} | {kl.split('=')[1]} | {cell.get('best_ours', 'n/a')} | {cell.get('best_trl', 'n/a')} | "
-                         f"{ratio} | {same} |")
+                         f"{ratio} | {paired} | {same} |")
     notes = {s["mfu_train_note"] for e in r["models"].values() for c in e["cells"].values() for s in c.values()
              if isinstance(s, dict) and s.get("mfu_train_note")}
     lines += [f"\nMFU {n}." for n in sorted(notes)]

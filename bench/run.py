@@ -27,7 +27,7 @@ import torch
 from bench import hardware, plan
 from bench.generation import COLUMNS as GEN_COLUMNS
 from bench.report import markdown
-from bench.work import MODEL_WORKLOAD, Setting, summary
+from bench.work import MODEL_WORKLOAD, Setting, paired_ratio, summary
 
 
 def cpu_flags() -> list[str]:
@@ -306,6 +306,7 @@ def derive(result: dict[str, Any]) -> None:
                 best_trl = min(trl, key=lambda k: trl[k]["step"]["median_s"])
                 cell["best_trl"] = best_trl
                 cell["ratio_ours_over_trl"] = ours[best_ours]["step"]["median_s"] / trl[best_trl]["step"]["median_s"]
+                cell["ratio_paired"] = paired_ratio(ours[best_ours]["step"].get("all_s", []), trl[best_trl]["step"].get("all_s", []))
                 cell["ratio_same_precision"] = {k.split("/")[1]: v["step"]["median_s"] / trl["trl/" + k.split("/")[1]]["step"]["median_s"]
                                                 for k, v in ours.items() if "trl/" + k.split("/")[1] in trl}
 

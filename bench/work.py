@@ -184,8 +184,19 @@ def rss_mib() -> float:
         return int(f.read().split()[1]) * 4096 / 2**20
 
 
-def summary(times: list[float]) -> dict[str, float]:
-    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "n": len(times)}
+def summary(times: list[float]) -> dict[str, Any]:
+    """Median, min and max of a series' step times, and every time in step order (`all_s`)."""
+    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "n": len(times),
+            "all_s": list(times)}
+
+
+def paired_ratio(ours_s: list[float], theirs_s: list[float]) -> float | None:
+    """Median over rounds of ours_k / theirs_k: the series alternate step by step, so round k's two
+    steps ran back to back and a drift of the machine across the cell divides out (the ratio of the
+    medians keeps it). None when the rounds do not pair up."""
+    if not ours_s or len(ours_s) != len(theirs_s):
+        return None
+    return statistics.median(o / t for o, t in zip(ours_s, theirs_s, strict=True))
 
 
 # ---- the machine's matmul rate ------------------------------------------------------------------

@@ -52,3 +52,6 @@ def test_trl_series(result):
     trl = cell["trl/32"]
     assert trl["step"]["n"] == 2 and trl["tokens_per_s"] > 0 and trl["peak_rss_mib"] > 0
     assert cell["ratio_ours_over_trl"] > 0
+    rounds = [o / t for o, t in zip(cell["ours/32"]["step"]["all_s"], trl["step"]["all_s"], strict=True)]
+    assert len(rounds) == 2 and cell["ratio_paired"] == pytest.approx(sum(rounds) / 2)  # the median of two rounds
+    assert "| paired (median of per-round ratios) |" in (result[0] / "bench.md").read_text()

@@ -169,3 +169,14 @@ def test_run_under_a_cap_skips_with_notes_never_silently(stubbed, tmp_path):
     assert any(p.startswith("engine columns") for p in parts)
     md = (tmp_path / "bench.md").read_text()
     assert md.count("Time cap:") == len(parts)
+
+
+def test_paired_ratio_is_the_median_of_per_round_ratios():
+    from bench.work import paired_ratio
+
+    # the machine slows down across the cell (rounds 2 and 3 twice as slow): each round's ratio is
+    # 0.5, the ratio of the medians is not
+    ours, theirs = [1.0, 2.0, 2.0, 1.0], [2.0, 4.0, 4.0, 2.0]
+    assert paired_ratio(ours, theirs) == 0.5
+    assert paired_ratio([1.0, 3.0, 2.0], [2.0, 4.0, 8.0]) == 0.5  # rounds 0.5, 0.75, 0.25 -> median 0.5
+    assert paired_ratio([1.0, 2.0], [2.0]) is None and paired_ratio([], []) is None
