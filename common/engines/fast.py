@@ -60,9 +60,10 @@ def _plain(module: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
 class _Proj:
     """Linear layers stacked along their outputs: x W^T + b (+ the LoRA terms), one matmul for all.
 
-    merge=True (no gradients): each adapter's delta s B A is added into the weight copy.
-    merge=False: y = x W^T + b + (x A^T) B'^T, A the adapters' A matrices stacked and B' the
-    block-diagonal of the s B, built from the live parameters on every construction.
+    merge=True (no gradients): each adapter's delta s B A is added into the weight copy, held in `dtype`.
+    merge=False: y = x W^T + b + (x A^T) B'^T with `base` = (W, b) the cached stacked base weights
+    (`_stacked_base`), A the adapters' A matrices stacked and B' the block-diagonal of the s B, built
+    from the live parameters on every construction.
     """
 
     def __init__(self, modules: list[Any], adapter: str | None, merge: bool, base: tuple | None = None,
@@ -73,10 +74,10 @@ class _Proj:
             self.weight = _cast(_stack([w if lo is None else w + (lo[1] @ lo[0] * lo[2]).to(w.dtype)
                                         for (w, _), lo in zip(weights, loras, strict=True)]), dtype)
             self.bias = _cast(_stack_bias(weights), dtype)
-        elif base is not None:
-            self.weight, self.bias = base
         else:
-            self.weight, self.bias = _cast(_stack([w for w, _ in weights]), dtype), _cast(_stack_bias(weights), dtype)
+            if base is None:
+                raise ValueError("an unmerged projection takes its stacked base weights from _stacked_base")
+            self.weight, self.bias = base
         self.lora: tuple[torch.Tensor, torch.Tensor] | None = None  # (stacked A, block-diagonal s B)
         if not merge and any(lo is not None for lo in loras):
             d_in = self.weight.size(1)
