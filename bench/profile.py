@@ -116,6 +116,7 @@ def breakdown(s: Setting, steps: int) -> dict[str, Any]:
     timers.wrap(fast.FastDecoder, "prefill", "rollout: prefill")
     timers.wrap(fast.FastDecoder, "step", "rollout: decode steps")
     timers.wrap(fast.FastScorer, "logits_at", grad)
+    timers.wrap(fast.FastScorer, "logits_shared", grad)
     timers.wrap(fast._FastModel, "_logits", "  of which LM head (final norm + 49k-vocab matmul), forward only")
     timers.wrap(common.trainer, "score_rows", "update: score_rows (forward + logsumexp over the vocabulary)")
     timers.wrap(common.trainer.RLModule, "manual_backward", "update: backward")
@@ -164,7 +165,13 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--torch", action="store_true")
     ap.add_argument("--breakdown", action="store_true", help="wall time of the last step's parts (no cProfile)")
+    ap.add_argument("--no-share-prefix", action="store_true",
+                    help="score whole rows, never a shared prompt once (common.batch.SHARE_MAX_FRACTION = 0): an A/B")
     a = ap.parse_args()
+    if a.no_share_prefix:
+        import common.batch
+
+        common.batch.SHARE_MAX_FRACTION = 0.0
     s = Setting(model=a.model, precision=a.precision, kl_coef=a.kl, threads=a.threads, **MODEL_WORKLOAD.get(a.model, {}))
     if a.breakdown:
         import json

@@ -81,8 +81,57 @@ class Scored:
     entropy_B_T: torch.Tensor | None
 
 
+# Score shared prefixes once (`FastScorer.logits_shared`) when that leaves at most this fraction of
+# the token positions a plain left-padded batch would run: the two-phase forward runs twice the ops
+# per layer, which only pays when the tokens saved are many.
+SHARE_MAX_FRACTION = 0.75
+
+
+@dataclass
+class SharedLayout:
+    """Rows as distinct prefixes (left-padded) plus one suffix per row (right-padded); the prefix of
+    a row is everything before the position that predicts its first action token."""
+
+    prefix_ids_U_P: torch.Tensor
+    prefix_mask_U_P: torch.Tensor
+    owner_B: torch.Tensor  # which prefix each row continues
+    suffix_ids_B_S: torch.Tensor
+    gather_B_T: torch.Tensor  # suffix positions whose logits predict the action tokens
+
+    @staticmethod
+    def of(rows: list[Row], positions: list[list[int]], pad_id: int,
+           max_fraction: float | None = None) -> SharedLayout | None:
+        """The layout, or None when rows share too little (more than `max_fraction`, default
+        SHARE_MAX_FRACTION, of the plain batch's positions) or a row has no prefix to share."""
+        max_fraction = SHARE_MAX_FRACTION if max_fraction is None else max_fraction
+        if not rows or any(not pos or pos[0] < 2 for pos in positions):
+            return None
+        cuts = [pos[0] - 1 for pos in positions]
+        owners: dict[tuple[int, ...], int] = {}
+        owner = [owners.setdefault(tuple(r.ids[:c]), len(owners)) for r, c in zip(rows, cuts, strict=True)]
+        p_max = max(cuts)
+        s_max = max(len(r.ids) - c for r, c in zip(rows, cuts, strict=True))
+        if len(owners) * p_max + len(rows) * s_max > max_fraction * len(rows) * max(len(r.ids) for r in rows):
+            return None
+        prefix_ids = torch.full((len(owners), p_max), pad_id, dtype=torch.long)
+        prefix_mask = torch.zeros((len(owners), p_max), dtype=torch.long)
+        for u, prefix in enumerate(owners):
+            prefix_ids[u, p_max - len(prefix):] = torch.tensor(prefix)
+            prefix_mask[u, p_max - len(prefix):] = 1
+        suffix_ids = torch.full((len(rows), s_max), pad_id, dtype=torch.long)
+        gather = torch.zeros((len(rows), max(len(p) for p in positions)), dtype=torch.long)
+        for b, (r, c, pos) in enumerate(zip(rows, cuts, positions, strict=True)):
+            suffix_ids[b, : len(r.ids) - c] = torch.tensor(r.ids[c:])
+            gather[b, : len(pos)] = torch.tensor(pos) - 1 - c  # logits at t-1 predict token t
+        return SharedLayout(prefix_ids, prefix_mask, torch.tensor(owner), suffix_ids, gather)
+
+    def to(self, device: torch.device) -> SharedLayout:
+        return SharedLayout(*(t.to(device) for t in (self.prefix_ids_U_P, self.prefix_mask_U_P, self.owner_B,
+                                                     self.suffix_ids_B_S, self.gather_B_T)))
+
+
 def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, entropy_grad: bool = False,
-               temperature: float = 1.0, fast: bool = True) -> Scored:
+               temperature: float = 1.0, fast: bool = True, share_prefix: bool = True) -> Scored:
     """One forward pass over `rows` (left-padded); log-probs of each row's action tokens.
 
     Only the positions that predict action tokens are kept: rows are left-padded so that their
@@ -91,7 +140,8 @@ def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, ent
     tokens. `temperature` is the rollout's: the scored distribution is softmax(logits / T), the one
     the engine sampled from (as verl does), so the recomputed log-probabilities equal the behaviour
     ones and the ratio starts at 1. `fast` runs the lean forward (`FastScorer`: stacked matmuls,
-    LoRA unmerged with the adapters' own parameters) where the model supports it, else HF's.
+    LoRA unmerged with the adapters' own parameters) where the model supports it, else HF's; with
+    `share_prefix` it scores a prefix several rows share once (`SharedLayout`: a GRPO group's prompt).
     The index tensors are filled on the CPU and moved to the model's device in one copy each.
     """
     width = max(len(r.ids) for r in rows)
@@ -115,7 +165,13 @@ def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, ent
         x.to(device) for x in (ids_B_L, attn_B_L, gather_B_T, targets_B_T, mask_B_T))
     pos_B_L = (attn_B_L.cumsum(-1) - 1).clamp(min=0)
     if fast and FastScorer.supports(model):
-        logits_B_T_V = FastScorer(model, width).logits_at(ids_B_L, attn_B_L, pos_B_L, gather_B_T + first)
+        shared = SharedLayout.of(rows, positions, pad_id) if share_prefix else None
+        if shared is not None:
+            s = shared.to(device)
+            logits_B_T_V = FastScorer(model, width).logits_shared(s.prefix_ids_U_P, s.prefix_mask_U_P, s.owner_B,
+                                                                  s.suffix_ids_B_S, s.gather_B_T)
+        else:
+            logits_B_T_V = FastScorer(model, width).logits_at(ids_B_L, attn_B_L, pos_B_L, gather_B_T + first)
     else:
         hidden = model(input_ids=ids_B_L, attention_mask=attn_B_L, position_ids=pos_B_L,
                        logits_to_keep=width - first).logits  # B x (width - first) x V

@@ -218,8 +218,10 @@ class _FastModel:
         """The keys and values layer i attends to, given this forward's new ones."""
         return k, v
 
-    def _forward(self, ids_B_T: torch.Tensor, pos_B_T: torch.Tensor, mask_B_1_T_S: torch.Tensor) -> torch.Tensor:
-        """Hidden states (before the final norm) of T new tokens at positions `pos_B_T`."""
+    def _forward(self, ids_B_T: torch.Tensor, pos_B_T: torch.Tensor, mask_B_1_T_S: torch.Tensor,
+                 kv_only: bool = False) -> torch.Tensor:
+        """Hidden states (before the final norm) of T new tokens at positions `pos_B_T`. With
+        `kv_only` the last layer stops once its keys and values are made (they are what is wanted)."""
         b, t = ids_B_T.shape
         x = F.embedding(ids_B_T, self.embed)
         cos = self.cos_L_D[pos_B_T].to(x.dtype)[:, None]  # B x 1 x T x D
@@ -235,6 +237,8 @@ class _FastModel:
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
             keys, values = self._keys_values(i, k, v)
+            if kv_only and i == len(self.layers) - 1:
+                break
             att = self._attend(q, keys, values, mask_B_1_T_S)
             x = x + layer.o(att.transpose(1, 2).reshape(b, t, -1))
             h = self._rms(x, layer.ln_post)
@@ -340,6 +344,16 @@ class FastScorer(_FastModel):
 
     def __init__(self, model: Any, max_len: int):
         super().__init__(model, self.adapter_in_use(model), max_len, merge=False)
+        self._kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # a prefix's keys and values, per layer
+        self._capture = False
+
+    def _keys_values(self, i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._capture:
+            assert self._kv is not None
+            self._kv.append((k, v))
+        elif self._kv is not None:
+            return torch.cat((self._kv[i][0], k), dim=2), torch.cat((self._kv[i][1], v), dim=2)
+        return k, v
 
     def logits_at(self, ids_B_L: torch.Tensor, mask_B_L: torch.Tensor, pos_B_L: torch.Tensor,
                   at_B_T: torch.Tensor) -> torch.Tensor:
@@ -347,3 +361,32 @@ class FastScorer(_FastModel):
         first, so the final norm and the LM head run on those positions only."""
         x_B_L_D = self._forward(ids_B_L, pos_B_L, self._prompt_mask(mask_B_L.bool()))
         return self._logits(x_B_L_D.gather(1, at_B_T[..., None].expand(-1, -1, x_B_L_D.size(-1))))
+
+    def logits_shared(self, prefix_ids_U_P: torch.Tensor, prefix_mask_U_P: torch.Tensor, owner_B: torch.Tensor,
+                      suffix_ids_B_S: torch.Tensor, at_B_T: torch.Tensor) -> torch.Tensor:
+        """Logits (B x T x V) at positions `at_B_T` of B rows that share prefixes: row b is the prefix
+        `owner_B[b]` (left-padded, U distinct ones) followed by its own suffix (right-padded).
+
+        Each distinct prefix runs through the layers once; its keys and values (with their autograd
+        history) are copied to the rows that own it, whose suffix tokens attend to them and then to
+        their own, causally. Per token the arithmetic is the full forward's (same positions, same
+        keys; padding masked), so log-probs and gradients equal scoring the whole rows, to rounding.
+        A GRPO group's rows share their prompt: it is scored once instead of once per completion.
+        """
+        prefix_keys_U_P = prefix_mask_U_P.bool()
+        pos_U_P = (prefix_mask_U_P.cumsum(-1) - 1).clamp(min=0)
+        self._kv, self._capture = [], True
+        try:
+            self._forward(prefix_ids_U_P, pos_U_P, self._prompt_mask(prefix_keys_U_P), kv_only=True)
+            self._kv = [(k[owner_B], v[owner_B]) for k, v in self._kv]
+            self._capture = False
+            b, s = suffix_ids_B_S.shape
+            pos_B_S = prefix_mask_U_P.sum(-1)[owner_B, None] + torch.arange(s, device=owner_B.device)[None]
+            pos_B_S = pos_B_S.clamp(max=self.cos_L_D.size(0) - 1)  # only a padding slot can pass the longest row
+            causal_S_S = torch.ones(s, s, dtype=torch.bool, device=owner_B.device).tril()
+            mask_B_1_S_PS = torch.cat((prefix_keys_U_P[owner_B][:, None, None, :].expand(b, 1, s, -1),
+                                       causal_S_S[None, None].expand(b, 1, s, s)), dim=-1)
+            x_B_S_D = self._forward(suffix_ids_B_S, pos_B_S, mask_B_1_S_PS)
+        finally:
+            self._kv, self._capture = None, False
+        return self._logits(x_B_S_D.gather(1, at_B_T[..., None].expand(-1, -1, x_B_S_D.size(-1))))

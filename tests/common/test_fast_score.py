@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from common.batch import build_rows, score_rows
+from common.batch import Row, SharedLayout, build_rows, score_rows
 from common.engines import fast as fast_module
 from common.engines.fast import FastScorer
 from common.episode import Episode, Turn
@@ -184,3 +184,82 @@ def test_score_rows_logp_and_entropy_equal_a_log_softmax_by_hand(policy, fast):
             assert torch.allclose(s.logp_B_T[b, : len(positions)], want, atol=2e-5)
             assert torch.allclose(s.entropy_B_T[b, : len(positions)], want_h, atol=2e-5)
             assert s.mask_B_T[b].sum() == len(positions) and not s.logp_B_T[b, len(positions):].any()
+
+
+def _group_rows(tok):
+    """GRPO-like rows: two prompts of different lengths x three completions of different lengths; a
+    row of the short prompt continues for a second turn in the same context (the longest suffix is
+    not the longest prefix's: its padding slots run past the longest row)."""
+    eps = []
+    for g, q in enumerate(["Work it out step by step, then end with #answer.\nQ: 12-5*2+7\nA:", "Compute.\nQ: 9\nA:"]):
+        for i, a in enumerate([" 7", " 12-10=2 2+7=9 #9", " 9 #9"]):
+            p, act = tok.encode(q, add_special_tokens=False), tok.encode(a, add_special_tokens=False)
+            ep = Episode(f"t{g}", i, turns=[Turn("solver", "policy", p, act, [-0.5] * len(act), a)])
+            if g == 1 and i == 1:
+                obs = tok.encode("\nok\n", add_special_tokens=False)
+                more = tok.encode(" done", add_special_tokens=False)
+                ep.turns.append(Turn("solver", "policy", p + act + obs, more, [-0.5] * len(more), " done"))
+            eps.append(ep)
+    return build_rows(eps, None)
+
+
+def _score_group(policy, fast, share, autocast=False):
+    rows = _group_rows(policy.tokenizer)
+    for prm in policy.trainable_parameters():
+        prm.grad = None
+    with policy.use("policy") as model, torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        s = score_rows(model, rows, policy.tokenizer.pad_token_id, with_entropy=True, temperature=0.7, fast=fast,
+                       share_prefix=share)
+    (s.logp_B_T * torch.arange(1.0, s.logp_B_T.size(1) + 1)).sum().backward()
+    return s, [p.grad.clone() for p in policy.trainable_parameters()]
+
+
+def test_shared_layout_by_hand():
+    """Rows [5 6 7 | 8 9], [5 6 7 | 1], [4 7 | 2 3]: the prefix of a row ends before the position that
+    predicts its first action token (index 2 for the first two, 1 for the third)."""
+    ep = Episode("t", 0)
+    rows = [Row("policy", "solver", ep, ids, spans=[(start, Turn("solver", "policy", ids[:start], ids[start:], [], ""))])
+            for ids, start in (([5, 6, 7, 8, 9], 3), ([5, 6, 7, 1], 3), ([4, 7, 2, 3], 2))]
+    positions = [r.positions() for r in rows]
+    assert positions == [[3, 4], [3], [2, 3]]
+    lay = SharedLayout.of(rows, positions, pad_id=0, max_fraction=1.0)
+    assert lay.prefix_ids_U_P.tolist() == [[5, 6], [0, 4]] and lay.prefix_mask_U_P.tolist() == [[1, 1], [0, 1]]
+    assert lay.owner_B.tolist() == [0, 0, 1]
+    assert lay.suffix_ids_B_S.tolist() == [[7, 8, 9], [7, 1, 0], [7, 2, 3]]
+    assert lay.gather_B_T.tolist() == [[0, 1], [0, 0], [0, 1]]  # suffix index of the logits before each action token
+    # 2 x 2 prefix + 3 x 3 suffix = 13 positions against 3 x 5 = 15: not worth two phases at 0.75
+    assert SharedLayout.of(rows, positions, pad_id=0) is None
+    assert SharedLayout.of(rows[:1], positions[:1], pad_id=0, max_fraction=1.0).owner_B.tolist() == [0]
+    one = Row("policy", "solver", ep, [5, 6], spans=[(1, Turn("solver", "policy", [5], [6], [], ""))])
+    assert SharedLayout.of([one], [one.positions()], pad_id=0, max_fraction=1.0) is None  # nothing before the first prediction
+
+
+def test_shared_prefix_scoring_matches_whole_rows_and_hf(policy, monkeypatch):
+    import common.batch
+
+    monkeypatch.setattr(common.batch, "SHARE_MAX_FRACTION", 1.0)  # these short rows: share whatever they save
+    calls = []
+    real = FastScorer.logits_shared
+    monkeypatch.setattr(FastScorer, "logits_shared", lambda self, *a: calls.append(a[2].tolist()) or real(self, *a))
+    shared, g_shared = _score_group(policy, fast=True, share=True)
+    assert calls == [[0, 0, 0, 1, 1, 1]]  # two prompts, each run once for its three rows
+    whole, g_whole = _score_group(policy, fast=True, share=False)
+    hf, g_hf = _score_group(policy, fast=False, share=True)
+    assert len(calls) == 1 and shared.mask_B_T.sum() > 20
+    for other, g_other in ((whole, g_whole), (hf, g_hf)):
+        assert torch.equal(shared.mask_B_T, other.mask_B_T)
+        assert torch.allclose(shared.logp_B_T, other.logp_B_T, atol=2e-5), (shared.logp_B_T - other.logp_B_T).abs().max()
+        assert torch.allclose(shared.entropy_B_T, other.entropy_B_T, atol=2e-5)
+        for a, b in zip(g_shared, g_other, strict=True):
+            assert (a - b).abs().max() <= 1e-5 * b.abs().max() + 1e-7
+
+
+def test_shared_prefix_scoring_bf16_close_to_whole_rows(policy, monkeypatch):
+    import common.batch
+
+    monkeypatch.setattr(common.batch, "SHARE_MAX_FRACTION", 1.0)
+    shared, g_shared = _score_group(policy, fast=True, share=True, autocast=True)
+    whole, g_whole = _score_group(policy, fast=True, share=False, autocast=True)
+    assert (shared.logp_B_T - whole.logp_B_T).abs().max() < 0.05  # bf16 rounding of differently shaped matmuls
+    flat_s, flat_w = torch.cat([g.flatten() for g in g_shared]), torch.cat([g.flatten() for g in g_whole])
+    assert torch.nn.functional.cosine_similarity(flat_s, flat_w, dim=0) > 0.999
