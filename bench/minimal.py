@@ -21,6 +21,7 @@ from bench.work import (
     decode_flops,
     forward_flops,
     prompt_text,
+    shared_prompt_flops,
     step_prompts,
     sync,
 )
@@ -95,5 +96,8 @@ class MinimalStep:
         rows, new = len(prompts), comp_B_C.size(1)
         lora = (self.cfg.lora_rank, list(self.cfg.lora_targets))
         fb = forward_flops(model.config, *lora, rows, width + new, head_positions=new + 1)
+        shared = shared_prompt_flops(model.config, *lora, len({tuple(p) for p in prompts}), width - 1,
+                                     rows, new + 1, head_positions=new + 1)
         return {"time_generate_s": t1 - t0, "time_train_s": t2 - t1, "generated_tokens": int(comp_mask_B_C.sum()),
-                "flops_train": fb["forward"] + fb["backward"], "flops_generate": decode_flops(model.config, *lora, rows, width, new)}
+                "flops_train": fb["forward"] + fb["backward"], "flops_generate": decode_flops(model.config, *lora, rows, width, new),
+                "flops_train_shared_prompt": shared["forward"] + shared["backward"]}

@@ -16,7 +16,9 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         f"{st['tasks_per_step']} prompts x {st['group_size']} completions of up to {st['max_new_tokens']} tokens, "
         f"temperature {st['temperature']}, lr {st['lr']}, LoRA on every linear layer; {st['steps']} measured steps per "
-        f"series (per model) after {st['warmup']} warm-up step(s), series alternating step by step.",
+        f"series (per model) after {st['warmup']} warm-up step(s), series alternating step by step. The minimal work "
+        f"(no reference pass) runs in a model's KL-off cell only; a KL cell's overhead is against it. Our MFU counts "
+        f"the FLOPs our update runs: a group's shared prompt once (common.batch.SharedLayout).",
         f"Machine: {m['cpus']} CPUs, {m['threads']} torch threads, flags {' '.join(m['cpu_flags'])}; torch {m['torch']}, "
         f"transformers {m['transformers']}, trl {m['trl']}; OMP_WAIT_POLICY={m['omp_wait_policy']}; load average "
         f"{m['load_average_start'][0]:.2f} at start, {m['load_average_end'][0]:.2f} at end.",
@@ -51,6 +53,8 @@ def markdown(r: dict[str, Any]) -> str:
                        else "n/a" if s.get("mfu_train_note") else "")
                 over = f"{100 * s['overhead_over_minimal']:+.0f}%" if "overhead_over_minimal" in s else (
                     "(the minimal work)" if name.startswith("minimal/") else "n/a")
+                if "minimal_from" in s:
+                    over += f" (vs {s['minimal_from']}'s)"
                 lines.append(f"| {model} ({entry['params'] / 1e6:.2f}M) | {kl.split('=')[1]} | {name} | "
                              f"{_ms(s['step']['median_s'])} ({_ms(s['step']['min_s'])}-{_ms(s['step']['max_s'])}) | "
                              f"{s['tokens_per_s']:.0f} | {over} | {mfu} | {s['peak_rss_mib']:.0f} |")

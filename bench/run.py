@@ -44,17 +44,19 @@ def series_stats(records: list[dict[str, Any]], stats: dict[str, Any]) -> dict[s
     tokens = [r["generated_tokens"] for r in records]
     out = {"step": summary(times), "generated_tokens_per_step": statistics.mean(tokens),
            "tokens_per_s": sum(tokens) / sum(times), **stats}
-    for part in ("time_rollout_s", "time_reference_s", "time_train_s", "time_generate_s", "flops_train", "flops_generate"):
+    for part in ("time_rollout_s", "time_reference_s", "time_train_s", "time_generate_s", "flops_train", "flops_generate",
+                 "flops_train_shared_prompt"):
         if records and part in records[0]:
             out[part] = statistics.median(r[part] for r in records)
     return out
 
 
-def run_cell(s: Setting, precisions: list[str], trl_precisions: list[str], warmup: int, steps: int) -> dict[str, Any]:
+def run_cell(s: Setting, precisions: list[str], trl_precisions: list[str], warmup: int, steps: int,
+             minimal: bool = True) -> dict[str, Any]:
     """One model x KL cell: every trainer series, alternating step by step."""
     from bench.alternate import alternate
 
-    series = cell_series(s, precisions, trl_precisions)
+    series = cell_series(s, precisions, trl_precisions, minimal)
     t0 = time.perf_counter()
     workers = alternate(series, warmup, steps)
     wall = time.perf_counter() - t0
@@ -64,9 +66,12 @@ def run_cell(s: Setting, precisions: list[str], trl_precisions: list[str], warmu
     return cell
 
 
-def cell_series(s: Setting, precisions: list[str], trl_precisions: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+def cell_series(s: Setting, precisions: list[str], trl_precisions: list[str],
+                minimal: bool = True) -> dict[str, tuple[str, dict[str, Any]]]:
+    """The series of a cell; `minimal` False leaves out the minimal work (a KL cell after the KL-off
+    one: the minimal work has no reference pass, so it is the same work, measured once per model)."""
     series: dict[str, tuple[str, dict[str, Any]]] = {}
-    for p in dict.fromkeys(precisions + trl_precisions):  # the reference of every series' precision
+    for p in dict.fromkeys(precisions + trl_precisions) if minimal else ():  # the reference of every series' precision
         series[f"minimal/{p}"] = ("minimal", replace(s, precision=p).as_dict())
     for p in precisions:
         series[f"ours/{p}"] = ("ours", replace(s, precision=p).as_dict())
@@ -131,8 +136,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="every precision in every KL cell (default: after the first cell, each trainer at its best)")
     ap.add_argument("--precisions", default="32,bf16", help="our trainer's trainer.precision values")
     ap.add_argument("--trl-precisions", default="32,bf16", help="TRL's (bf16 = its bf16=True autocast)")
-    ap.add_argument("--one-precision-models", default="smollm2",
-                    help="models measured at one precision only, the kept one with the highest matmul rate")
+    ap.add_argument("--one-precision-models", default="tiny,tiny10m,smollm2",
+                    help="models measured at one precision only, the kept one with the highest matmul rate (default: "
+                         "all; a model left out is measured at every kept precision in its KL-off cell)")
     ap.add_argument("--kl", default="0,0.04", help="KL coefficients (k3 in the loss); 0 = off")
     ap.add_argument("--tasks", type=int, default=None, help="prompts per step (default 16; per model: bench.work.MODEL_WORKLOAD)")
     ap.add_argument("--group", type=int, default=None, help="completions per prompt (default 8, or the model's)")
@@ -143,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="models whose generation alone is measured through our HF engine, our vLLM engine and bare vLLM")
     ap.add_argument("--generation-columns", default=",".join(GEN_COLUMNS))
     ap.add_argument("--generation-reps", type=int, default=2, help="timed generate calls per column (after one warm-up)")
-    ap.add_argument("--mt-tasks", type=int, default=16, help="multi-turn: tasks x group episodes per rollout")
+    ap.add_argument("--mt-tasks", type=int, default=8, help="multi-turn: tasks x group episodes per rollout")
     ap.add_argument("--mt-group", type=int, default=8)
     ap.add_argument("--mt-reps", type=int, default=2)
     ap.add_argument("--mt-sft-steps", type=int, default=200)
@@ -216,7 +222,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for label, ps, tps in (("every precision", precisions, trl_cell),
                                    ("one precision", [hardware.fastest(rates, precisions)],
                                     [hardware.fastest(rates, trl_cell)] if trl_cell else [])):
-                names = list(cell_series(s, ps, tps))
+                names = list(cell_series(s, ps, tps, minimal=j == 0))
                 if options and names == options[-1][1][2]:
                     continue
                 est = estimate_cell(names, flops_step, rates, measured, startup, params, a.warmup, n_steps, kl=j > 0)
@@ -224,7 +230,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             chosen = budget.choose(f"{model} kl={kl}", options)
             if chosen is None:
                 continue
-            cell = run_cell(s, chosen[0], chosen[1], a.warmup, n_steps)
+            cell = run_cell(s, chosen[0], chosen[1], a.warmup, n_steps, minimal=j == 0)
             entry["cells"][f"kl={kl}"] = cell
             if j == 0:
                 measured = {k: v["step"]["median_s"] for k, v in cell.items() if isinstance(v, dict) and "step" in v}
@@ -239,10 +245,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             _, gen_flops, _ = _prior_flops(gen_s)
             est = len(columns) * (plan.STARTUP_S + 20.0 + (1 + a.generation_reps) * plan.prior_step_s(gen_flops, rates[gen_s.precision]))
             if budget.admit(f"{model}: generation (hf, vllm, vllm-bare)", est):
-                from bench.generation import measure
+                from bench.generation import WARMUP_TOKENS, measure
 
                 entry["generation"] = {"precision": gen_s.precision, "rows": gen_s.tasks_per_step * gen_s.group_size,
                                        "max_new_tokens": gen_s.max_new_tokens, "reps": a.generation_reps,
+                                       "warmup_tokens": min(WARMUP_TOKENS, gen_s.max_new_tokens),
                                        **measure(gen_s.as_dict(), columns, warmup=1, reps=a.generation_reps)}
     from bench.multiturn import measure_multiturn
 
@@ -279,21 +286,29 @@ def derive(result: dict[str, Any]) -> None:
     """Ratios, overheads over the minimal work (same cell, same precision), and MFU (against the
     measured matmul rate of the precision each series ran at)."""
     for entry in result["models"].values():
-        for cell in entry["cells"].values():
+        first_minimal: dict[str, Any] = {}  # a KL cell without its own minimal work uses the KL-off cell's
+        for label, cell in entry["cells"].items():
             series = {k: v for k, v in cell.items() if isinstance(v, dict) and "step" in v}
+            own = {k: v for k, v in series.items() if k.startswith("minimal/")}
+            if own and not first_minimal:
+                first_minimal = {"cell": label, **own}
             ours = {k: v for k, v in series.items() if k.startswith("ours/")}
             trl = {k: v for k, v in series.items() if k.startswith("trl/")}
             for name, stats in series.items():
                 p = name.split("/")[1]
                 minimal = series.get(f"minimal/{p}")
+                if minimal is None and f"minimal/{p}" in first_minimal:
+                    minimal = first_minimal[f"minimal/{p}"]
+                    stats["minimal_from"] = first_minimal["cell"]
                 if minimal is None or name.startswith("minimal/"):
                     continue
                 stats["overhead_over_minimal"] = stats["step"]["median_s"] / minimal["step"]["median_s"] - 1
-                if name.startswith("ours/"):
+                if name.startswith("ours/"):  # our scorer runs a group's shared prompt once (common.batch.SharedLayout)
                     rate = result["matmul_flops"][p]
-                    stats["mfu_train"], stats["mfu_train_note"] = mfu(minimal["flops_train"], stats["time_train_s"], rate)
-                    stats["mfu_step"], stats["mfu_step_note"] = mfu(minimal["flops_train"] + minimal["flops_generate"],
-                                                                    stats["step"]["median_s"], rate)
+                    train = minimal.get("flops_train_shared_prompt", minimal["flops_train"])
+                    stats["flops_train"] = train
+                    stats["mfu_train"], stats["mfu_train_note"] = mfu(train, stats["time_train_s"], rate)
+                    stats["mfu_step"], stats["mfu_step_note"] = mfu(train + minimal["flops_generate"], stats["step"]["median_s"], rate)
             for p in {k.split("/")[1] for k in series}:
                 m = series.get(f"minimal/{p}")
                 if m is not None:

@@ -250,6 +250,19 @@ def forward_flops(config: Any, lora_rank: int, lora_targets: list[str], rows: in
     return {"forward": float(fwd), "backward": float(bwd)}
 
 
+def shared_prompt_flops(config: Any, lora_rank: int, lora_targets: list[str], prompts: int, prompt: int, rows: int,
+                        suffix: int, head_positions: int) -> dict[str, float]:
+    """`forward_flops` of the layout our scorer runs when rows share prompts (common.batch.SharedLayout):
+    each distinct prompt (less its last token) once, then every row's suffix (the prompt's last token
+    and the completion) attending to its prompt's keys and to its own, causally (the full rectangle
+    counted, as `forward_flops` counts the full square)."""
+    pre = forward_flops(config, lora_rank, lora_targets, prompts, prompt, head_positions=0)
+    suf = forward_flops(config, lora_rank, lora_targets, rows, suffix, head_positions=head_positions)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    cross = 2 * 2 * rows * suffix * prompt * config.num_attention_heads * head_dim * config.num_hidden_layers
+    return {"forward": pre["forward"] + suf["forward"] + cross, "backward": pre["backward"] + suf["backward"] + 2 * cross}
+
+
 def decode_flops(config: Any, lora_rank: int, lora_targets: list[str], rows: int, prompt: int, new: int) -> float:
     """Matmul FLOPs of generating `new` tokens for `rows` prompts of length `prompt` with a KV cache
     (the prefill's LM head at the last position only)."""

@@ -106,11 +106,11 @@ def test_cell_estimate_prior_then_measured():
 
 
 # ---- bench.run's control flow, with every measurement replaced by a stub -------------------------
-def fake_cell(s, precisions, trl_precisions, warmup, steps):
+def fake_cell(s, precisions, trl_precisions, warmup, steps, minimal=True):
     from bench.run import cell_series
 
     cell = {}
-    for name in cell_series(s, precisions, trl_precisions):
+    for name in cell_series(s, precisions, trl_precisions, minimal):
         stats = {"step": {"median_s": 1.0, "min_s": 0.9, "max_s": 1.1, "n": steps}, "tokens_per_s": 100.0,
                  "generated_tokens_per_step": 100.0, "peak_rss_mib": 500.0}
         if not name.startswith("trl/"):
@@ -129,7 +129,7 @@ def stubbed(monkeypatch):
     rates = {"32": {"mm": 100e9, "linear": 90e9}, "bf16": {"mm": 1e9, "linear": 2e9}}
     monkeypatch.setattr(bench.hardware, "matmul_rates", lambda p, device="cpu": rates[p])
     monkeypatch.setattr(bench.run, "_prior_flops", lambda s: (1e9, 1e8, 1_000_000))
-    monkeypatch.setattr(bench.run, "run_cell", lambda *a: calls.append(a) or fake_cell(*a))
+    monkeypatch.setattr(bench.run, "run_cell", lambda *a, **k: calls.append(a) or fake_cell(*a, **k))
     monkeypatch.setattr(bench.run, "run_engines", lambda *a: {"ok": True, "files": "x"})
     monkeypatch.setattr(bench.run, "trl_installed", lambda: True)  # the cells are stubbed: TRL itself never runs
     return calls
@@ -145,6 +145,20 @@ def test_run_skips_the_slow_precision_everywhere(stubbed, tmp_path):
     assert {"ours/32", "trl/32", "minimal/32"} <= series and not any("bf16" in s for s in series)
     assert "Precision bf16 skipped" in (tmp_path / "bench.md").read_text()
     assert r["machine"]["cpu"]["model"]  # what the manifests record
+
+
+def test_kl_cell_measures_no_minimal_work_and_compares_with_the_kl_off_one(stubbed, tmp_path):
+    """The minimal work has no reference pass: it is measured once per model, in the KL-off cell."""
+    from bench.run import main
+
+    r = main(["--models", "tiny", "--kl", "0,0.04", "--no-multiturn", "--no-engines", "--generation-models", "",
+              "--out", str(tmp_path)])
+    cells = r["models"]["tiny"]["cells"]
+    assert "minimal/32" in cells["kl=0"] and not any(k.startswith("minimal/") for k in cells["kl=0.04"])
+    ours = cells["kl=0.04"]["ours/32"]
+    assert ours["minimal_from"] == "kl=0" and ours["overhead_over_minimal"] == pytest.approx(0.0)  # 1.0 s vs 1.0 s
+    assert ours["mfu_train"] == pytest.approx(1e9 / 0.5 / 100e9)
+    assert "vs kl=0's" in (tmp_path / "bench.md").read_text()
 
 
 def test_without_trl_its_series_are_skipped_with_a_note(stubbed, monkeypatch, tmp_path):
