@@ -41,7 +41,8 @@ def test_mfu_of_the_committed_results_is_at_most_one():
     derive(r)
     values = [s["mfu_train"] for e in r["models"].values() for c in e["cells"].values() for s in c.values()
               if isinstance(s, dict) and "mfu_train" in s]
-    assert len(values) >= 10 and all(v is not None and 0 < v <= 1 for v in values)
+    # per model: the minimal work (KL-off cell) and ours in each KL cell, three models
+    assert len(values) >= 9 and all(v is not None and 0 < v <= 1 for v in values)
 
 
 def test_mfu_above_one_is_reported_as_na_not_clamped():
@@ -54,7 +55,9 @@ def test_mfu_of_a_series_is_against_its_own_precisions_rate():
     r = json.loads(COMMITTED.read_text())
     cell = r["models"]["tiny"]["cells"]["kl=0"]
     derive(r)
-    flops, t = cell["minimal/bf16"]["flops_train"], cell["ours/bf16"]["time_train_s"]
+    minimal = cell["minimal/bf16"]
+    flops = minimal.get("flops_train_shared_prompt", minimal["flops_train"])  # what our scorer runs (a shared prompt once)
+    t = cell["ours/bf16"]["time_train_s"]
     assert cell["ours/bf16"]["mfu_train"] == pytest.approx(flops / t / r["matmul_flops"]["bf16"])
     slow = copy.deepcopy(r)  # the AVX2 machine's rates: the bf16 count then exceeds the rate -> n/a
     slow["matmul_flops"] = {"32": 155e9, "bf16": 1.0e9}
