@@ -113,16 +113,13 @@ class SharedLayout:
         s_max = max(len(r.ids) - c for r, c in zip(rows, cuts, strict=True))
         if len(owners) * p_max + len(rows) * s_max > max_fraction * len(rows) * max(len(r.ids) for r in rows):
             return None
-        prefix_ids = torch.full((len(owners), p_max), pad_id, dtype=torch.long)
-        prefix_mask = torch.zeros((len(owners), p_max), dtype=torch.long)
-        for u, prefix in enumerate(owners):
-            prefix_ids[u, p_max - len(prefix):] = torch.tensor(prefix)
-            prefix_mask[u, p_max - len(prefix):] = 1
-        suffix_ids = torch.full((len(rows), s_max), pad_id, dtype=torch.long)
-        gather = torch.zeros((len(rows), max(len(p) for p in positions)), dtype=torch.long)
-        for b, (r, c, pos) in enumerate(zip(rows, cuts, positions, strict=True)):
-            suffix_ids[b, : len(r.ids) - c] = torch.tensor(r.ids[c:])
-            gather[b, : len(pos)] = torch.tensor(pos) - 1 - c  # logits at t-1 predict token t
+        t_max = max(len(p) for p in positions)
+        prefix_ids = torch.tensor([[pad_id] * (p_max - len(p)) + list(p) for p in owners], dtype=torch.long)
+        prefix_mask = torch.tensor([[0] * (p_max - len(p)) + [1] * len(p) for p in owners], dtype=torch.long)
+        suffix_ids = torch.tensor([list(r.ids[c:]) + [pad_id] * (s_max - len(r.ids) + c) for r, c in zip(rows, cuts, strict=True)],
+                                  dtype=torch.long)
+        gather = torch.tensor([[p - 1 - c for p in pos] + [0] * (t_max - len(pos))  # logits at t-1 predict token t
+                               for c, pos in zip(cuts, positions, strict=True)], dtype=torch.long)
         return SharedLayout(prefix_ids, prefix_mask, torch.tensor(owner), suffix_ids, gather)
 
     def to(self, device: torch.device) -> SharedLayout:
@@ -145,37 +142,36 @@ def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, ent
     The index tensors are filled on the CPU and moved to the model's device in one copy each.
     """
     width = max(len(r.ids) for r in rows)
-    ids_B_L = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attn_B_L = torch.zeros((len(rows), width), dtype=torch.long)
     positions = [r.positions() for r in rows]
     t_max = max(len(p) for p in positions)
-    offsets = [width - len(r.ids) for r in rows]
-    first = min((off + pos[0] - 1 for off, pos in zip(offsets, positions, strict=True) if pos), default=width - 1)
-    gather_B_T = torch.zeros((len(rows), t_max), dtype=torch.long)
-    targets_B_T = torch.zeros((len(rows), t_max), dtype=torch.long)
-    mask_B_T = torch.zeros((len(rows), t_max))
-    for b, (r, pos, off) in enumerate(zip(rows, positions, offsets, strict=True)):
-        ids_B_L[b, off:] = torch.tensor(r.ids)
-        attn_B_L[b, off:] = 1
-        gather_B_T[b, : len(pos)] = torch.tensor(pos) + (off - 1 - first)  # logits at t-1 predict token t
-        targets_B_T[b, : len(pos)] = torch.tensor([r.ids[p] for p in pos], dtype=torch.long)
-        mask_B_T[b, : len(pos)] = 1
     device = next(model.parameters()).device
-    ids_B_L, attn_B_L, gather_B_T, targets_B_T, mask_B_T = (
-        x.to(device) for x in (ids_B_L, attn_B_L, gather_B_T, targets_B_T, mask_B_T))
-    pos_B_L = (attn_B_L.cumsum(-1) - 1).clamp(min=0)
-    if fast and FastScorer.supports(model):
-        shared = SharedLayout.of(rows, positions, pad_id) if share_prefix else None
-        if shared is not None:
-            s = shared.to(device)
-            logits_B_T_V = FastScorer(model, width).logits_shared(s.prefix_ids_U_P, s.prefix_mask_U_P, s.owner_B,
-                                                                  s.suffix_ids_B_S, s.gather_B_T)
-        else:
-            logits_B_T_V = FastScorer(model, width).logits_at(ids_B_L, attn_B_L, pos_B_L, gather_B_T + first)
+    # each matrix is built as nested lists and made a tensor in one call (a call per row cost more)
+    fill = [[0] * (t_max - len(pos)) for pos in positions]
+    targets_B_T = torch.tensor([[r.ids[p] for p in pos] + f for r, pos, f in zip(rows, positions, fill, strict=True)],
+                               dtype=torch.long).to(device)
+    mask_B_T = torch.tensor([[1.0] * len(pos) + f for pos, f in zip(positions, fill, strict=True)]).to(device)
+    lean = fast and FastScorer.supports(model)
+    shared = SharedLayout.of(rows, positions, pad_id) if lean and share_prefix else None
+    if shared is not None:
+        s = shared.to(device)
+        logits_B_T_V = FastScorer(model, width).logits_shared(s.prefix_ids_U_P, s.prefix_mask_U_P, s.owner_B,
+                                                              s.suffix_ids_B_S, s.gather_B_T)
     else:
-        hidden = model(input_ids=ids_B_L, attention_mask=attn_B_L, position_ids=pos_B_L,
-                       logits_to_keep=width - first).logits  # B x (width - first) x V
-        logits_B_T_V = hidden.gather(1, gather_B_T[..., None].expand(-1, -1, hidden.size(-1)))
+        offsets = [width - len(r.ids) for r in rows]
+        first = min((off + pos[0] - 1 for off, pos in zip(offsets, positions, strict=True) if pos), default=width - 1)
+        ids_B_L = torch.tensor([[pad_id] * off + list(r.ids) for r, off in zip(rows, offsets, strict=True)],
+                               dtype=torch.long).to(device)
+        attn_B_L = torch.tensor([[0] * off + [1] * len(r.ids) for r, off in zip(rows, offsets, strict=True)],
+                                dtype=torch.long).to(device)
+        gather_B_T = torch.tensor([[p + off - 1 - first for p in pos] + f  # logits at t-1 predict token t
+                                   for pos, off, f in zip(positions, offsets, fill, strict=True)], dtype=torch.long).to(device)
+        pos_B_L = (attn_B_L.cumsum(-1) - 1).clamp(min=0)
+        if lean:
+            logits_B_T_V = FastScorer(model, width).logits_at(ids_B_L, attn_B_L, pos_B_L, gather_B_T + first)
+        else:
+            hidden = model(input_ids=ids_B_L, attention_mask=attn_B_L, position_ids=pos_B_L,
+                           logits_to_keep=width - first).logits  # B x (width - first) x V
+            logits_B_T_V = hidden.gather(1, gather_B_T[..., None].expand(-1, -1, hidden.size(-1)))
     z_B_T_V = logits_B_T_V.float()
     if temperature != 1.0:
         z_B_T_V = z_B_T_V / temperature

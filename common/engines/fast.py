@@ -71,8 +71,9 @@ class _Proj:
         weights = [_plain(m) for m in modules]
         loras = [_lora(m, adapter) for m in modules]
         if merge:
-            self.weight = _cast(_stack([w if lo is None else w + (lo[1] @ lo[0] * lo[2]).to(w.dtype)
-                                        for (w, _), lo in zip(weights, loras, strict=True)]), dtype)
+            with torch.autocast("cpu", enabled=False):  # s B A in float32 (under autocast a rank-r bf16 matmul: slower, rounded)
+                merged = [w if lo is None else w + lo[1] @ lo[0] * lo[2] for (w, _), lo in zip(weights, loras, strict=True)]
+            self.weight = _cast(_stack(merged), dtype)
             self.bias = _cast(_stack_bias(weights), dtype)
         else:
             if base is None:
@@ -158,6 +159,10 @@ class _FastModel:
 
     @staticmethod
     def supports(model: Any) -> bool:
+        return _FastModel._supports(model, _lora_layers(model))
+
+    @staticmethod
+    def _supports(model: Any, lora_layers: list[Any]) -> bool:
         base = _base(model)
         cfg = base.config
         if base.model.embed_tokens.weight.device.type != "cpu":  # a CPU path: on GPUs HF's fused kernels win
@@ -171,7 +176,7 @@ class _FastModel:
         if any(t != "full_attention" for t in layer_types) or getattr(cfg, "use_sliding_window", False):
             return False
         # plain LoRA only: an adapter already merged into the base, or DoRA, is not x W^T + s (x A^T) B^T
-        return not any(getattr(m, "merged", False) or any(getattr(m, "use_dora", {}).values()) for m in _lora_layers(model))
+        return not any(getattr(m, "merged", False) or any(getattr(m, "use_dora", {}).values()) for m in lora_layers)
 
     def __init__(self, model: Any, adapter: str | None, max_len: int, merge: bool):
         base = _base(model)
@@ -283,6 +288,7 @@ class FastDecoder(_FastModel):
         self.v_cache = [torch.zeros(rows, self.kv_heads, max_len, self.head_dim, dtype=dtype) for _ in self.layers]
         self.keys_B_L = torch.zeros(rows, max_len, dtype=torch.bool)  # which cache columns hold real tokens
         self.length = 0
+        self._spare: list[torch.Tensor] = []  # `select` copies the caches into these and keeps the old ones as the next spares
 
     def _keys_values(self, i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         start, end = self.length, self.length + k.size(2)
@@ -308,9 +314,17 @@ class FastDecoder(_FastModel):
         return self._last_logits(tok_B[:, None], pos_B[:, None], mask)
 
     def select(self, keep_B: torch.Tensor) -> None:
-        """Keep these rows, in this order (finished rows leave the batch; a repeated row is copied)."""
-        self.k_cache = [c[keep_B] for c in self.k_cache]
-        self.v_cache = [c[keep_B] for c in self.v_cache]
+        """Keep these rows, in this order (finished rows leave the batch; a repeated row is copied).
+
+        The rows are gathered into spare buffers allocated once (a row count above their capacity
+        allocates larger ones) and the old buffers become the spares: no allocation per call."""
+        m, caches = keep_B.numel(), self.k_cache + self.v_cache
+        if len(self._spare) != len(caches) or self._spare[0].size(0) < m:
+            self._spare = [c.new_empty((m, *c.shape[1:])) for c in caches]
+        taken = [torch.index_select(c, 0, keep_B, out=spare[:m]) for c, spare in zip(caches, self._spare, strict=True)]
+        self._spare = [c if c._base is None else c._base for c in caches]
+        half = len(self.layers)
+        self.k_cache, self.v_cache = taken[:half], taken[half:]
         self.keys_B_L = self.keys_B_L[keep_B]
 
 
@@ -324,12 +338,13 @@ class FastScorer(_FastModel):
 
     @staticmethod
     def supports(model: Any) -> bool:
-        if not _FastModel.supports(model):
+        lora_layers = _lora_layers(model)  # one walk over the modules for every check
+        if not _FastModel._supports(model, lora_layers):
             return False
         base = _base(model)
         if any(p.requires_grad for n, p in base.named_parameters() if "lora_" not in n):
             return False  # the stacked base weights are copies outside autograd: for frozen bases only
-        for m in _lora_layers(model):
+        for m in lora_layers:
             if m.training and any(not isinstance(d, torch.nn.Identity) for d in m.lora_dropout.values()):
                 return False
             if len(getattr(m, "active_adapters", [])) > 1:

@@ -86,3 +86,29 @@ def test_fast_decoder_under_bf16_autocast_casts_once_what_autocast_casts_every_c
     assert dec.layers[0].qkv.weight.dtype == torch.float32
     for a, b in zip(once, per_call, strict=True):
         assert torch.equal(a, b)
+
+
+def test_select_gathers_rows_into_reused_buffers(policy):
+    """select keeps rows in order (a repeated one copied, dropped ones gone), as indexing would,
+    and gathers into spare buffers: the old caches become the next call's spares."""
+    tok = policy.tokenizer
+    ids = torch.tensor([tok.encode(t, add_special_tokens=False)[:4] for t in ("Q: 3+4\nA:", "Q: 12-5*2+7\nA:")])
+    mask, pos = torch.ones_like(ids), torch.arange(4).expand(2, -1)
+    with torch.inference_mode(), policy.use("policy") as model:
+        dec = FastDecoder(model, "policy", 2, 8)
+        dec.prefill(ids, mask, pos)
+        before = [c.clone() for c in dec.k_cache + dec.v_cache]
+        first = [c.data_ptr() for c in dec.k_cache + dec.v_cache]
+        dec.select(torch.tensor([1, 0, 1]))  # more rows than allocated: new spares, then reused
+        for c, b in zip(dec.k_cache + dec.v_cache, before, strict=True):
+            assert torch.equal(c, b[[1, 0, 1]])
+        grown = [c.data_ptr() for c in dec.k_cache + dec.v_cache]
+        mid = [c.clone() for c in dec.k_cache + dec.v_cache]
+        dec.select(torch.tensor([2, 0]))
+        assert [c.data_ptr() for c in dec.k_cache + dec.v_cache] != grown
+        for c, b in zip(dec.k_cache + dec.v_cache, mid, strict=True):
+            assert torch.equal(c, b[[2, 0]])
+        dec.select(torch.tensor([1]))  # back into the buffers of the 3-row caches
+        assert [c.data_ptr() for c in dec.k_cache + dec.v_cache] == grown
+        assert not set(first) & set(grown) and dec.keys_B_L.shape == (1, 8)
+        assert torch.isfinite(dec.step(torch.tensor([5]), torch.tensor([4]))).all()
