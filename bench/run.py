@@ -287,11 +287,12 @@ def derive(result: dict[str, Any]) -> None:
     measured matmul rate of the precision each series ran at)."""
     for entry in result["models"].values():
         first_minimal: dict[str, Any] = {}  # a KL cell without its own minimal work uses the KL-off cell's
+        first_cell = ""
         for label, cell in entry["cells"].items():
             series = {k: v for k, v in cell.items() if isinstance(v, dict) and "step" in v}
-            own = {k: v for k, v in series.items() if k.startswith("minimal/")}
-            if own and not first_minimal:
-                first_minimal = {"cell": label, **own}
+            if not first_minimal:
+                first_minimal = {k: v for k, v in series.items() if k.startswith("minimal/")}
+                first_cell = label
             ours = {k: v for k, v in series.items() if k.startswith("ours/")}
             trl = {k: v for k, v in series.items() if k.startswith("trl/")}
             for name, stats in series.items():
@@ -299,7 +300,7 @@ def derive(result: dict[str, Any]) -> None:
                 minimal = series.get(f"minimal/{p}")
                 if minimal is None and f"minimal/{p}" in first_minimal:
                     minimal = first_minimal[f"minimal/{p}"]
-                    stats["minimal_from"] = first_minimal["cell"]
+                    stats["minimal_from"] = first_cell
                 if minimal is None or name.startswith("minimal/"):
                     continue
                 stats["overhead_over_minimal"] = stats["step"]["median_s"] / minimal["step"]["median_s"] - 1

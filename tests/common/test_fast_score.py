@@ -12,18 +12,22 @@ from common.episode import Episode, Turn
 from common.policy import Policy
 
 
+def _episode(tok, task, sample, q, a, second_turn=False):
+    """One episode answering `q` with `a`; with `second_turn` the same context continues after an
+    observation (the row then holds two spans)."""
+    p, act = tok.encode(q, add_special_tokens=False), tok.encode(a, add_special_tokens=False)
+    ep = Episode(task, sample, turns=[Turn("solver", "policy", p, act, [-0.5] * len(act), a)])
+    if second_turn:
+        obs = tok.encode("\nok\n", add_special_tokens=False)
+        more = tok.encode(" done", add_special_tokens=False)
+        ep.turns.append(Turn("solver", "policy", p + act + obs, more, [-0.5] * len(more), " done"))
+    return ep
+
+
 def _rows(tok):
     """Rows of different lengths (left padding differs), one with two turns in one context."""
-    eps = []
-    for i, (q, a) in enumerate([("Q: 3+4\nA:", " 7"), ("Q: 12-5*2+7\nA:", " 12-10=2 2+7=9 #9"), ("Q: 9\nA:", " 9 #9")]):
-        p, act = tok.encode(q, add_special_tokens=False), tok.encode(a, add_special_tokens=False)
-        ep = Episode(f"t{i}", 0, turns=[Turn("solver", "policy", p, act, [-0.5] * len(act), a)])
-        if i == 1:
-            obs = tok.encode("\nok\n", add_special_tokens=False)
-            more = tok.encode(" done", add_special_tokens=False)
-            ep.turns.append(Turn("solver", "policy", p + act + obs, more, [-0.5] * len(more), " done"))
-        eps.append(ep)
-    return build_rows(eps, None)
+    pairs = [("Q: 3+4\nA:", " 7"), ("Q: 12-5*2+7\nA:", " 12-10=2 2+7=9 #9"), ("Q: 9\nA:", " 9 #9")]
+    return build_rows([_episode(tok, f"t{i}", 0, q, a, second_turn=i == 1) for i, (q, a) in enumerate(pairs)], None)
 
 
 def _score(policy, adapter, fast, autocast=False):
@@ -190,17 +194,10 @@ def _group_rows(tok):
     """GRPO-like rows: two prompts of different lengths x three completions of different lengths; a
     row of the short prompt continues for a second turn in the same context (the longest suffix is
     not the longest prefix's: its padding slots run past the longest row)."""
-    eps = []
-    for g, q in enumerate(["Work it out step by step, then end with #answer.\nQ: 12-5*2+7\nA:", "Compute.\nQ: 9\nA:"]):
-        for i, a in enumerate([" 7", " 12-10=2 2+7=9 #9", " 9 #9"]):
-            p, act = tok.encode(q, add_special_tokens=False), tok.encode(a, add_special_tokens=False)
-            ep = Episode(f"t{g}", i, turns=[Turn("solver", "policy", p, act, [-0.5] * len(act), a)])
-            if g == 1 and i == 1:
-                obs = tok.encode("\nok\n", add_special_tokens=False)
-                more = tok.encode(" done", add_special_tokens=False)
-                ep.turns.append(Turn("solver", "policy", p + act + obs, more, [-0.5] * len(more), " done"))
-            eps.append(ep)
-    return build_rows(eps, None)
+    prompts = ["Work it out step by step, then end with #answer.\nQ: 12-5*2+7\nA:", "Compute.\nQ: 9\nA:"]
+    answers = [" 7", " 12-10=2 2+7=9 #9", " 9 #9"]
+    return build_rows([_episode(tok, f"t{g}", i, q, a, second_turn=g == 1 and i == 1)
+                       for g, q in enumerate(prompts) for i, a in enumerate(answers)], None)
 
 
 def _score_group(policy, fast, share, autocast=False):
