@@ -1,6 +1,7 @@
 """Run several trainer workers step by step in turn: worker A's step, then B's, then A's again...
 
-Each series (a trainer at one precision and KL setting) is one worker process. All of a cell's
+Each series (a trainer at one precision and KL setting) is one worker process (forked from a server
+that imported what workers need, `bench.preload`). All of a cell's
 workers start, reach their first step and wait; then each step index is run by every worker in
 turn, the order rotating, so slow drift of the machine (other load, thermal state) falls on all of
 them alike.
@@ -8,15 +9,15 @@ them alike.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from typing import Any
 
+from bench.preload import worker_context
 from bench.workers import main as worker_main
 
 
 class Worker:
-    def __init__(self, name: str, kind: str, setting: dict[str, Any], steps: int):
-        ctx = mp.get_context("spawn")
+    def __init__(self, name: str, kind: str, setting: dict[str, Any], steps: int, start_method: str = "forkserver"):
+        ctx = worker_context(start_method)
         self.name = name
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=worker_main, args=(kind, setting, steps, child), daemon=True)
@@ -49,9 +50,10 @@ class Worker:
 
 
 def alternate(series: dict[str, tuple[str, dict[str, Any]]], warmup: int, steps: int,
-              progress: Any = None) -> dict[str, Worker]:
+              progress: Any = None, start_method: str = "forkserver") -> dict[str, Worker]:
     """Start one worker per series, run warmup + steps steps of each in turn, stop them all."""
-    workers = {name: Worker(name, kind, setting, warmup + steps + 1) for name, (kind, setting) in series.items()}
+    workers = {name: Worker(name, kind, setting, warmup + steps + 1, start_method)
+               for name, (kind, setting) in series.items()}
     try:
         for w in workers.values():
             kind, record = w.wait()

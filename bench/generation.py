@@ -14,7 +14,7 @@ trainer benchmark (chat-wrapped as our rollout wraps them), through:
   the floor of our vLLM engine's cost.
 
 Each column runs in its own process (two vLLM instances in one process would share vLLM's global
-state), reports its start-up (engine construction, vLLM's import included) and the wall time of each
+state; forked from the benchmark's server with torch and transformers imported, `bench.preload`), reports its start-up (engine construction, vLLM's import included) and the wall time of each
 `generate` call after `warmup` unmeasured calls of `WARMUP_TOKENS` new tokens each. A column that cannot run (vLLM not installed)
 says why instead of a number.
 """
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import multiprocessing as mp
 import os
 import statistics
 import time
@@ -158,9 +157,14 @@ def _child(column: str, setting: dict[str, Any], warmup: int, reps: int, conn: A
         conn.close()
 
 
-def measure(setting: dict[str, Any], columns: list[str], warmup: int, reps: int, timeout_s: float = 600) -> dict[str, Any]:
-    """Every column in its own fresh process, one after the other; `{column: result or {"error": why}}`."""
-    ctx = mp.get_context("spawn")
+def measure(setting: dict[str, Any], columns: list[str], warmup: int, reps: int, timeout_s: float = 600,
+            start_method: str = "forkserver") -> dict[str, Any]:
+    """Every column in its own fresh process, one after the other; `{column: result or {"error": why}}`.
+    The processes fork from the benchmark's server (`bench.preload`: torch, transformers and peft
+    already imported; vLLM is imported by the column itself), or start as fresh interpreters (`spawn`)."""
+    from bench.preload import worker_context
+
+    ctx = worker_context(start_method)
     out: dict[str, Any] = {}
     for column in columns:
         if column not in COLUMNS:

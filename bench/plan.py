@@ -78,3 +78,22 @@ class Budget:
         smallest = options[-1]
         self.admit(f"{part} ({smallest[0]})", smallest[2])
         return None
+
+
+@dataclass
+class Timeline:
+    """Where the benchmark's minutes went: seconds of each part, in the order they ran."""
+
+    clock: Callable[[], float] = time.perf_counter
+    parts: list[dict[str, Any]] = field(default_factory=list)
+    last: float = -1.0
+
+    def __post_init__(self) -> None:
+        if self.last < 0:
+            self.last = self.clock()
+
+    def mark(self, part: str) -> None:
+        """Record the seconds since the previous mark (or the start) as `part`."""
+        now = self.clock()
+        self.parts.append({"part": part, "s": round(now - self.last, 1)})
+        self.last = now

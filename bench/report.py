@@ -79,7 +79,7 @@ def markdown(r: dict[str, Any]) -> str:
                          f"{acc['grad_cosine']:.4f}, relative error {acc['grad_rel_err']:.3f}.")
     mt = r.get("multiturn")
     if mt is None:
-        return "\n".join([*lines, "", f"Wall time of the benchmark: {r['wall_s']:.0f} s.", ""])
+        return "\n".join([*lines, "", _wall(r), ""])
     lines += ["", f"Multi-turn, multi-role rollouts ({mt['env']}, roles {', '.join(mt['roles'])}, one adapter per role, "
               f"{mt['episodes']} episodes per rollout):", "",
               "| engine | episodes/s | generated tokens/s | turns per episode | model calls |", "| --- | --- | --- | --- | --- |"]
@@ -88,12 +88,22 @@ def markdown(r: dict[str, Any]) -> str:
         lines.append(f"| {name} | {e['episodes_per_s']:.1f} | {e['tokens_per_s']:.0f} | {e['turns_per_episode']:.2f} | {e['model_calls']} |")
     lines += ["", f"Batching across live episodes and roles: {mt['speedup']:.1f}x the tokens/s "
               f"({mt['speedup_episodes']:.1f}x the episodes/s) of the one-at-a-time engine.", "",
-              f"Wall time of the benchmark: {r['wall_s']:.0f} s.", ""]
+              _wall(r), ""]
     eng = r.get("engines")
     if eng:
         lines.insert(-2, f"Engine columns (bench/engines.py): {'see ' + eng['files'] if eng['ok'] else 'failed: ' + str(eng['error'])[-300:]}.")
         lines.insert(-2, "")
     return "\n".join(lines)
+
+
+def _calls(reps: int) -> str:
+    return "one timed call" if reps == 1 else f"median of {reps} calls"
+
+
+def _wall(r: dict[str, Any]) -> str:
+    """The benchmark's wall time and, where recorded, the seconds of each part."""
+    parts = "; ".join(f"{p['part']} {p['s']:.0f}" for p in r.get("timeline", []))
+    return f"Wall time of the benchmark: {r['wall_s']:.0f} s" + (f" ({parts})." if parts else ".")
 
 
 def _generation(r: dict[str, Any]) -> list[str]:
@@ -104,7 +114,7 @@ def _generation(r: dict[str, Any]) -> list[str]:
         if not g:
             continue
         lines += ["", f"Generation alone ({model}, {g['rows']} rows of up to {g['max_new_tokens']} new tokens, precision "
-                  f"{g['precision']}, the same prompts and LoRA adapter; median of {g['reps']} calls after one warm-up):", "",
+                  f"{g['precision']}, the same prompts and LoRA adapter; {_calls(g['reps'])} after one warm-up):", "",
                   "| engine | start-up s | generate s | tokens/s | tokens per call |", "| --- | --- | --- | --- | --- |"]
         for col in ("hf", "vllm", "vllm-bare"):
             c = g.get(col)

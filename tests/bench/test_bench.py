@@ -55,3 +55,38 @@ def test_trl_series(result):
     rounds = [o / t for o, t in zip(cell["ours/32"]["step"]["all_s"], trl["step"]["all_s"], strict=True)]
     assert len(rounds) == 2 and cell["ratio_paired"] == pytest.approx(sum(rounds) / 2)  # the median of two rounds
     assert "| paired (median of per-round ratios) |" in (result[0] / "bench.md").read_text()
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_workers_forked_from_the_server_start_with_the_imports_done(start_method):
+    from bench.preload import MODULES, report_loaded, worker_context
+
+    ctx = worker_context(start_method)
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=report_loaded, args=(child,))
+    proc.start()
+    child.close()
+    assert parent.poll(300), "the worker did not answer"
+    loaded = parent.recv()
+    proc.join(timeout=30)
+    if start_method == "spawn":  # a fresh interpreter: nothing of the trainers' stack yet
+        assert not {"lightning", "common.trainer", "trl"} & set(loaded)
+    else:
+        installed = {m for m in MODULES if importlib.util.find_spec(m.split(".")[0]) is not None}
+        assert set(loaded) == installed and {"lightning", "common.trainer", "bench.workers"} <= installed
+
+
+def test_an_unknown_start_method_is_an_error():
+    from bench.preload import worker_context
+
+    with pytest.raises(ValueError, match="unknown start method 'fork'"):
+        worker_context("fork")
+
+
+def test_the_timeline_says_where_the_time_went(result):
+    out, r = result
+    parts = [p["part"] for p in r["timeline"]]
+    assert parts[0] == "matmul rates" and "tiny: kl=0" in parts and parts[-1] == "multi-turn rollouts"
+    assert sum(p["s"] for p in r["timeline"]) <= r["wall_s"] + 1
+    assert r["settings"]["start_method"] == "forkserver"
+    assert "(matmul rates " in (out / "bench.md").read_text()

@@ -109,7 +109,7 @@ def test_cell_estimate_prior_then_measured():
 
 
 # ---- bench.run's control flow, with every measurement replaced by a stub -------------------------
-def fake_cell(s, precisions, trl_precisions, warmup, steps, minimal=True):
+def fake_cell(s, precisions, trl_precisions, warmup, steps, minimal=True, start_method="forkserver"):
     from bench.run import cell_series
 
     cell = {}
@@ -197,3 +197,13 @@ def test_paired_ratio_is_the_median_of_per_round_ratios():
     assert paired_ratio(ours, theirs) == 0.5
     assert paired_ratio([1.0, 3.0, 2.0], [2.0, 4.0, 8.0]) == 0.5  # rounds 0.5, 0.75, 0.25 -> median 0.5
     assert paired_ratio([1.0, 2.0], [2.0]) is None and paired_ratio([], []) is None
+
+
+def test_the_timeline_records_each_part_since_the_last_mark():
+    clock = Clock()
+    t = plan.Timeline(clock=clock)
+    clock.t = 2.04
+    t.mark("rates")
+    clock.t = 12.5
+    t.mark("cell")
+    assert t.parts == [{"part": "rates", "s": 2.0}, {"part": "cell", "s": 10.5}]
