@@ -15,7 +15,10 @@ trainer benchmark (chat-wrapped as our rollout wraps them), through:
 
 Each column runs in its own process (two vLLM instances in one process would share vLLM's global
 state; forked from the benchmark's server with torch and transformers imported, `bench.preload`), reports its start-up (engine construction, vLLM's import included) and the wall time of each
-`generate` call after `warmup` unmeasured calls of `WARMUP_TOKENS` new tokens each. A column that cannot run (vLLM not installed)
+`generate` call after `warmup` unmeasured calls of one row and `WARMUP_TOKENS` new tokens each (on the
+CPU build, vLLM's first call with the adapter took ~9-13 s whatever its size, a one-row call paid it
+all; a warm-up over every prompt would also leave them in vLLM's prefix cache, which a training
+step's new prompts never find there). A column that cannot run (vLLM not installed)
 says why instead of a number.
 """
 
@@ -31,7 +34,7 @@ from dataclasses import replace
 from typing import Any
 
 COLUMNS = ("hf", "vllm", "vllm-bare")
-WARMUP_TOKENS = 2  # the warm-up call pays one-time costs (allocation, first kernels), not the measured work
+WARMUP_TOKENS = 2  # the warm-up call (one row) pays one-time costs (loading the adapter, first kernels), not the measured work
 KV_CACHE_BYTES = 1 << 30  # both vLLM columns; 256 MiB (the CPU default) holds fewer tokens than SmolLM2's 8192-token context in float32
 
 
@@ -102,7 +105,8 @@ def run_column(column: str, setting: dict[str, Any], warmup: int, reps: int) -> 
     warm = replace(params, max_new_tokens=min(WARMUP_TOKENS, s.max_new_tokens))
 
     def call(k: int) -> int:
-        return sum(len(x.action_ids) for x in engine.generate(requests, params if k >= warmup else warm, seed=s.seed + k))
+        batch, p = (requests, params) if k >= warmup else (requests[:1], warm)
+        return sum(len(x.action_ids) for x in engine.generate(batch, p, seed=s.seed + k))
 
     try:
         return {"startup_s": startup, "rows": len(prompts), **_time_calls(call, warmup, reps)}
@@ -142,7 +146,7 @@ def _bare(s: Any, policy: Any, mcfg: Any, prompts: list[list[int]], warmup: int,
     def call(k: int) -> int:
         new = s.max_new_tokens if k >= warmup else min(WARMUP_TOKENS, s.max_new_tokens)
         sp = SamplingParams(temperature=s.temperature, top_p=1.0, max_tokens=new, logprobs=0, detokenize=False, seed=s.seed + k)
-        outs = llm.generate(token_prompts, sp, lora_request=lora, use_tqdm=False)
+        outs = llm.generate(token_prompts if k >= warmup else token_prompts[:1], sp, lora_request=lora, use_tqdm=False)
         return sum(len(o.outputs[0].token_ids) for o in outs)
 
     return {"startup_s": startup, "rows": len(prompts), **_time_calls(call, warmup, reps)}
@@ -155,6 +159,8 @@ def _child(column: str, setting: dict[str, Any], warmup: int, reps: int, conn: A
         conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"))
     finally:
         conn.close()
+        # the measurement is over: without this, bare vLLM's shutdown at interpreter exit took ~20 s
+        os._exit(0)
 
 
 def measure(setting: dict[str, Any], columns: list[str], warmup: int, reps: int, timeout_s: float = 600,

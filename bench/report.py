@@ -114,7 +114,8 @@ def _generation(r: dict[str, Any]) -> list[str]:
         if not g:
             continue
         lines += ["", f"Generation alone ({model}, {g['rows']} rows of up to {g['max_new_tokens']} new tokens, precision "
-                  f"{g['precision']}, the same prompts and LoRA adapter; {_calls(g['reps'])} after one warm-up):", "",
+                  f"{g['precision']}, the same prompts and LoRA adapter; {_calls(g['reps'])} after a warm-up call"
+                  f"{' of one row' if g.get('warmup_rows') == 1 else ''}):", "",
                   "| engine | start-up s | generate s | tokens/s | tokens per call |", "| --- | --- | --- | --- | --- |"]
         for col in ("hf", "vllm", "vllm-bare"):
             c = g.get(col)

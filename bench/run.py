@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="tiny,tiny10m,smollm2",
                     help="common/conf/model/<name>.yaml, comma-separated, in the order they run (smollm2 alone: --models smollm2)")
-    ap.add_argument("--steps", default="12,5,2", help="measured steps per series, per model (comma list, last repeats)")
+    ap.add_argument("--steps", default="10,4,2", help="measured steps per series, per model (comma list, last repeats)")
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured steps first")
     ap.add_argument("--max-minutes", type=float, default=25.0,
                     help="time cap of the whole benchmark: a part whose estimate does not fit in what is left is "
@@ -259,6 +259,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 entry["generation"] = {"precision": gen_s.precision, "rows": gen_s.tasks_per_step * gen_s.group_size,
                                        "max_new_tokens": gen_s.max_new_tokens, "reps": a.generation_reps,
                                        "warmup_tokens": min(WARMUP_TOKENS, gen_s.max_new_tokens),
+                                       "warmup_rows": 1,
                                        **measure(gen_s.as_dict(), columns, warmup=1, reps=a.generation_reps,
                                                  start_method=a.start_method)}
                 timeline.mark(f"{model}: generation")
