@@ -50,9 +50,12 @@ class Worker:
 
 
 def alternate(series: dict[str, tuple[str, dict[str, Any]]], warmup: int, steps: int,
-              progress: Any = None, start_method: str = "forkserver") -> dict[str, Worker]:
-    """Start one worker per series, run warmup + steps steps of each in turn, stop them all."""
-    workers = {name: Worker(name, kind, setting, warmup + steps + 1, start_method)
+              progress: Any = None, start_method: str = "forkserver",
+              fewer_steps: dict[str, int] | None = None) -> dict[str, Worker]:
+    """Start one worker per series, run warmup + steps steps of each in turn, stop them all. A series
+    in `fewer_steps` measures that many steps only (the first rounds; it rests in the later ones)."""
+    measured = {name: min(steps, (fewer_steps or {}).get(name, steps)) for name in series}
+    workers = {name: Worker(name, kind, setting, warmup + measured[name] + 1, start_method)
                for name, (kind, setting) in series.items()}
     try:
         for w in workers.values():
@@ -61,6 +64,8 @@ def alternate(series: dict[str, tuple[str, dict[str, Any]]], warmup: int, steps:
         order = list(workers.values())
         for k in range(warmup + steps):
             for w in order[k % len(order):] + order[: k % len(order)]:
+                if k >= warmup + measured[w.name]:
+                    continue
                 w.step()
                 if progress is not None:
                     progress()

@@ -50,8 +50,11 @@ def multi_role_env() -> Any:
     return ArithEnv(ArithConfig(mode="stepwise", min_ops=2, max_ops=4, max_value=20))
 
 
-def measure_multiturn(s: Setting, tasks: int, group: int, max_new_tokens: int, sft_steps: int, reps: int) -> dict[str, Any]:
-    """Throughput of batched vs one-at-a-time rollouts of `tasks` x `group` episodes, `reps` times each."""
+def measure_multiturn(s: Setting, tasks: int, group: int, max_new_tokens: int, sft_steps: int, reps: int,
+                      one_at_a_time_reps: int = 1) -> dict[str, Any]:
+    """Throughput of batched vs one-at-a-time rollouts of `tasks` x `group` episodes, `reps` times
+    batched and `one_at_a_time_reps` times one at a time (the first reps' episodes: its throughput
+    does not depend on how many episodes it plays, and each rollout of it takes ~8 s here)."""
     from common.engines.hf import HFEngine
     from common.policy import Policy, warm_started_base
 
@@ -66,10 +69,10 @@ def measure_multiturn(s: Setting, tasks: int, group: int, max_new_tokens: int, s
     batched = HFEngine(policy, bf16=s.precision == "bf16")
     pool = env.task_set()["train"]
     out: dict[str, Any] = {"env": env.name, "roles": list(env.roles), "episodes": tasks * group, "max_new_tokens": max_new_tokens}
-    for name, engine in (("batched", batched), ("one_at_a_time", OneAtATimeEngine(batched))):
+    for name, engine, n in (("batched", batched, reps), ("one_at_a_time", OneAtATimeEngine(batched), min(reps, one_at_a_time_reps))):
         rollout = Rollout(env, engine, tok, policy.role_adapter, [], params, mcfg.max_length, s.seed)
         times, turns, eps = [], 0, 0
-        for k in range(reps):
+        for k in range(n):
             chosen = [pool[(k * tasks + i) % len(pool)] for i in range(tasks)]
             t0 = time.perf_counter()
             groups = rollout.play_groups(chosen, [group] * tasks, step=k)
@@ -81,7 +84,7 @@ def measure_multiturn(s: Setting, tasks: int, group: int, max_new_tokens: int, s
         total = sum(times)
         out[name] = {"time_s": total, "episodes_per_s": eps / total, "tokens_per_s": compute["generated_tokens_total"] / total,
                      "generated_tokens": compute["generated_tokens_total"], "model_calls": compute["model_calls_total"],
-                     "turns_per_episode": turns / max(eps, 1)}
+                     "turns_per_episode": turns / max(eps, 1), "rollouts": n}
     out["speedup"] = out["batched"]["tokens_per_s"] / out["one_at_a_time"]["tokens_per_s"]
     out["speedup_episodes"] = out["batched"]["episodes_per_s"] / out["one_at_a_time"]["episodes_per_s"]
     return out

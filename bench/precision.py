@@ -27,7 +27,8 @@ def precision_accuracy(s: Setting) -> dict[str, Any]:
         for p in policy.trainable_parameters():  # an adapter away from zero, as after some training
             p.add_(0.05 * torch.randn_like(p))
     params = SamplingParams(s.temperature, 1.0, s.max_new_tokens, ())
-    rollout = Rollout(env, HFEngine(policy), tok, policy.role_adapter, policy.trainable_adapters, params, 2048, s.seed,
+    # the batch is sampled in bf16 (half the time of float32 at 135M; it is only the batch both precisions score)
+    rollout = Rollout(env, HFEngine(policy, bf16=True), tok, policy.role_adapter, policy.trainable_adapters, params, 2048, s.seed,
                       chat_format(s, tok))
     groups = rollout.play_groups(step_prompts(s, 1)[0], [s.group_size] * s.tasks_per_step, step=0)
     rows = build_rows([e for g in groups for e in g.episodes], None)

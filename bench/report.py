@@ -17,7 +17,7 @@ def markdown(r: dict[str, Any]) -> str:
         f"{st['tasks_per_step']} prompts x {st['group_size']} completions of up to {st['max_new_tokens']} tokens, "
         f"temperature {st['temperature']}, lr {st['lr']}, LoRA on every linear layer; {st['steps']} measured steps per "
         f"series (per model) after {st['warmup']} warm-up step(s), series alternating step by step. The minimal work "
-        f"(no reference pass) runs in a model's KL-off cell only; a KL cell's overhead is against it. Our MFU counts "
+        f"(no reference pass) runs in a model's KL-off cell only, {'half as many steps' if st.get('minimal_steps') == 'half' else 'as many steps'}; a KL cell's overhead is against it. Our MFU counts "
         f"the FLOPs our update runs: a group's shared prompt once (common.batch.SharedLayout).",
         f"Machine: {m['cpus']} CPUs, {m['threads']} torch threads, flags {' '.join(m['cpu_flags'])}; torch {m['torch']}, "
         f"transformers {m['transformers']}, trl {m['trl']}; OMP_WAIT_POLICY={m['omp_wait_policy']}; load average "

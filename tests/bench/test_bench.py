@@ -31,6 +31,7 @@ def test_our_trainer_series(result):
     entry = r["models"]["tiny"]
     minimal = entry["cells"]["kl=0"]["minimal/32"]
     assert entry["params"] > 0 and minimal["step"]["median_s"] > 0 and minimal["flops_train"] > 0
+    assert minimal["step"]["n"] == 1  # half the trainers' 2 measured steps (bench.run.minimal_steps)
     ours = entry["cells"]["kl=0"]["ours/32"]
     assert ours["step"]["n"] == 2 and ours["step"]["min_s"] <= ours["step"]["median_s"] <= ours["step"]["max_s"]
     assert ours["tokens_per_s"] > 0 and ours["peak_rss_mib"] > 0 and 0 < ours["mfu_train"] < 1
@@ -41,7 +42,7 @@ def test_multiturn_batching(result):
     _, r = result
     mt = r["multiturn"]
     assert mt["batched"]["generated_tokens"] > 0 and mt["one_at_a_time"]["generated_tokens"] > 0
-    assert mt["speedup"] > 0 and mt["episodes"] == 4
+    assert mt["speedup"] > 0 and mt["episodes"] == 4 and mt["one_at_a_time"]["rollouts"] == 1
 
 
 def test_trl_series(result):

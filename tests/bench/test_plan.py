@@ -207,3 +207,36 @@ def test_the_timeline_records_each_part_since_the_last_mark():
     clock.t = 12.5
     t.mark("cell")
     assert t.parts == [{"part": "rates", "s": 2.0}, {"part": "cell", "s": 10.5}]
+
+
+def test_alternation_rotates_and_a_series_with_fewer_steps_rests_in_the_last_rounds(monkeypatch):
+    import bench.alternate
+    from bench.run import minimal_steps
+
+    log = []
+
+    class FakeWorker:
+        def __init__(self, name, kind, setting, steps, start_method):
+            self.name, self.steps_asked, self.records, self.stats = name, steps, [], {}
+            self.proc = type("Proc", (), {"is_alive": staticmethod(lambda: False)})()
+
+        def wait(self):
+            return "ready", None
+
+        def step(self):
+            log.append(self.name)
+            self.records.append({"time_s": float(len(self.records))})
+
+        def stop(self):
+            self.stats = {"stopped": True}
+
+    monkeypatch.setattr(bench.alternate, "Worker", FakeWorker)
+    series = {"minimal/32": ("minimal", {}), "ours/32": ("ours", {}), "trl/32": ("trl", {})}
+    workers = bench.alternate.alternate(series, warmup=1, steps=4, fewer_steps={"minimal/32": minimal_steps(4)})
+    # rounds: order rotates by one each round; minimal: warm-up + 2 measured steps, then rests
+    assert log == ["minimal/32", "ours/32", "trl/32", "ours/32", "trl/32", "minimal/32",
+                   "trl/32", "minimal/32", "ours/32", "ours/32", "trl/32", "ours/32", "trl/32"]
+    assert workers["minimal/32"].steps_asked == 1 + 2 + 1 and workers["ours/32"].steps_asked == 1 + 4 + 1
+    assert [len(w.records) for w in workers.values()] == [2, 4, 4]  # the warm-up step dropped
+    assert all(w.stats == {"stopped": True} for w in workers.values())
+    assert [minimal_steps(n) for n in (1, 2, 4, 10)] == [1, 1, 2, 5]
