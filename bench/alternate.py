@@ -1,10 +1,9 @@
 """Run several trainer workers step by step in turn: worker A's step, then B's, then A's again...
 
-Each series (a trainer at one precision and KL setting) is one worker process (forked from a server
-that imported what workers need, `bench.preload`). All of a cell's
-workers start, reach their first step and wait; then each step index is run by every worker in
-turn, the order rotating, so slow drift of the machine (other load, thermal state) falls on all of
-them alike.
+Each series (a trainer at one precision and KL setting) is one worker process, forked from a server
+that imported what workers need (`bench.preload`). All of a cell's workers start, reach their first
+step and wait; then each step index is run by every worker in turn, the order rotating, so slow
+drift of the machine (other load, thermal state) falls on all of them alike.
 """
 
 from __future__ import annotations

@@ -14,11 +14,12 @@ trainer benchmark (chat-wrapped as our rollout wraps them), through:
   the floor of our vLLM engine's cost.
 
 Each column runs in its own process (two vLLM instances in one process would share vLLM's global
-state; forked from the benchmark's server with torch and transformers imported, `bench.preload`), reports its start-up (engine construction, vLLM's import included) and the wall time of each
-`generate` call after `warmup` unmeasured calls of one row and `WARMUP_TOKENS` new tokens each (on the
-CPU build, vLLM's first call with the adapter took ~9-13 s whatever its size, a one-row call paid it
-all; a warm-up over every prompt would also leave them in vLLM's prefix cache, which a training
-step's new prompts never find there). A column that cannot run (vLLM not installed)
+state), forked from the benchmark's server with torch and transformers imported (`bench.preload`).
+It reports its start-up (engine construction, vLLM's import included) and the wall time of each
+`generate` call after `warmup` unmeasured calls of one row and `WARMUP_TOKENS` new tokens each (on
+the CPU build, vLLM's first call with the adapter took ~9-13 s whatever its size, and a one-row call
+paid it all; a warm-up over every prompt would also leave them in vLLM's prefix cache, where a
+training step's new prompts never are). A column that cannot run (vLLM not installed)
 says why instead of a number.
 """
 

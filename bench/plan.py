@@ -86,11 +86,10 @@ class Timeline:
 
     clock: Callable[[], float] = time.perf_counter
     parts: list[dict[str, Any]] = field(default_factory=list)
-    last: float = -1.0
+    last: float = field(init=False)  # the clock at the previous mark (or the start)
 
     def __post_init__(self) -> None:
-        if self.last < 0:
-            self.last = self.clock()
+        self.last = self.clock()
 
     def mark(self, part: str) -> None:
         """Record the seconds since the previous mark (or the start) as `part`."""

@@ -55,4 +55,3 @@ def worker_context(start_method: str = "forkserver") -> Any:
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["bench.forkserver_imports"])
     return ctx
-
