@@ -8,6 +8,7 @@ environment's and method's own `Config` dataclasses by `resolve()`: an unknown k
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import typing
 from dataclasses import dataclass, field
@@ -140,11 +141,15 @@ class RunConfig:
 def to_run_config(cfg: DictConfig | dict[str, Any]) -> RunConfig:
     """Merge a composed Hydra config onto the schema (unknown keys and wrong types raise)."""
     _check_keys(RunConfig, cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg), "")
-    schema = OmegaConf.structured(RunConfig)
-    merged = OmegaConf.merge(schema, cfg)
+    merged = OmegaConf.merge(_schema(), cfg)  # merge copies: the cached schema stays as it is
     obj = OmegaConf.to_object(merged)
     assert isinstance(obj, RunConfig)
     return obj
+
+
+@functools.cache
+def _schema() -> DictConfig:
+    return OmegaConf.structured(RunConfig)
 
 
 def _check_keys(cls: type, values: Any, prefix: str) -> None:
@@ -382,8 +387,9 @@ def check_machine(cfg: RunConfig) -> None:
     _raise(machine_errors(cfg))
 
 
+@functools.cache
 def register_schema() -> None:
-    """Make RunConfig the schema every composed config is checked against (`run_schema`)."""
+    """Make RunConfig the schema every composed config is checked against (`run_schema`); once a process."""
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="run_schema", node=RunConfig)

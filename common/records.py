@@ -27,6 +27,7 @@ with the same config it is skipped, with another config refused, and under `forc
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -43,6 +44,7 @@ import yaml
 
 from common.provenance import provenance
 
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: a config.yaml is read per cell when planning
 STAGING = ".forcing"  # under out_dir; paper/ skips folders whose name starts with a dot
 
 
@@ -91,13 +93,15 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 # settings that may change between a run and its resumption without changing the experiment
 # (out_dir and work_dir only say where things live: the run folder's absolute path is the identity)
 RESUME_IRRELEVANT = {"progress", "force", "trainer.threads", "loggers", "out_dir", "work_dir"}
-# settings added to the suite after runs were recorded, with the value that computes exactly what those
-# runs computed: a recorded config without the key equals a new one holding that value (the dev split
-# is generated after every other split and the default evaluation is still the held-out split)
-ADDED_SETTINGS = {"env.dev_size": 64, "eval.split": "heldout",
-                  "method.update": "rl",  # a supervised control arm's setting (#16); every earlier run was RL
-                  # scale=paper's data paths (#14): read only at the paper scale; runs recorded before they
-                  # existed ran without them
+# Settings added to the suite after runs were recorded. A recorded config without a key that the new
+# config holds at its schema default (`RunConfig`'s typed sections: `sft.pack: false`, say) is the same
+# experiment: the default of a new setting is, by the suite's rule, what the code computed before the
+# setting existed. `env` and `method` are open dicts (their defaults live in each environment's and
+# method's own Config class), so a key added there is listed here with the value that computes exactly
+# what earlier runs computed (the dev split is generated after every other split; the default evaluation
+# is still the held-out split; every run before #16's supervised arms was RL; the paper scale's data paths
+# are read only at the paper scale).
+ADDED_SETTINGS = {"env.dev_size": 64, "eval.split": "heldout", "method.update": "rl",
                   "method.paper_data": None, "method.paper_datasets": []}
 
 
@@ -117,33 +121,41 @@ def _settings(config: dict[str, Any] | None) -> dict[str, str]:
     return {k: json.dumps(v, sort_keys=True) for k, v in flat.items() if k not in RESUME_IRRELEVANT}
 
 
+@functools.cache
+def schema_defaults() -> dict[str, str]:
+    """Every setting's default as `_settings` writes it: the typed sections of `RunConfig` (whose
+    defaults are complete) and `ADDED_SETTINGS` (keys of the open `env` and `method` dicts)."""
+    from common.config import RunConfig
+
+    typed = {k: v for k, v in _settings(asdict(RunConfig())).items() if not k.startswith(("env.", "method."))}
+    return {**typed, **{k: json.dumps(v, sort_keys=True) for k, v in ADDED_SETTINGS.items()}}
+
+
 def config_hash(config: dict[str, Any]) -> str:
     """sha1 of the settings that define the experiment (RESUME_IRRELEVANT ones left out)."""
     return hashlib.sha1(json.dumps(_settings(config), sort_keys=True).encode()).hexdigest()
 
 
 def config_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[str]:
-    """The settings that differ, as 'key: old -> new' (RESUME_IRRELEVANT ones left out)."""
+    """The settings that differ, as 'key: old -> new' (RESUME_IRRELEVANT ones left out). A key that
+    only one side records counts as its default there (`schema_defaults`): a setting added after a
+    run was recorded, held at its default, is no change."""
     a, b = _settings(old), _settings(new)
-    for settings in (a, b):
-        for key, value in ADDED_SETTINGS.items():
-            if old is not None and new is not None:
-                settings.setdefault(key, json.dumps(value))
+    if old is not None and new is not None:
+        defaults = schema_defaults()
+        for key in (a.keys() ^ b.keys()) & defaults.keys():
+            a.setdefault(key, defaults[key])
+            b.setdefault(key, defaults[key])
     return [f"{k}: {a.get(k, '(absent)')} -> {b.get(k, '(absent)')}" for k in sorted(a.keys() | b.keys())
             if a.get(k) != b.get(k)]
 
 
-def _recorded_changes(folder: Path, config: dict[str, Any] | None) -> list[str] | None:
+def recorded_changes(folder: Path, config: dict[str, Any] | None) -> list[str] | None:
     """How `config` differs from the one recorded in `folder`; None when there is nothing to compare."""
     previous = folder / "config.yaml"
     if config is None or not previous.exists():
         return None
-    return config_changes(yaml.safe_load(previous.read_text()), config)
-
-
-def finished_with(path: Path, config: dict[str, Any] | None) -> bool:
-    """Whether `path` holds a finished run of these settings (a run that recorded no config counts)."""
-    return (Path(path) / "done").exists() and not _recorded_changes(Path(path), config)
+    return config_changes(yaml.load(previous.read_text(), Loader=YAML_LOADER), config)
 
 
 def run_key(folder: Path) -> str:
@@ -225,7 +237,7 @@ class RunDir:
         if self.writer:
             self._finish_interrupted_swap()
         if self.done:
-            changes = _recorded_changes(self.path, config)
+            changes = recorded_changes(self.path, config)
             if not force:
                 if changes:
                     raise RunRefused(
@@ -234,11 +246,11 @@ class RunDir:
                         "or restore its settings")
                 return "finished"
             self.building = self.staging
-            killed_rerun_of_these = _recorded_changes(self.staging, config) == []  # resumed, as any unfinished run
+            killed_rerun_of_these = recorded_changes(self.staging, config) == []  # resumed, as any unfinished run
             if self.writer and not killed_rerun_of_these:
                 self._discard(self.staging)
         else:
-            changes = _recorded_changes(self.path, config)
+            changes = recorded_changes(self.path, config)
             if not force and changes:
                 raise RunRefused(f"{self.path} holds an unfinished run with other settings ({'; '.join(changes)}); "
                                  "pass force=true (FORCE=1) to restart it, or restore its settings to resume it")

@@ -14,13 +14,16 @@ one line per error before anything is written.
 
 from __future__ import annotations
 
+import copy
+import functools
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import yaml
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from common.config import RunConfig, check_machine, register_schema, to_run_config
 
@@ -91,15 +94,34 @@ def with_arm(method: str, args: list[str]) -> list[str]:
 
 
 def compose(method: str, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    """The resolved, checked RunConfig of one run (no side effects); `arm=<name>` applies that arm's settings."""
+    """The resolved, checked RunConfig of one run (no side effects); `arm=<name>` applies that arm's settings.
+
+    A plain `seed=<k>` is set on the composed config rather than composed: the seeds of one cell compose
+    once (Hydra's composition is most of a replication's planning time). Interpolations are resolved after
+    it is set, so a `${seed}` anywhere still reads the cell's seed.
+    """
+    register_schema()
+    overrides = [*arm_overrides(method, overrides), *overrides]
+    seeds = [o for o in overrides if re.fullmatch(r"seed=[0-9]+", o)]
+    rest = tuple(o for o in overrides if o not in seeds)
+    cfg = copy.deepcopy(_hydra_compose(method, rest))
+    if seeds:
+        cfg["seed"] = int(seeds[-1].split("=")[1])
+    return to_run_config(cfg)
+
+
+@functools.lru_cache(maxsize=256)
+def _hydra_compose(method: str, overrides: tuple[str, ...]) -> dict[str, Any]:
+    """Hydra's composition as plain data, interpolations unresolved (`to_run_config` resolves them)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    register_schema()
-    overrides = [*arm_overrides(method, overrides), *overrides]
     with initialize_config_dir(config_dir=str(conf_dir(method)), version_base=None):
-        cfg = hydra_compose(config_name="config", overrides=overrides)
-    return to_run_config(cfg)
+        cfg = hydra_compose(config_name="config", overrides=list(overrides))
+    container = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(container, dict)
+    container.pop("hydra", None)
+    return {str(k): v for k, v in container.items()}
 
 
 def _refuse(error: Exception) -> NoReturn:

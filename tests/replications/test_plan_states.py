@@ -1,0 +1,89 @@
+"""A replication's plan before it runs (#47): each cell's state (done, to run, to resume, forced rerun,
+refused and why), its time from the recorded runs, and a refusal before anything starts."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import asdict
+
+import pytest
+import yaml
+
+from common.records import config_changes
+from replications import replicate
+from replications.replicate import Cell, cell_config, estimate_seconds, plan_text, refusal
+
+
+def _cell(tmp_path, seed=0, steps=10, extra=()):
+    return Cell("grpo", "arith", "grpo", seed, "smoke", ("scale=smoke", f"seed={seed}", "arm=grpo", *extra),
+                str(tmp_path / "out"), str(tmp_path / "work"), steps)
+
+
+def _record(cell, config, rows=0, done=False, seconds=None):
+    cell.run_dir.mkdir(parents=True, exist_ok=True)
+    (cell.run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    (cell.run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": i}) + "\n" for i in range(rows)))
+    if seconds is not None:
+        finished = f"2026-01-01T00:{int(seconds) // 60:02d}:{int(seconds) % 60:02d}+0000"
+        (cell.run_dir / "manifest.json").write_text(json.dumps(
+            {"started": "2026-01-01T00:00:00+0000", "finished": finished, "attempts": 1}))
+    if done:
+        (cell.run_dir / "done").write_text("")
+
+
+def test_a_setting_added_later_at_its_schema_default_is_no_change():
+    new = asdict(replicate.RunConfig())
+    old = copy.deepcopy(new)
+    del old["sft"]["pack"], old["sft"]["micro_batch_rows"]  # recorded before these settings existed
+    assert config_changes(old, new) == []
+    new["sft"]["pack"] = True  # a new setting away from its default is a change
+    assert config_changes(old, new) == ["sft.pack: false -> true"]  # the absent setting reads as its default
+    new["sft"]["pack"] = False
+    new["env"]["grid"] = 3  # an environment key is not in the typed schema: absent is not its default
+    assert config_changes(old, new) == ["env.grid: (absent) -> 3"]
+
+
+def test_each_cell_says_what_running_it_would_do(tmp_path):
+    fresh, finished, other, partial = (_cell(tmp_path, s) for s in range(4))
+    config = asdict(cell_config(fresh))
+    _record(finished, asdict(cell_config(finished)), rows=10, done=True)
+    changed = asdict(cell_config(other))
+    changed["trainer"]["lr"] = 0.5
+    _record(other, changed, rows=10, done=True)
+    _record(partial, asdict(cell_config(partial)), rows=3)
+    assert config["seed"] == 0
+    assert str(fresh.state()) == "to run"
+    assert str(finished.state()) == "done" and finished.done
+    assert other.state().state == "refused" and "trainer.lr: 0.5 -> " in other.state().why
+    assert str(partial.state()) == "to resume (from step 3)"
+    forced = _cell(tmp_path, 2, extra=("force=true",))
+    assert str(forced.state()) == "forced rerun"
+
+
+def test_a_cell_is_timed_by_its_recorded_neighbours(tmp_path):
+    a, b, new = _cell(tmp_path, 0), _cell(tmp_path, 1), _cell(tmp_path, 2, steps=4)
+    steps = cell_config(a).trainer.steps
+    _record(a, asdict(cell_config(a)), done=True, seconds=10 * (steps + 1))  # 10 s a step (one more: evaluations)
+    _record(b, asdict(cell_config(b)), done=True, seconds=30 * (steps + 1))  # 30 s a step
+    assert estimate_seconds(new, committed=tmp_path / "none") == pytest.approx(20 * 5)  # the median rate, 5 steps
+    lines = plan_text([a, b, new], parallel=2).splitlines()
+    assert lines[-1] == "[plan] 3 cell(s): 2 done, 1 to run, ~2 min"
+    assert lines[2].startswith("grpo/arith/grpo/seed-2: to run (~2 min)  scale=smoke seed=2")
+    nothing = _cell(tmp_path / "elsewhere", 0)
+    assert estimate_seconds(nothing, committed=tmp_path / "none") is None
+
+
+def test_cells_of_other_settings_are_refused_before_anything_runs(tmp_path, capsys, monkeypatch):
+    cell = _cell(tmp_path, 0)
+    changed = asdict(cell_config(cell))
+    changed["trainer"]["lr"] = 0.5
+    _record(cell, changed, rows=10, done=True)
+    text = refusal([cell, _cell(tmp_path, 1)])
+    assert text is not None and "FORCE=1" in text and "grpo/arith/grpo/seed-0: a finished run" in text
+    monkeypatch.setattr(replicate, "launch_local", lambda *a: pytest.fail("a refused replication started cells"))
+    code = replicate.main(["--method", "grpo", "--scale", "smoke", "--seeds", "0", "--out-dir", str(tmp_path / "out"),
+                           f"work_dir={tmp_path / 'work'}"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: 1 cell(s) hold runs of other settings") and "Traceback" not in err
