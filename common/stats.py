@@ -114,6 +114,18 @@ def t_interval(values: ArrayLike, confidence: float = 0.95) -> Interval:
     return float(x.mean()), float(x.mean() - half), float(x.mean() + half)
 
 
+def prediction_interval(values: ArrayLike, confidence: float = 0.95) -> Interval:
+    """Where one more draw from the same distribution falls: `(mean, lo, hi)`, mean +- t_{(1+c)/2, n-1} *
+    s * sqrt(1 + 1/n) (normal data; Hahn & Meeker 1991, sec. 4.4). A rerun of one seed on another machine
+    is such a draw when only float rounding differs (`make verify`). Fewer than 2 values give NaN bounds.
+    """
+    x = _as_sample(values)
+    if x.size < 2:
+        return (float(x[0]) if x.size else NAN), NAN, NAN
+    half = _t_quantile(confidence, x.size - 1) * x.std(ddof=1) * np.sqrt(1 + 1 / x.size)
+    return float(x.mean()), float(x.mean() - half), float(x.mean() + half)
+
+
 def mean_ci(values: ArrayLike, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0,
             method: MeanInterval = "t") -> Interval:
     """Mean over seeds and its confidence interval: `(mean, lo, hi)`.

@@ -58,6 +58,12 @@ def test_t_interval_hand_computed():
     assert stats.t_interval(x, 0.9) == pytest.approx((x.mean(), x.mean() - half, x.mean() + half))
 
 
+def test_prediction_interval_hand_computed():
+    # mean 2, s = 1, n = 3: 2 +- t_{0.975, 2} * sqrt(1 + 1/3) = 2 +- 4.302653 * 1.154701 = 2 +- 4.968275
+    assert stats.prediction_interval([1.0, 2.0, 3.0]) == pytest.approx((2.0, 2.0 - 4.968275, 2.0 + 4.968275))
+    assert math.isnan(stats.prediction_interval([0.5])[1]) and stats.prediction_interval([0.5])[0] == 0.5
+
+
 @pytest.mark.parametrize("method", ["t", "percentile"])
 def test_mean_ci_edge_cases(method):
     m, lo, hi = stats.mean_ci([0.7], method=method)
