@@ -29,6 +29,7 @@ from paper.claims import (
     ClaimResult,
 )
 from paper.load import Problem, Results, Run, flatten
+from paper.staleness import repository_root, stale_lines
 from paper.tables import Table, arms_of, claim_text, context_text, envs_of, fmt_ci
 
 # config keys that legitimately differ between the seeds of one arm
@@ -240,10 +241,7 @@ def summary(sections: list[MethodSection], results: Results, root: Path, matrix:
     else:
         out += ["No method has finished runs or a card yet.", ""]
     out += [VERDICT_RULE, ""]
-    shas = Counter(r.git_sha for r in results.runs)
-    if shas:
-        out += ["Code versions of all finished runs: "
-                + ", ".join(f"`{short_sha(s)}` ({runs_n(n)})" for s, n in sorted(shas.items())) + ".", ""]
+    out += stale_lines(results.runs, repository_root(root))
     if matrix is not None:
         out += ["### Across methods", "", matrix.markdown()]
         if matrix_figure is not None:
