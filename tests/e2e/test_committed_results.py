@@ -1,0 +1,51 @@
+"""The README's quick start against the committed results (#47): on a fresh clone every committed cell
+of every method's cpu replication, and of `make compare`, counts as finished ("done"), and
+`make replicate-grpo` skips them all and prints its tables in well under two minutes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from replications import METHODS
+from replications.compare import plan as compare_plan
+from replications.replicate import plan
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.e2e
+
+
+def _not_done(cells):
+    """Cells whose folder holds a finished committed run that the plan would not count as done."""
+    return [f"{c.name}: {c.state()}" for c in cells if (c.run_dir / "done").exists() and c.state().state != "done"]
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_committed_cell_of_a_replication_is_done(method, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    cells = plan(method, "cpu")
+    assert any((c.run_dir / "done").exists() for c in cells), f"{method}: no committed cpu-scale result"
+    assert _not_done(cells) == []
+
+
+def test_every_committed_compare_cell_is_done(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    cells = compare_plan("cpu").cells
+    assert len([c for c in cells if (c.run_dir / "done").exists()]) > 100
+    assert _not_done(cells) == []
+
+
+def test_the_quick_start_skips_every_committed_cell(wall_budget):
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "replications.replicate", "--method", "grpo"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    seconds = time.monotonic() - start
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "FAILED" not in done.stderr and "not done" not in done.stdout
+    assert "## GRPO" in done.stdout and "[replicate] 21 cells" in done.stdout
+    assert seconds < wall_budget(120)
