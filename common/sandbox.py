@@ -257,8 +257,12 @@ class Sandbox:
         self.ended = True
         if self.proc.poll() is None:
             _kill(self.proc)
-        namespace = self._status().get("pid-namespace")
-        _kill_sandbox(self.uid if self.uid is not None else os.getuid(), namespace if isinstance(namespace, int) else None)
+        found = self._status().get("pid-namespace")
+        namespace = found if isinstance(found, int) else None
+        if self.uid is not None:
+            _kill_sandbox(self.uid, namespace)
+        elif namespace is not None:  # run as our own uid: only the sandbox's namespace tells its processes apart
+            _kill_sandbox(os.getuid(), namespace)
 
     def _status(self) -> dict[str, object]:
         """bwrap's first status line (child pid, namespaces), or {} when it wrote none."""
@@ -342,7 +346,7 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 def _reserve_uid(stack: contextlib.ExitStack, attempts: int = 64) -> int:
     """A uid of `UID_RANGE` for this run alone, held until `stack` closes: bound as an abstract unix
-    socket name (two runs, in any process of this machine, cannot bind one name; the kernel frees it
+    socket name (two runs in one network namespace, a machine's as a rule, cannot bind one name; the kernel frees it
     when its holder dies) and run by no process of the host (checked after the bind)."""
     rng = random.SystemRandom()
     for _ in range(attempts):
@@ -365,7 +369,7 @@ def _reserve_uid(stack: contextlib.ExitStack, attempts: int = 64) -> int:
 def _kill_sandbox(uid: int, namespace: int | None, deadline_s: float = 2.0) -> None:
     """Kill every live process of the sandbox whose pid namespace is `namespace`, until none is left.
     Only processes of `uid` are candidates; without `namespace` (bwrap never reported it), those in
-    another pid namespace than ours (the uid was reserved and unused when the run started).
+    another pid namespace than ours: only for a uid reserved by `_reserve_uid`, unused when the run started.
 
     bwrap's processes can outlive the bwrap we waited for by a few milliseconds (its pid-1 reaper
     reports the exit status, then tears the pid namespace down); this makes "the run is over" mean
