@@ -346,8 +346,8 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 def _reserve_uid(stack: contextlib.ExitStack, attempts: int = 64) -> int:
     """A uid of `UID_RANGE` for this run alone, held until `stack` closes: bound as an abstract unix
-    socket name (two runs in one network namespace, a machine's as a rule, cannot bind one name; the kernel frees it
-    when its holder dies) and run by no process of the host (checked after the bind)."""
+    socket name (two runs in one network namespace, a machine's as a rule, cannot bind one name; the
+    kernel frees it when its holder dies) and run by no process of the host (checked after the bind)."""
     rng = random.SystemRandom()
     for _ in range(attempts):
         uid = rng.randrange(*UID_RANGE)
