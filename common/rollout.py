@@ -8,6 +8,10 @@ observation's tokens. Nothing sampled is ever re-tokenized.
 
 Compute is counted per play tag (`main`, and counterfactual tags such as `solo` or `masked`):
 generated tokens and model calls (one call = one sampled action).
+
+Every environment step runs under `cpu_time_limit(env.cfg.step_cpu_s)` (`common/envs/base.py`): a
+step that raises, or that uses more CPU time than its limit, ends its episode as a faulted invalid
+action (`Episode.faulted`, an `invalid_action` and a `fault` event saying why), never the run.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 
 from common.chat import ChatFormat, demonstrated_action_ids, observation_text
 from common.engines.base import Engine, Request, SamplingParams
-from common.envs.base import Environment, EpisodeState, Observation, StepResult
+from common.envs.base import Environment, EpisodeState, Observation, StepResult, StepTimeLimit, cpu_time_limit
 from common.episode import Episode, Event, Group, Turn
 
 MAX_ROUNDS = 512  # an environment that runs longer than this has a bug
@@ -49,6 +53,7 @@ class _Live:
     episode: Episode
     obs: Observation
     contexts: dict[str, list[int]]
+    step_cpu_s: float  # its environment's limit on one step's CPU time
 
 
 class Rollout:
@@ -128,7 +133,7 @@ class Rollout:
             rng = random.Random(derive_seed(self.seed, step, episode_salt or salt, k))
             state = env.new_episode(json.loads(spec.task["task"]), rng, spec.variant)
             episode = Episode(spec.task["id"], spec.task["tier"], tag=spec.tag, counts_for_training=spec.trainable)
-            live.append(_Live(state, episode, state.start(), {}))
+            live.append(_Live(state, episode, state.start(), {}, env.cfg.step_cpu_s))
         episodes = [slot.episode for slot in live]
         for round_idx in range(MAX_ROUNDS):
             if not live:
@@ -178,8 +183,9 @@ class Rollout:
         episode.turns.append(turn)
         slot.contexts[turn.role] = ctx + turn.action_ids
         try:
-            result = slot.state.step(turn.text)
-        except Exception as e:  # an environment bug must not kill training: a faulted, invalid action
+            with cpu_time_limit(slot.step_cpu_s):
+                result = slot.state.step(turn.text)
+        except (Exception, StepTimeLimit) as e:  # an environment bug or a runaway step must not kill training
             detail = f"{type(e).__name__}: {str(e)[:200]}"
             result = StepResult(None, 0.0, [Event("invalid_action", index, {"error": detail}),
                                             Event("fault", index, {"error": detail})], info={"env_error": 1})

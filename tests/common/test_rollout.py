@@ -3,7 +3,11 @@ environment that raises, the chat template, evaluation through the method's own 
 
 from __future__ import annotations
 
+import contextlib
 import random
+import signal
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -12,7 +16,15 @@ from common.chat import ChatFormat, observation_text
 from common.config import RunConfig
 from common.credit import Credit
 from common.engines.base import Engine, Request, Sample, SamplingParams
-from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from common.envs.base import (
+    EnvConfig,
+    Environment,
+    EpisodeState,
+    Observation,
+    StepResult,
+    StepTimeLimit,
+    cpu_time_limit,
+)
 from common.episode import Group
 from common.evaluate import evaluate
 from common.method import Method, MethodConfig
@@ -50,6 +62,17 @@ class _Episode(EpisodeState):
         self.turn += 1
         if self.task.get("raise_at") == self.turn:
             raise RuntimeError("the environment has a bug")
+        if self.task.get("spin_at") == self.turn:  # a runaway step: endless Python, swallowing what it can
+            while True:
+                with contextlib.suppress(Exception):
+                    sum(range(1000))
+        if self.task.get("busy_s"):  # a step that returns, late: CPU time spent, one interruption swallowed
+            end = time.process_time() + self.task["busy_s"]
+            while time.process_time() < end:
+                try:
+                    sum(range(1000))
+                except BaseException:
+                    break
         if self.turn < self.task.get("turns", 1):
             return StepResult(Observation("agent", " more"))
         return StepResult(None, reward=1.0, success=True)
@@ -81,8 +104,8 @@ def task(i: int, **kw: Any) -> dict[str, Any]:
     return {"id": f"t{i}", "tier": 1, "task": json.dumps({"prompt": "hi", **kw})}
 
 
-def rollout(engine: Engine, max_length: int = 512, chat: ChatFormat | None = None) -> Rollout:
-    return Rollout(_Env(EnvConfig()), engine, _Tokenizer(), {"agent": "policy"}, ["policy"],
+def rollout(engine: Engine, max_length: int = 512, chat: ChatFormat | None = None, **env: Any) -> Rollout:
+    return Rollout(_Env(EnvConfig(**env)), engine, _Tokenizer(), {"agent": "policy"}, ["policy"],
                    SamplingParams(1.0, 1.0, 4, ("\n",)), max_length, seed=0, chat=chat)
 
 
@@ -113,6 +136,46 @@ def test_an_exception_inside_the_environment_is_a_faulted_invalid_action():
         assert ep.events[0].turn == 1 and ep.info["env_error"] == 1
     assert all(not e.faulted and e.reward == 1.0 for e in groups[1].episodes)  # the other episodes go on
     assert Method(MethodConfig(), RunConfig(), _Env(EnvConfig())).excluded(groups[0].episodes[0])
+
+
+def test_a_step_past_its_cpu_time_limit_is_a_faulted_invalid_action():
+    before = time.process_time()
+    groups = rollout(_Echo(), step_cpu_s=0.2).play_groups([task(0, turns=3, spin_at=2), task(1, turns=2)], [1, 1], step=0)
+    assert time.process_time() - before < 5  # the endless step was stopped, not waited out
+    ep = groups[0].episodes[0]
+    assert ep.faulted and ep.reward == 0.0 and len(ep.turns) == 2 and ep.info["env_error"] == 1
+    assert [e.kind for e in ep.events] == ["invalid_action", "fault"]
+    assert ep.events[0].data["error"].startswith("StepTimeLimit: the step used more than 0.2 s of CPU time")
+    assert not groups[1].episodes[0].faulted and groups[1].episodes[0].reward == 1.0  # the others go on
+    assert signal.getsignal(signal.SIGPROF) == signal.SIG_DFL and signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0)
+
+
+def test_a_late_step_that_swallowed_the_interruption_still_faults():
+    ep = rollout(_Echo(), step_cpu_s=0.1).play_groups([task(0, busy_s=0.3)], [1], step=0)[0].episodes[0]
+    assert ep.faulted and "StepTimeLimit" in ep.events[0].data["error"]
+
+
+def test_outside_the_main_thread_a_late_step_faults_when_it_returns():
+    found: list[Any] = []
+    worker = threading.Thread(target=lambda: found.extend(
+        rollout(_Echo(), step_cpu_s=0.1).play_groups([task(0, busy_s=0.3), task(1)], [1, 1], step=0)))
+    worker.start()
+    worker.join()
+    late, fine = found[0].episodes[0], found[1].episodes[0]
+    assert late.faulted and "used 0." in late.events[0].data["error"] and not fine.faulted
+
+
+def test_the_cpu_time_limit_is_checked_and_costs_microseconds():
+    with pytest.raises(ValueError, match="env.step_cpu_s must be a number of seconds > 0"):
+        _Env(EnvConfig(step_cpu_s=0))
+    with pytest.raises(StepTimeLimit), cpu_time_limit(0.05):
+        while True:
+            pass
+    before = time.perf_counter()
+    for _ in range(1000):
+        with cpu_time_limit(30.0):
+            pass
+    assert (time.perf_counter() - before) / 1000 < 1e-3  # measured ~10 us
 
 
 class _ChatTokenizer(_Tokenizer):

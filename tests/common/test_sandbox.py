@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
+import struct
+import subprocess
 import time
 from pathlib import Path
 
@@ -159,3 +162,134 @@ def test_memory_disk_and_open_files_are_bounded():
     assert not r.ok and "No space left" in r.stderr
     r = python("files = [open(f'f{i}', 'w') for i in range(200)]")  # RLIMIT_NOFILE
     assert not r.ok and "Too many open files" in r.stderr
+
+
+# ---- the kernel's surface (seccomp), the memory bound, whose processes a run kills (#34) -------------
+SHM_HOLD = """import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype, libc.shmat.argtypes = ctypes.c_void_p, [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+held = 0
+for _ in range(4):  # 4 x 64 MB, each attached, written and detached: the segments outlive their mappings
+    sid = libc.shmget(0, 64 << 20, 0o1000 | 0o600)
+    if sid < 0:
+        print("shmget:", os.strerror(ctypes.get_errno()))
+        break
+    addr = libc.shmat(sid, None, 0)
+    if addr in (None, ctypes.c_void_p(-1).value):
+        print("shmat:", os.strerror(ctypes.get_errno()))
+        break
+    ctypes.memset(addr, 1, 64 << 20)
+    libc.shmdt(ctypes.c_void_p(addr))
+    held += 64
+print("held_mb", held)
+"""
+
+
+def test_sysv_shared_memory_cannot_hold_more_than_the_memory_cap():
+    r = python(SHM_HOLD, Limits(wall_s=20.0, cpu_s=10, memory_mb=128, output_bytes=1 << 16, disk_mb=8))
+    assert r.stdout.split()[-2:] == ["held_mb", "0"] and "shmget: Operation not permitted" in r.stdout, r.stdout
+
+
+def test_each_denied_system_call_fails_with_eperm():
+    column = {"x86_64": 0, "aarch64": 1}[os.uname().machine]
+    calls = {name: numbers[column] for name, numbers in sandbox.DENIED_SYSCALLS.items()}
+    code = ("import ctypes, sys\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            f"for name, nr in {calls!r}.items():\n"
+            "    ctypes.set_errno(0)\n"
+            "    r = libc.syscall(nr, 0, 0, 0, 0, 0, 0)\n"  # all-zero arguments: harmless wherever a call is allowed
+            "    print(name, r, ctypes.get_errno())\n")
+    r = python(code)
+    assert r.ok, r.stderr
+    seen = {line.split()[0]: line.split()[1:] for line in r.stdout.splitlines()}
+    assert seen == {name: ["-1", "1"] for name in calls}  # EPERM, from the filter, for every one
+
+
+def test_the_sandbox_init_cannot_be_traced():
+    code = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]\n"
+            "print(libc.ptrace(16, 1, None, None), os.strerror(ctypes.get_errno()))\n")  # PTRACE_ATTACH to bwrap's init
+    r = python(code, Limits(wall_s=3.0, cpu_s=2))
+    assert r.ok and r.stdout.strip() == "-1 Operation not permitted", (r.stdout, r.timed_out)
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="i386 and x32 system calls exist on x86_64 only")
+def test_system_calls_of_another_abi_cannot_bypass_the_filter():
+    i386 = ("import ctypes, mmap, os\n"
+            "m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+            "m.write(bytes([0xB8, 0x14, 0, 0, 0, 0xCD, 0x80, 0xC3]))\n"  # mov eax, 20 (i386 getpid); int 0x80; ret
+            "f = ctypes.CFUNCTYPE(ctypes.c_long)(ctypes.addressof(ctypes.c_char.from_buffer(m)))\n"
+            "print(f())\n")
+    r = python(i386)
+    assert r.returncode == 128 + signal.SIGSYS and r.stdout == "", (r.returncode, r.stdout)
+    x32 = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+           "print(libc.syscall(39 | 0x40000000), ctypes.get_errno())\n")  # x32 getpid
+    assert python(x32).stdout.split() == ["-1", "1"]
+
+
+def test_the_filter_checks_the_architecture_first():
+    for machine, arch in (("x86_64", 0xC000003E), ("aarch64", 0xC00000B7)):
+        program = sandbox.seccomp_filter(machine)
+        first = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, 32, 8)]
+        assert first == [(0x20, 0, 0, 4), (0x15, 1, 0, arch), (0x06, 0, 0, 0x80000000), (0x20, 0, 0, 0)]
+        assert struct.unpack("=HBBI", program[-8:]) == (0x06, 0, 0, 0x7FFF0000)  # the last: allow
+        x32 = 2 if machine == "x86_64" else 0
+        assert len(program) == 8 * (4 + x32 + 2 * len(sandbox.DENIED_SYSCALLS) + 1)
+    with pytest.raises(RuntimeError, match="DENIED_SYSCALLS"):
+        sandbox.seccomp_filter("riscv64")
+
+
+@pytest.fixture()
+def host_process_of_a_sandbox_uid():
+    """A host process whose uid is the first of UID_RANGE (a uid a sandbox run may draw)."""
+    uid = sandbox.UID_RANGE[0]
+    proc = subprocess.Popen(["sleep", "60"], user=uid, group=uid, extra_groups=[])
+    yield uid, proc
+    proc.kill()
+    proc.wait()
+
+
+class _Draws:
+    """random.SystemRandom stand-in: randrange returns `uids` in turn."""
+
+    def __init__(self, uids):
+        self.uids = iter(uids)
+
+    def randrange(self, start, stop):
+        return next(self.uids)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes run as uids of UID_RANGE only when started by root")
+def test_a_host_process_of_the_drawn_uid_survives_the_run(host_process_of_a_sandbox_uid, monkeypatch):
+    uid, proc = host_process_of_a_sandbox_uid
+    monkeypatch.setattr(sandbox.random, "SystemRandom", lambda: _Draws([uid, uid + 1]))
+    r = sandbox.run(["/bin/sh", "-c", "sleep 30 & echo started"], limits=FAST)  # a daemon left behind
+    assert r.ok and r.stdout.strip() == "started"
+    assert proc.poll() is None  # the host's process of that uid is alive: the run drew another uid
+    assert sandbox_processes() == [proc.pid]  # and the run's own daemon is gone
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes run as uids of UID_RANGE only when started by root")
+def test_a_run_kills_only_its_own_pid_namespace(host_process_of_a_sandbox_uid, monkeypatch):
+    uid, proc = host_process_of_a_sandbox_uid
+    monkeypatch.setattr(sandbox, "_reserve_uid", lambda stack: uid)  # even forced onto a uid in use
+    r = sandbox.run(["/bin/sh", "-c", "sleep 30 & echo started"], limits=FAST)
+    assert r.ok and proc.poll() is None
+    assert sandbox_processes() == [proc.pid]
+
+
+def test_several_sandboxes_at_once_talk_through_passed_pipes():
+    reads, writes = os.pipe()
+    try:
+        say = ["/usr/bin/python3", "-I", "-c", f"import os; os.write({writes}, b'hello')"]
+        hear = ["/usr/bin/python3", "-I", "-c", f"import os; print(os.read({reads}, 100), os.read({reads}, 100))"]
+        with sandbox.started(say, limits=FAST, pass_fds=(writes,)) as a, \
+                sandbox.started(hear, limits=FAST, pass_fds=(reads,)) as b:
+            os.close(writes)
+            writes = -1
+            assert a.finish()[0].ok
+            result, raw = b.finish()
+        assert result.ok and raw == b"b'hello' b''\n"  # the message, then the end of the pipe
+    finally:
+        for fd in (reads, writes):
+            if fd >= 0:
+                os.close(fd)

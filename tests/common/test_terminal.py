@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from common import sandbox
-from common.envs.terminal import SandboxShell, SimShell, TerminalConfig, TerminalEnv, repeat_flags
+from common.envs.terminal import (
+    SandboxShell,
+    SimShell,
+    TerminalConfig,
+    TerminalEnv,
+    outcome_bytes,
+    repeat_flags,
+)
 from common.envs.terminal_tasks import DEFECTS, make_task, quota, verify
 from replications.river.penalty import repeated_turns
 
@@ -127,6 +134,47 @@ def test_run_shell_carries_the_task_directory():
     assert r.result.returncode == 3 and r.files == {"a": b"x"}
     r = sandbox.run_shell("kill -9 $PPID", {"a": "x"})
     assert r.files is None and not r.result.ok
+
+
+@needs_sandbox
+def test_run_shell_keeps_hard_links_and_any_number_of_files_it_is_given():
+    r = sandbox.run_shell("ln a hard", {"a": "x\n"})
+    assert r.result.ok and r.files == {"a": b"x\n", "hard": b"x\n"}  # both names, whichever tar archived first
+    r = sandbox.run_shell("cat a hard", r.files)
+    assert r.result.ok and r.result.stdout == "x\nx\n"
+    # one archive on stdin, not one descriptor and one bwrap argument per file
+    many = {f"f{i}": "" for i in range(5000)}
+    r = sandbox.run_shell("ls | wc -l", many, sandbox.Limits(task_files=6000))
+    assert r.result.ok and r.result.stdout.strip() == "5000" and r.files is not None and len(r.files) == 5000
+
+
+@needs_sandbox
+def test_too_many_files_is_a_failed_command_and_the_next_one_runs():
+    shell = SandboxShell(TerminalConfig().limits(), cache=False)
+    outcome, _ = shell.run("seq 2000 | xargs touch", {"a": "x\n"})
+    assert outcome.failed == "file limit (at most 64 files)" and outcome.files == {"a": "x\n"}
+    outcome, _ = shell.run("ls", outcome.files)
+    assert outcome.failed is None and outcome.output == "a\n"
+    env = TerminalEnv(TerminalConfig(train_size=4, heldout_size=2, dev_size=0, cache=False))
+    state = env.new_episode(make_task(random.Random(0), 1), random.Random(0))
+    state.start()
+    result = state.step(" seq 2000 | xargs touch")
+    assert result.next.text == "error: file limit (at most 64 files)\n$"
+    assert [e.data["why"] for e in result.events if e.kind == "error"] == ["file limit (at most 64 files)"]
+    result = state.step(" ln a hard")
+    assert state.step(" cat a").next.text.startswith(state.files["a"].split()[0])  # `a` is still there
+
+
+@needs_sandbox
+def test_the_command_cache_is_bounded_in_bytes():
+    shell = SandboxShell(TerminalConfig().limits(), cache=True, cache_bytes=100_000)
+    files = {"a": "x" * 7000}
+    for i in range(40):  # each result holds ~14 kB (the 7 kB file, ~7 kB of output)
+        shell.run(f"cat a; echo {i}", files)
+    assert shell.cached_bytes <= 100_000 and 3 <= len(shell.cache) <= 8
+    assert shell.cached_bytes == sum(outcome_bytes(outcome) for outcome, _, _ in shell.cache.values())
+    assert shell.run("cat a; echo 39", files)[1] == 0.0  # the most recent is replayed, the oldest dropped
+    assert shell.run("cat a; echo 0", files)[1] > 0.0
 
 
 @needs_sandbox
