@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from common.config import RunConfig
+from common.config import SEED_LIMIT, RunConfig
 from common.records import STAGING, finished_with
 from replications.run import compose, conf_dir
 
@@ -260,8 +260,9 @@ def seed_list(text: str) -> list[int]:
         seeds = [int(s) for s in text.split(",")]
     except ValueError:
         seeds = []
-    if not seeds or any(s < 0 for s in seeds):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of seeds >= 0, e.g. SEEDS=0,1,2")
+    if not seeds or any(not 0 <= s < SEED_LIMIT for s in seeds):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of seeds >= 0 (and < 2^63), "
+                                         "e.g. SEEDS=0,1,2")
     return seeds
 
 

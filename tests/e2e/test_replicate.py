@@ -59,6 +59,8 @@ def test_bad_config_fails_before_any_cell_runs(tmp_path):
     (["trainer.lr=${nope}"], "error: Interpolation key 'nope' not found (in trainer.lr)"),
     (["--seeds", "abc"], "error: argument --seeds: 'abc' is not a comma-separated list of seeds >= 0"),
     (["--seeds", "0,-1"], "error: argument --seeds: '0,-1' is not"),
+    (["--seeds", "99999999999999999999999"], "error: argument --seeds: '99999999999999999999999' is not a comma-separated "
+                                             "list of seeds >= 0 (and < 2^63)"),
     (["--scale", "huge"], "error: grpo has no scale 'huge'; choose one of ['cpu', 'paper', 'small', 'smoke']"),
     (["--parallel", "x"], "error: argument --parallel: invalid int value: 'x'"),
     (["--arms", "nope"], "error: grpo has no arm(s) ['nope']"),
