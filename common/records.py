@@ -1,5 +1,7 @@
 """Run directories: the only thing `paper/` reads, and the checkpoints that belong to each.
 
+    <out_dir>/<method>/<env>/<arm>/.seed-<k>.lock
+                        one process per run folder, whatever its work_dir (beside the folder it guards)
     <out_dir>/<method>/<env>/<arm>/seed-<k>/
         config.yaml     the resolved RunConfig
         manifest.json   git sha + dirty flag, package versions, host, SLURM ids, seeds, times,
@@ -10,7 +12,6 @@
     <out_dir>/.forcing/<method>/<env>/<arm>/seed-<k>/
                         a forced rerun of a finished run, swapped in for it when done
     <work_dir>/checkpoints/
-        <run key>.lock                 one process per run folder
         <run key>-<config hash>/       identity.json (run folder, config hash), last.ckpt, prev.ckpt
 
 A run's identity is its folder's absolute path (the run key is a hash of it) and the hash of its
@@ -208,8 +209,11 @@ class RunDir:
 
     @property
     def lock_path(self) -> Path:
-        """One process per run folder (a forced rerun included)."""
-        return self.checkpoints / f"{run_key(self.path)}.lock"
+        """One process per run folder (a forced rerun included). Beside the folder, not in work_dir: two
+        runs of one cell with different work_dirs write the same folder, so they must take the same lock;
+        beside the folder a symlink leads to (make compare links finished runs), so both paths share it."""
+        folder = self.path.resolve()
+        return folder.parent / f".{folder.name}.lock"
 
     def prepare(self, force: bool, config: dict[str, Any] | None = None) -> str:
         """Make the run ready to train; returns 'fresh', 'resume' or 'finished' (nothing to do).

@@ -187,8 +187,9 @@ def fit(cfg: RunConfig, methods: dict[str, type[Method]]) -> RunDir:
     """Train one run to completion (resuming an unfinished one); returns its record directory.
 
     A finished run asked again with the same config is skipped; with another config it is refused
-    with the difference, unless cfg.force (see RunDir.prepare). A lock keyed by the run folder
-    keeps two processes from running, or forcing, the same run.
+    with the difference, unless cfg.force (see RunDir.prepare). A lock beside the run folder keeps
+    two processes from running, or forcing, the same run, whatever their work_dirs: the second is
+    refused (RunRefused, one line).
     """
     quiet()
     check_machine(cfg)
@@ -200,8 +201,8 @@ def fit(cfg: RunConfig, methods: dict[str, type[Method]]) -> RunDir:
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        raise RuntimeError(f"another process is running {r.run_dir.path} (lock {lock.lock_file}); "
-                           "wait for it or stop it before starting this run again") from None
+        raise RunRefused(f"another process is running {r.run_dir.path} (lock {lock.lock_file}); "
+                         "wait for it or stop it before starting this run again") from None
     try:
         return _fit_locked(r, cfg)
     finally:
