@@ -345,7 +345,7 @@ class RunDir:
     def write_manifest(self, extra: dict[str, Any]) -> None:
         if not self.writer:
             return
-        previous = self.read_json("manifest.json") or {}
+        previous = self._manifest()
         manifest = {
             **provenance(),
             "argv": sys.argv,
@@ -360,9 +360,26 @@ class RunDir:
     def update_manifest(self, **fields: Any) -> None:
         if not self.writer:
             return
-        manifest = self.read_json("manifest.json") or {}
+        manifest = self._manifest()
         manifest.update(fields)
         atomic_write_json(self.building / "manifest.json", manifest)
+
+    def _manifest(self) -> dict[str, Any]:
+        """The manifest written so far ({} before the first). One that cannot be read (torn, or edited by
+        hand) counts as none, with a warning: it holds provenance only, which write_manifest writes anew,
+        and refusing it would leave the run unable ever to resume."""
+        path = self.building / "manifest.json"
+        try:
+            manifest = self.read_json("manifest.json")
+        except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+            why = f"{type(e).__name__}: {e}"
+        else:
+            if manifest is None or isinstance(manifest, dict):
+                return manifest or {}
+            why = f"a JSON {type(manifest).__name__}, not an object"
+        warnings.warn(f"{path} cannot be read ({why}); read as no previous manifest: its attempts count and start "
+                      "time begin again", RecordWarning, stacklevel=3)
+        return {}
 
     def read_json(self, name: str) -> Any:
         p = self.building / name

@@ -187,6 +187,23 @@ def progress_line(cells: list[Cell], queued: Collection[str] = (), running: Coll
     return " | ".join(f"{c.arm}/s{c.seed}: {s}" for c, s in zip(cells, parts, strict=True))
 
 
+def failure_text(error: Exception) -> str:
+    """How a cell's job failed, after '<cell> failed:'. A refused or stopped run (`RunRefused`,
+    `RunStopped`: lock contention, other settings, a full disk, a read-only folder) is its one line;
+    anything else the end of its traceback. submitit hands back the job's traceback as text, whose
+    last line of a one-line kind is '<module>.<class>: <message>'."""
+    from common.records import RunRefused
+    from common.run import RunStopped
+
+    lines = str(error).strip().splitlines()
+    for kind in (RunRefused, RunStopped):
+        prefix = f"{kind.__module__}.{kind.__qualname__}: "
+        said = [line[len(prefix):] for line in lines if line.startswith(prefix)]
+        if said:
+            return f" {said[-1]}"
+    return "\n" + "\n".join(lines[-15:])
+
+
 def launch_local(cells: list[Cell], parallel: int, work_dir: str) -> list[str]:
     """Run cells through submitit's local executor, `parallel` at a time; returns failure messages."""
     import submitit
@@ -218,8 +235,7 @@ def launch_local(cells: list[Cell], parallel: int, work_dir: str) -> list[str]:
                 try:
                     job.result()
                 except Exception as e:  # report, keep going with the other cells
-                    tail = "\n".join(str(e).strip().splitlines()[-15:])
-                    failures.append(f"{cell.name} failed:\n{tail}")
+                    failures.append(f"{cell.name} failed:{failure_text(e)}")
         if time.monotonic() - last > 15:
             line = progress_line(cells, {c.name for c in pending}, {c.name for c, _ in running})
             print(f"[replicate] {line}", flush=True)

@@ -267,6 +267,21 @@ def test_both_checkpoints_corrupt_is_a_one_line_error_naming_them(tmp_path):
     assert "last.ckpt" in message and "prev.ckpt" in message and "\n" not in message
 
 
+@pytest.mark.parametrize("text", ['{"attempts": 1, "sta', "[1, 2]", "\udcff".encode("utf-8", "surrogatepass").decode("latin-1")])
+def test_a_corrupt_manifest_of_an_unfinished_run_is_read_as_none_with_a_warning(tmp_path, text):
+    """Issue 34: a hand-corrupted manifest.json made every resume crash with a traceback."""
+    run = _run(tmp_path)
+    _start(run, _config(), steps=1)
+    (run.path / "manifest.json").write_text(text, encoding="latin-1")
+    again = _run(tmp_path)
+    assert again.prepare(False, _config()) == "resume"
+    with pytest.warns(RecordWarning, match=r"manifest\.json cannot be read \(.*\); read as no previous manifest"):
+        again.write_manifest({"state_at_start": "resume"})
+    manifest = json.loads((run.path / "manifest.json").read_text())
+    assert manifest["attempts"] == 1 and manifest["state_at_start"] == "resume"
+    assert manifest["config_hash"] == again.config_hash
+
+
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o027, 0o640)])
 def test_record_files_are_readable_by_the_group(tmp_path, umask, mode):
     previous = os.umask(umask)
