@@ -101,11 +101,28 @@ def tuned_overrides(out_dir: str | Path, method: str, scale: str) -> dict[str, s
     return {arm: a["override"] for arm, a in json.loads(path.read_text())["arms"].items() if a.get("override")}
 
 
+# Settings a replication sets for each cell, never an extra override: they name the cell's run folder and
+# its progress line, so an override would run another cell under this one's name (ARGS=seed=7 ran seed 7
+# while the progress showed seed 0). Where each belongs instead:
+RESERVED = {"seed": "SEEDS (--seeds)", "arm": "the replication's arms (replications/<method>/conf/replication.yaml; --arms)",
+            "method": "the target (make replicate-<method>, --method)", "scale": "SCALE (--scale)"}
+
+
+def check_extra_overrides(overrides: Collection[str]) -> None:
+    """Raise ValueError (one line) on an extra override of a setting in RESERVED (`+seed=`, `~arm` too)."""
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key in RESERVED:
+            raise ValueError(f"{override} in the extra overrides (ARGS) is refused: a cell's {key} is set by "
+                             f"{RESERVED[key]}, not by an override")
+
+
 def plan(method: str, scale: str, seeds: list[int] | None = None, extra_overrides: tuple[str, ...] = (),
          arms: list[str] | None = None) -> list[Cell]:
     """Every (arm, seed) cell, with its config composed and checked. An arm that `make tune-<method>`
     tuned at this scale runs at its selected setting (after the arm's own overrides, before the
-    command line's, which still win)."""
+    command line's, which still win; those may not set a cell's seed, arm, method or scale)."""
+    check_extra_overrides(extra_overrides)
     rep = load_replication(method)
     if scale not in rep.seeds:
         raise ValueError(f"{method} has no scale {scale!r}; choose one of {sorted(rep.seeds)}")

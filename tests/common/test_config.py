@@ -207,6 +207,18 @@ def test_settings_that_got_through_are_one_line_before_any_folder(overrides, mes
     assert not any(tmp_path.rglob("seed-*")), sorted(tmp_path.rglob("*"))
 
 
+def test_a_start_leaves_no_hydra_folder(tmp_path, capsys, monkeypatch):
+    """Issue 34: every start of python -m replications.run left an empty <work_dir>/hydra/<date>/<time>/."""
+    from replications.run import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["replications.run"])
+    with pytest.raises(SystemExit):
+        main(["method=grpo", "scale=smoke", f"out_dir={tmp_path / 'out'}", f"work_dir={tmp_path / 'work'}", "eval.k=0"])
+    assert "eval.k must be >= 1" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir()), sorted(tmp_path.rglob("*"))
+
+
 @pytest.mark.parametrize("overrides, message", SETTINGS_34 + SEEDS_AND_SIZES, ids=_id)
 def test_seeds_folders_and_sizes_are_checked_in_resolve(overrides, message):
     with pytest.raises(ValueError) as error:

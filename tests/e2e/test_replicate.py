@@ -64,6 +64,13 @@ def test_bad_config_fails_before_any_cell_runs(tmp_path):
     (["--scale", "huge"], "error: grpo has no scale 'huge'; choose one of ['cpu', 'paper', 'small', 'smoke']"),
     (["--parallel", "x"], "error: argument --parallel: invalid int value: 'x'"),
     (["--arms", "nope"], "error: grpo has no arm(s) ['nope']"),
+    # issue 34: ARGS=seed=7 ran seed 7 in the folder and progress line of seed 0
+    (["seed=7"], "error: seed=7 in the extra overrides (ARGS) is refused: a cell's seed is set by SEEDS (--seeds), not "
+                 "by an override"),
+    (["+arm=other"], "error: +arm=other in the extra overrides (ARGS) is refused: a cell's arm is set by the "
+                     "replication's arms"),
+    (["method=sharp"], "a cell's method is set by the target (make replicate-<method>, --method)"),
+    (["scale=cpu"], "a cell's scale is set by SCALE (--scale)"),
 ])
 def test_a_bad_setting_or_argument_is_one_line(tmp_path, capsys, args, message):
     """What `make replicate-grpo ARGS=... SEEDS=...` passes: refused in one line, exit 2, nothing run."""
