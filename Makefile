@@ -18,6 +18,30 @@ METHODS ?=          # make compare: methods, e.g. METHODS=canopy,sharp (default:
 METHOD ?=           # make verify: one method (default: all)
 OUT ?=              # replicate, compare, paper: records under this folder instead of results/ (yours, not the committed ones)
 
+# ---- what the variables may hold: checked before any command runs; a bad value stops make with one line
+# Booleans: 1, true or yes is on; 0, false, no or nothing is off. Normalized: FORCE and DRY_RUN to 1 or
+# nothing (recipes test them for a value), WAIT and VLLM to 1 or 0 (recipes test them for 0 or 1).
+bool = $(strip $(if $(filter-out 0 1,$(words $($(1))))$(filter-out 1 true yes 0 false no,$(strip $($(1)))),\
+  $(error $(1)=$(strip $($(1))) is not a boolean: use 1, true or yes (on) or 0, false, no or nothing (off)),\
+  $(if $(filter 1 true yes,$(strip $($(1)))),1)))
+override FORCE := $(call bool,FORCE)
+override DRY_RUN := $(call bool,DRY_RUN)
+override WAIT := $(if $(call bool,WAIT),1,0)
+override VLLM := $(if $(call bool,VLLM),1,0)
+# A value a recipe puts on the shell's command line must stay one argument there: SEEDS digits and commas;
+# SCALE, CLUSTER, PROFILE and METHOD one word of letters, digits, _ - . (they go unquoted); GRID, ENVS, METHODS,
+# NAME and OUT no single quote (they go in single quotes). (A quote in SEEDS once cut --dry-run off the command.)
+without = $(if $(2),$(call without,$(subst $(firstword $(2)),,$(1)),$(wordlist 2,$(words $(2)),$(2))),$(1))
+digits := 0 1 2 3 4 5 6 7 8 9
+word_chars := $(digits) a b c d e f g h i j k l m n o p q r s t u v w x y z A B C D E F G H I J K L M N O P Q R S T U V W X Y Z _ - .
+comma := ,
+ifneq ($(strip $(call without,$(SEEDS),$(digits) $(comma))),)
+$(error SEEDS=$(strip $(SEEDS)) is not a comma-separated list of seeds, e.g. SEEDS=0,1,2)
+endif
+$(foreach v,SCALE CLUSTER PROFILE METHOD,$(if $(filter-out 0 1,$(words $($(v))))$(strip $(call without,$($(v)),$(word_chars))),\
+  $(error $(v)=$(strip $($(v))) is not one word of letters, digits and _ - . (it reaches the shell unquoted))))
+$(foreach v,GRID ENVS METHODS NAME OUT,$(if $(findstring ',$($(v))),$(error $(v) holds a single quote: it cannot reach the shell intact)))
+
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 # libgomp's spinning idle threads collapse throughput when cells share cores (measured: 8 s vs 0.7 s a step)

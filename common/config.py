@@ -202,6 +202,15 @@ def _differs(obj: Any, name: str) -> bool:
     return bool(getattr(obj, name) != default)
 
 
+SEED_LIMIT = 2**63  # seeds are in [0, 2^63): what torch.manual_seed, numpy and a run folder's name (seed-<k>) all take
+# Upper bounds of the sizes that multiply a run's work: far above every shipped setup (the largest: trainer.steps=1000,
+# tasks_per_step=90, group_size=64, eval.k=4, max_new_tokens=4096, sft.steps=4000, sft.demos=6000), so that a value
+# beyond one is a typo or a run that could never finish, refused before it starts rather than found days later.
+SIZE_LIMITS = {"trainer.steps": 10**6, "trainer.tasks_per_step": 2**16, "trainer.group_size": 2**12,
+               "trainer.ppo_epochs": 10**3, "trainer.minibatches": 2**16, "trainer.max_new_tokens": 2**17,
+               "eval.k": 2**12, "eval.max_tasks": 10**7, "sft.steps": 10**6, "sft.demos": 10**7, "sft.batch_size": 2**16,
+               "engine.max_batch": 2**16, "model.max_length": 2**20}
+MAX_EPISODES = 10**9  # training episodes, trainer.steps x tasks_per_step x group_size (the largest shipped: 1.0M)
 VLLM_ONLY = ("gpu_memory_utilization", "kv_cache_memory_bytes", "enforce_eager", "sync")
 TINY_SHAPE = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "vocab_size")
 ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "tpu", "auto")
@@ -328,13 +337,51 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
         errors.append(f"trainer.accelerator must be one of {' | '.join(ACCELERATORS)}; got {t.accelerator!r}")
     if t.devices < 1 or t.num_nodes < 1:
         errors.append(f"trainer.devices and trainer.num_nodes must be >= 1; got {t.devices}, {t.num_nodes}")
+    errors += _size_errors(cfg)
     # ---- the run
+    errors += _seed_errors(cfg)
+    for key in ("out_dir", "work_dir"):
+        if not str(getattr(cfg, key)).strip():
+            errors.append(f"{key} is empty: the run would write into the current folder (the repository root); set "
+                          f"{key}={RunConfig.out_dir if key == 'out_dir' else RunConfig.work_dir} (the default) or another folder")
     if cfg.scale not in ("smoke", "cpu", "small", "paper"):
         errors.append(f"scale must be smoke | cpu | small | paper; got {cfg.scale!r}")
     for logger in cfg.loggers:
         if logger not in ("csv", "tensorboard", "wandb"):
             errors.append(f"unknown logger {logger!r}; choose csv | tensorboard | wandb")
     return errors
+
+
+def _setting(cfg: RunConfig, key: str) -> Any:
+    """The value of a dotted setting, e.g. 'trainer.steps'."""
+    value: Any = cfg
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _size_errors(cfg: RunConfig) -> list[str]:
+    """Sizes over their bound (SIZE_LIMITS), and training that would take more than MAX_EPISODES episodes."""
+    errors = []
+    for key, limit in SIZE_LIMITS.items():
+        value = _setting(cfg, key)
+        if value > limit:
+            errors.append(f"{key}={value} is over its bound {limit} (far above any setup here, common/config.py "
+                          f"SIZE_LIMITS); lower it")
+    t = cfg.trainer
+    episodes = t.steps * t.tasks_per_step * t.group_size
+    if episodes > MAX_EPISODES and not errors:  # (a size over its own bound is the one line to fix first)
+        errors.append(f"trainer.steps x tasks_per_step x group_size = {t.steps} x {t.tasks_per_step} x {t.group_size} = "
+                      f"{episodes:.3g} training episodes, over the {MAX_EPISODES:.0e} a run here can finish "
+                      "(common/config.py MAX_EPISODES); lower one of them")
+    return errors
+
+
+def _seed_errors(cfg: RunConfig) -> list[str]:
+    """Seeds outside [0, 2^63): torch refuses larger ones mid-run, and seed-<k> with k < 0 is no run folder paper/ reads."""
+    seeds = {"seed": cfg.seed, "model.init_seed": cfg.model.init_seed, "sft.seed": cfg.sft.seed}
+    return [f"{key} must be in [0, 2^63) (a non-negative 64-bit integer); got {value}"
+            for key, value in seeds.items() if value is not None and not 0 <= value < SEED_LIMIT]
 
 
 _ZERO_MEANS = {"micro_batch_rows": "the whole minibatch at once", "checkpoint_every": "only at the end",

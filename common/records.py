@@ -1,5 +1,7 @@
 """Run directories: the only thing `paper/` reads, and the checkpoints that belong to each.
 
+    <out_dir>/<method>/<env>/<arm>/.seed-<k>.lock
+                        one process per run folder, whatever its work_dir (beside the folder it guards)
     <out_dir>/<method>/<env>/<arm>/seed-<k>/
         config.yaml     the resolved RunConfig
         manifest.json   git sha + dirty flag, package versions, host, SLURM ids, seeds, times,
@@ -10,7 +12,6 @@
     <out_dir>/.forcing/<method>/<env>/<arm>/seed-<k>/
                         a forced rerun of a finished run, swapped in for it when done
     <work_dir>/checkpoints/
-        <run key>.lock                 one process per run folder
         <run key>-<config hash>/       identity.json (run folder, config hash), last.ckpt, prev.ckpt
 
 A run's identity is its folder's absolute path (the run key is a hash of it) and the hash of its
@@ -220,8 +221,11 @@ class RunDir:
 
     @property
     def lock_path(self) -> Path:
-        """One process per run folder (a forced rerun included)."""
-        return self.checkpoints / f"{run_key(self.path)}.lock"
+        """One process per run folder (a forced rerun included). Beside the folder, not in work_dir: two
+        runs of one cell with different work_dirs write the same folder, so they must take the same lock;
+        beside the folder a symlink leads to (make compare links finished runs), so both paths share it."""
+        folder = self.path.resolve()
+        return folder.parent / f".{folder.name}.lock"
 
     def prepare(self, force: bool, config: dict[str, Any] | None = None) -> str:
         """Make the run ready to train; returns 'fresh', 'resume' or 'finished' (nothing to do).
@@ -353,7 +357,7 @@ class RunDir:
     def write_manifest(self, extra: dict[str, Any]) -> None:
         if not self.writer:
             return
-        previous = self.read_json("manifest.json") or {}
+        previous = self._manifest()
         manifest = {
             **provenance(),
             "argv": sys.argv,
@@ -368,9 +372,26 @@ class RunDir:
     def update_manifest(self, **fields: Any) -> None:
         if not self.writer:
             return
-        manifest = self.read_json("manifest.json") or {}
+        manifest = self._manifest()
         manifest.update(fields)
         atomic_write_json(self.building / "manifest.json", manifest)
+
+    def _manifest(self) -> dict[str, Any]:
+        """The manifest written so far ({} before the first). One that cannot be read (torn, or edited by
+        hand) counts as none, with a warning: it holds provenance only, which write_manifest writes anew,
+        and refusing it would leave the run unable ever to resume."""
+        path = self.building / "manifest.json"
+        try:
+            manifest = self.read_json("manifest.json")
+        except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+            why = f"{type(e).__name__}: {e}"
+        else:
+            if manifest is None or isinstance(manifest, dict):
+                return manifest or {}
+            why = f"a JSON {type(manifest).__name__}, not an object"
+        warnings.warn(f"{path} cannot be read ({why}); read as no previous manifest: its attempts count and start "
+                      "time begin again", RecordWarning, stacklevel=3)
+        return {}
 
     def read_json(self, name: str) -> Any:
         p = self.building / name

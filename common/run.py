@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -183,16 +185,58 @@ def quiet() -> None:
         warnings.filterwarnings("ignore", message=pattern)
 
 
+class RunStopped(RuntimeError):
+    """A run its storage stopped (a full disk, a folder it may not write); the message is one line: what
+    could not be written and what to do. Every record is written atomically, so the run resumes."""
+
+
+# errno -> what to do about it; an OSError with any other errno is a bug to report with its traceback
+STORAGE_ERRORS = {
+    errno.ENOSPC: "free space on that disk (or choose another out_dir / work_dir), then run again: it resumes",
+    errno.EDQUOT: "free space within your quota (or choose another out_dir / work_dir), then run again: it resumes",
+    errno.EFBIG: "the file system limits the file's size: choose another out_dir / work_dir",
+    errno.EROFS: "the file system is mounted read-only: choose a writable out_dir / work_dir",
+    errno.EACCES: "make that folder writable for you, or choose another out_dir / work_dir",
+    errno.EPERM: "make that folder writable for you, or choose another out_dir / work_dir",
+    errno.ENOTDIR: "a part of that path is a file, not a folder: choose another out_dir / work_dir",
+}
+
+
+def storage_problem(error: OSError, run_folder: Path | str, work_dir: str) -> str | None:
+    """One line for an error of the storage a run writes to (STORAGE_ERRORS), or None for any other error.
+
+    A write to an open file names no file (a full disk while appending metrics): the line then names
+    the run's two folders."""
+    if error.errno not in STORAGE_ERRORS:
+        return None
+    where = error.filename or f"the run's files (in {run_folder} or {work_dir})"
+    reason = error.strerror or os.strerror(error.errno)
+    return f"the run stopped: cannot write {where} ({reason}); {STORAGE_ERRORS[error.errno]}"
+
+
 def fit(cfg: RunConfig, methods: dict[str, type[Method]]) -> RunDir:
     """Train one run to completion (resuming an unfinished one); returns its record directory.
 
     A finished run asked again with the same config is skipped; with another config it is refused
-    with the difference, unless cfg.force (see RunDir.prepare). A lock keyed by the run folder
-    keeps two processes from running, or forcing, the same run.
+    with the difference, unless cfg.force (see RunDir.prepare). A lock beside the run folder keeps
+    two processes from running, or forcing, the same run, whatever their work_dirs: the second is
+    refused (RunRefused, one line). A full disk or a folder it cannot write stops it with one line
+    (RunStopped); what it recorded stays whole and resumes.
     """
     quiet()
     check_machine(cfg)
     r = resolve(cfg, methods)
+    try:
+        return _fit_exclusively(r, cfg)
+    except OSError as error:
+        line = storage_problem(error, r.run_dir.path, cfg.work_dir)
+        if line is None:
+            raise
+        raise RunStopped(line) from error
+
+
+def _fit_exclusively(r: Resolved, cfg: RunConfig) -> RunDir:
+    """`_fit_locked` under the run's lock, taken by rank 0 (the other ranks of a run rely on it)."""
     r.run_dir.lock_path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(r.run_dir.lock_path))
     if not r.run_dir.writer:  # a rank > 0: rank 0 holds the lock
@@ -200,8 +244,8 @@ def fit(cfg: RunConfig, methods: dict[str, type[Method]]) -> RunDir:
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        raise RuntimeError(f"another process is running {r.run_dir.path} (lock {lock.lock_file}); "
-                           "wait for it or stop it before starting this run again") from None
+        raise RunRefused(f"another process is running {r.run_dir.path} (lock {lock.lock_file}); "
+                         "wait for it or stop it before starting this run again") from None
     try:
         return _fit_locked(r, cfg)
     finally:

@@ -372,12 +372,14 @@ def main(argv: list[str] | None = None) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from replications.replicate import run_cell, validate_cells
+    from replications.replicate import check_extra_overrides, run_cell, validate_cells
 
     try:
         args = parse_args(list(sys.argv[1:] if argv is None else argv))
         split = (lambda s: [x for x in s.split(",") if x] if s else None)  # noqa: E731
-        extra = tuple(args.overrides) + (("force=true",) if args.force else ())
+        extra = tuple(args.overrides)
+        check_extra_overrides(extra)
+        extra += (("force=true",) if args.force else ())
         p = plan(args.scale, split(args.envs), split(args.methods), args.seeds, extra, args.out_dir)
         validate_cells(list(p.cells))
     except (ValueError, HydraException, OmegaConfBaseException) as e:

@@ -31,7 +31,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from common.config import RunConfig
+from common.config import SEED_LIMIT, RunConfig
 from common.records import STAGING, YAML_LOADER, recorded_changes
 from replications.run import compose, conf_dir
 
@@ -221,11 +221,28 @@ def tuned_overrides(out_dir: str | Path, method: str, scale: str) -> dict[str, s
     return {arm: a["override"] for arm, a in json.loads(path.read_text())["arms"].items() if a.get("override")}
 
 
+# Settings a replication sets for each cell, never an extra override: they name the cell's run folder and
+# its progress line, so an override would run another cell under this one's name (ARGS=seed=7 ran seed 7
+# while the progress showed seed 0). Where each belongs instead:
+RESERVED = {"seed": "SEEDS (--seeds)", "arm": "the replication's arms (replications/<method>/conf/replication.yaml; --arms)",
+            "method": "the target (make replicate-<method>, --method)", "scale": "SCALE (--scale)"}
+
+
+def check_extra_overrides(overrides: Collection[str]) -> None:
+    """Raise ValueError (one line) on an extra override of a setting in RESERVED (`+seed=`, `~arm` too)."""
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key in RESERVED:
+            raise ValueError(f"{override} in the extra overrides (ARGS) is refused: a cell's {key} is set by "
+                             f"{RESERVED[key]}, not by an override")
+
+
 def plan(method: str, scale: str, seeds: list[int] | None = None, extra_overrides: tuple[str, ...] = (),
          arms: list[str] | None = None) -> list[Cell]:
     """Every (arm, seed) cell, with its config composed and checked. An arm that `make tune-<method>`
     tuned at this scale runs at its selected setting (after the arm's own overrides, before the
-    command line's, which still win)."""
+    command line's, which still win; those may not set a cell's seed, arm, method or scale)."""
+    check_extra_overrides(extra_overrides)
     rep = load_replication(method)
     if scale not in rep.seeds:
         raise ValueError(f"{method} has no scale {scale!r}; choose one of {sorted(rep.seeds)}")
@@ -308,6 +325,23 @@ def progress_line(cells: list[Cell], queued: Collection[str] = (), running: Coll
     return " | ".join(f"{c.arm}/s{c.seed}: {s}" for c, s in zip(cells, parts, strict=True))
 
 
+def failure_text(error: Exception) -> str:
+    """How a cell's job failed, after '<cell> failed:'. A refused or stopped run (`RunRefused`,
+    `RunStopped`: lock contention, other settings, a full disk, a read-only folder) is its one line;
+    anything else the end of its traceback. submitit hands back the job's traceback as text, whose
+    last line of a one-line kind is '<module>.<class>: <message>'."""
+    from common.records import RunRefused
+    from common.run import RunStopped
+
+    lines = str(error).strip().splitlines()
+    for kind in (RunRefused, RunStopped):
+        prefix = f"{kind.__module__}.{kind.__qualname__}: "
+        said = [line[len(prefix):] for line in lines if line.startswith(prefix)]
+        if said:
+            return f" {said[-1]}"
+    return "\n" + "\n".join(lines[-15:])
+
+
 def launch_local(cells: list[Cell], parallel: int, work_dir: str) -> list[str]:
     """Run cells through submitit's local executor, `parallel` at a time; returns failure messages."""
     import submitit
@@ -339,8 +373,7 @@ def launch_local(cells: list[Cell], parallel: int, work_dir: str) -> list[str]:
                 try:
                     job.result()
                 except Exception as e:  # report, keep going with the other cells
-                    tail = "\n".join(str(e).strip().splitlines()[-15:])
-                    failures.append(f"{cell.name} failed:\n{tail}")
+                    failures.append(f"{cell.name} failed:{failure_text(e)}")
         if time.monotonic() - last > 15:
             line = progress_line(cells, {c.name for c in pending}, {c.name for c, _ in running})
             print(f"[replicate] {line}", flush=True)
@@ -381,8 +414,9 @@ def seed_list(text: str) -> list[int]:
         seeds = [int(s) for s in text.split(",")]
     except ValueError:
         seeds = []
-    if not seeds or any(s < 0 for s in seeds):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of seeds >= 0, e.g. SEEDS=0,1,2")
+    if not seeds or any(not 0 <= s < SEED_LIMIT for s in seeds):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of seeds >= 0 (and < 2^63), "
+                                         "e.g. SEEDS=0,1,2")
     return seeds
 
 

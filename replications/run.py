@@ -130,11 +130,17 @@ def _refuse(error: Exception) -> NoReturn:
     sys.exit(2)
 
 
+def _stopped(error: Exception) -> NoReturn:
+    """A run its storage stopped (a full disk, a folder it may not write): its one line, exit status 1."""
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(1)
+
+
 def main(argv: list[str] | None = None) -> None:
     import hydra
 
     from common.records import RunRefused
-    from common.run import fit, resolve
+    from common.run import RunStopped, fit, resolve
     from replications import METHODS
 
     method, rest = split_method(list(sys.argv[1:] if argv is None else argv))
@@ -159,6 +165,8 @@ def main(argv: list[str] | None = None) -> None:
             run_dir = fit(run_cfg, METHODS)
         except RunRefused as e:  # e.g. a finished run asked again with other settings: one line, no traceback
             _refuse(e)
+        except RunStopped as e:  # a full disk, a read-only folder: one line, no traceback
+            _stopped(e)
         if run_dir.writer:  # rank 0 of a multi-process run
             print(f"run directory: {run_dir.path}")
 

@@ -11,9 +11,11 @@ Parquet; FRAMES's TSV; AppWorld's task lists). The suite never downloads them:
     <paper_data>/musique/musique_ans_v1.0_train.jsonl        MuSiQue-Ans v1.0 ...
 
 `DATASETS` holds each data set's layout (glob patterns per split, searched recursively in its
-folder), its columns and where it is published. `check_staged` is the config check: every file a
-run will read is there and has the columns the loader reads (one line per problem, naming the data
-set and the layout it expects); it reads only headers and schemas, so it is cheap on a login node.
+folder), its columns and where it is published. `check_staged` is the config check, run before any
+run folder exists: every file a run will read is there, has the columns the loader reads, can be
+read whole (every line of a JSONL file one JSON object, UTF-8 text, a Parquet file pyarrow reads),
+and has a question and an answer in every row (one line per problem, naming the file and the layout
+it expects). It reads every row once per file version (cached by size and modification time).
 `load_split` reads a split with `datasets.load_dataset("json" | "parquet" | "csv", data_files=...)`
 into uniform rows. A split's formats are never mixed: when a folder holds the same split as Parquet
 and as JSONL, Parquet is read.
@@ -30,9 +32,11 @@ verifies math-verify against when no data is staged.
 
 from __future__ import annotations
 
+import csv
+import functools
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,29 +172,154 @@ def split_files(root: str | Path | None, name: str, split: str, setting: str = "
     return files
 
 
-def file_columns(path: Path) -> list[str]:
-    """A data file's column names, from its schema or first row (nothing else is read)."""
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
+def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """(line number, text, whether it ends with a newline) of a UTF-8 text file (a leading BOM dropped);
+    a line that is not UTF-8 is a StagedDataError naming the file and the line."""
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, start=1):
+            try:
+                text = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise StagedDataError(f"{path} line {n} is not UTF-8 text ({e.reason} at byte {e.start} of the "
+                                      "line)") from None
+            yield n, text, raw.endswith(b"\n")
 
-        return list(pq.read_schema(path).names)
-    with path.open(encoding="utf-8") as f:
-        if path.suffix == ".tsv":
-            return f.readline().rstrip("\r\n").split("\t")
-        head = f.read(1 << 16).lstrip()
-    if head.startswith("["):  # a JSON array of rows
-        rows = json.loads(path.read_text(encoding="utf-8"))
-        return list(rows[0]) if rows else []
-    first = head.split("\n", 1)[0]
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """('line <n>', row) of every row of a JSONL file. Every line must be one JSON object (blank lines are
+    skipped); a torn last line is an error too: a staged file is read whole or not at all."""
+    for n, text, ended in _lines(path):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as e:
+            torn = ", its last line, cut short: the file is incomplete" if not ended else ""
+            raise StagedDataError(f"{path} line {n} is not valid JSON ({e.msg} at column {e.colno}{torn}); "
+                                  "JSONL has one JSON object a line") from None
+        if not isinstance(row, dict):
+            raise StagedDataError(f"{path} line {n} is a JSON {type(row).__name__}, not an object; JSONL has one "
+                                  "JSON object a line")
+        yield f"line {n}", row
+
+
+def _json_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """('row <n>' or 'line <n>', row) of a .json file: a JSON array of objects, or JSON Lines (the Hub uses both)."""
+    if not next((text for _, text, _ in _lines(path) if text.strip()), "").lstrip().startswith("["):
+        yield from _jsonl_rows(path)
+        return
+    text = "".join(line for _, line, _ in _lines(path))
     try:
-        return list(json.loads(first)) if first else []
+        rows = json.loads(text)
     except json.JSONDecodeError as e:
-        raise StagedDataError(f"{path}: the first line is not a JSON object ({e}); JSONL has one row a line") from None
+        raise StagedDataError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    for n, row in enumerate(rows, start=1):
+        if not isinstance(row, dict):
+            raise StagedDataError(f"{path} row {n} is a JSON {type(row).__name__}, not an object")
+        yield f"row {n}", row
+
+
+def _tsv_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """('line <n>', row) of a TSV file with a header line; an empty cell is None (pandas reads it as NaN)."""
+    lines = (text for _, text, _ in _lines(path))
+    reader = csv.reader(lines, delimiter="\t")
+    header = next(reader, [])
+    for row in reader:
+        if len(row) != len(header):
+            raise StagedDataError(f"{path} line {reader.line_num} has {len(row)} fields, the header {len(header)}")
+        yield f"line {reader.line_num}", {k: v if v != "" else None for k, v in zip(header, row, strict=True)}
+
+
+def _parquet(path: Path, columns: Sequence[str] | None = None) -> Any:
+    """A Parquet file's schema (columns None) or those columns as a table; a file pyarrow cannot read (cut
+    short, not Parquet) is a StagedDataError naming it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_schema(path) if columns is None else pq.read_table(path, columns=list(columns))
+    except (pa.ArrowException, OSError, ValueError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise StagedDataError(f"{path} is not a readable Parquet file ({first})") from None
+
+
+def file_columns(path: Path) -> list[str]:
+    """A data file's column names, from its schema or first row (nothing else is read). Every error names the file."""
+    if path.suffix == ".parquet":
+        return list(_parquet(path).names)
+    if path.suffix == ".tsv":
+        return next(csv.reader((text for _, text, _ in _lines(path)), delimiter="\t"), [])
+    first = next(_json_rows(path), None)
+    return list(first[1]) if first else []
+
+
+def _read_columns(s: DatasetSpec, have: Collection[str]) -> list[str]:
+    """The columns the loader reads as question and answer: the first of each group the file has."""
+    return [next(c for c in group if c in have) for group in s.columns() if set(group) & set(have)]
+
+
+def _nulls(path: Path, columns: Sequence[str]) -> dict[str, tuple[int, str, int]]:
+    """column -> (rows where it is null or missing, where the first is, rows), reading every row of the file."""
+    if path.suffix == ".parquet":
+        import pyarrow.compute as pc
+
+        table = _parquet(path, columns)
+        out = {}
+        for c in columns:
+            null = table.column(c).null_count
+            first = f"row {pc.index(pc.is_null(table.column(c)), True).as_py() + 1}" if null else ""
+            out[c] = (null, first, table.num_rows)
+        return out
+    counts, firsts, rows = dict.fromkeys(columns, 0), dict.fromkeys(columns, ""), 0
+    for where, row in _tsv_rows(path) if path.suffix == ".tsv" else _json_rows(path):
+        rows += 1
+        for c in columns:
+            if row.get(c) is None:
+                counts[c] += 1
+                firsts[c] = firsts[c] or where
+    return {c: (counts[c], firsts[c], rows) for c in columns}
+
+
+@functools.lru_cache(maxsize=1024)
+def _file_errors(path: Path, size: int, mtime_ns: int, name: str, layout: str) -> tuple[str, ...]:
+    """What is wrong with one staged file of data set `name`, each line naming it: a row that cannot be read
+    (every row is read), a column the loader reads missing, or a question or answer null in some row. Cached
+    by the file's size and modification time: every check of a run's config calls it."""
+    s = spec(name)
+    try:
+        have = set(file_columns(path))
+        missing = [group for group in s.columns() if not have & set(group)]
+        if missing:
+            return tuple(f"{path} has no column {' or '.join(group)} (it has {', '.join(sorted(have))}): {layout}"
+                         for group in missing)
+        nulls = _nulls(path, _read_columns(s, have))
+    except StagedDataError as e:
+        return (f"{e}; stage it again as published: {layout}",)
+    return tuple(f"{path}: column {c} is null or missing in {'every row' if null == rows else f'{null} of {rows} rows'} "
+                 f"(the first: {first}); every row needs one (the loader would read None as its text): {layout}"
+                 for c, (null, first, rows) in nulls.items() if null)
+
+
+def _text_errors(path: Path, layout: str) -> list[str]:
+    """A task list (one id a line) that is not UTF-8 text, named."""
+    try:
+        for _ in _lines(path):
+            pass
+    except StagedDataError as e:
+        return [f"{e}; stage it again as published: {layout}"]
+    return []
+
+
+def check_file(path: Path, name: str, layout: str) -> list[str]:
+    """`_file_errors` of the file as it is now."""
+    stat = path.stat()
+    return list(_file_errors(path, stat.st_size, stat.st_mtime_ns, name, layout))
 
 
 def check_staged(root: str | Path | None, needs: Mapping[str, Sequence[str]], setting: str = "method.paper_data") -> None:
     """Raise StagedDataError listing, one line each, every data set, split or column missing for the splits
-    `needs` names (data set -> splits); reads headers and schemas only."""
+    `needs` names (data set -> splits), and every file that cannot be read whole (`check_file`: every row
+    of JSONL, JSON and TSV files, the question and answer columns of Parquet ones); each line names the file."""
     if not root:
         names, first = ", ".join(f"{n}/ ({spec(n).title})" for n in needs), next(iter(needs))
         raise StagedDataError(f"{setting} is not set: stage the paper's data in one local folder with {names} as "
@@ -210,13 +339,10 @@ def check_staged(root: str | Path | None, needs: Mapping[str, Sequence[str]], se
             if s.kind == "ids":
                 if not (Path(root) / name / "tasks").is_dir():
                     errors.append(f"{s.title} has no task folder {Path(root) / name / 'tasks'}: {_layout(root, name)}")
+                errors += [error for path in files for error in _text_errors(path, _layout(root, name))]
                 continue
             for path in files:
-                have = set(file_columns(path))
-                for group in s.columns():
-                    if not have & set(group):
-                        errors.append(f"{path} has no column {' or '.join(group)} (it has {', '.join(sorted(have))}): "
-                                      f"{_layout(root, name)}")
+                errors += check_file(path, name, _layout(root, name))
     if len(errors) == 1:
         raise StagedDataError(errors[0])
     if errors:
@@ -246,14 +372,19 @@ def load_split(root: str | Path, name: str, split: str) -> list[dict[str, Any]]:
     s = spec(name)
     files = split_files(root, name, split)
     if s.kind == "ids":
-        ids = [line.strip() for p in files for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+        ids = [text.strip() for p in files for _, text, _ in _lines(p) if text.strip()]
         return [{"source_id": i} for i in ids]
     import datasets
 
     fmt = FORMATS[files[0].suffix]
     options = {"delimiter": "\t"} if fmt == "csv" else {}
-    with _quiet():
-        table = datasets.load_dataset(fmt, data_files=[str(p) for p in files], split="train", **options)
+    try:
+        with _quiet():
+            table = datasets.load_dataset(fmt, data_files=[str(p) for p in files], split="train", **options)
+    except Exception as e:  # noqa: BLE001 - `datasets` names no file: say which, and where the check would say more
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise StagedDataError(f"cannot read {', '.join(map(str, files))} ({type(e).__name__}: {first}); "
+                              f"check_staged names the file and line: {_layout(root, name)}") from e
     question = next(c for c in s.question if c in table.column_names)
     answer = next((c for c in s.answer if c in table.column_names), None)
     rows = []

@@ -170,6 +170,72 @@ def test_several_bad_settings_are_all_listed_one_line_each():
     assert [x.split()[1] for x in lines[1:]] == ["trainer.lr", "eval.k", "eval.top_p"]
 
 
+# ---- issue 34: seeds, folders and sizes that got through ----------------------------------------------
+SETTINGS_34 = [  # each crashed after the run folder existed, ran into a folder paper/ rejects, or started
+    (["seed=99999999999999999999999"], r"^error: invalid configuration: seed must be in \[0, 2\^63\) .*got 99999999999999999999999$"),
+    (["seed=-1"], r"seed must be in \[0, 2\^63\) \(a non-negative 64-bit integer\); got -1$"),
+    (["out_dir="], "out_dir is empty: the run would write into the current folder .*; set out_dir=results"),
+    (["trainer.group_size=1000000"], r"trainer.group_size=1000000 is over its bound 4096 .*; lower it$"),
+    (["eval.k=1000000000"], "eval.k=1000000000 is over its bound 4096"),
+    (["trainer.steps=10000000000000"], "trainer.steps=10000000000000 is over its bound 1000000"),
+]
+SEEDS_AND_SIZES = [  # the same checks on the other seeds, work_dir, and the sizes' product
+    (["sft.seed=-3"], r"sft.seed must be in \[0, 2\^63\)"),
+    (["model.init_seed=9223372036854775808"], r"model.init_seed must be in \[0, 2\^63\)"),
+    (["work_dir=' '"], "work_dir is empty: .*; set work_dir=.cache"),
+    (["trainer.steps=100000", "trainer.tasks_per_step=1000", "trainer.group_size=64"],
+     r"trainer.steps x tasks_per_step x group_size = 100000 x 1000 x 64 = 6.4e\+09 training episodes, over the 1e\+09"),
+]
+
+
+@pytest.mark.parametrize("overrides, message", SETTINGS_34, ids=_id)
+def test_settings_that_got_through_are_one_line_before_any_folder(overrides, message, tmp_path, capsys, monkeypatch,
+                                                                 no_gpu):
+    """Through the command line, run from a folder of the test's own: one line, exit 2, nothing written
+    anywhere (out_dir= would have written the run into the current folder, the repository root)."""
+    from replications.run import main
+
+    out, work = tmp_path / "out", tmp_path / "work"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["replications.run"])
+    with pytest.raises(SystemExit) as exit_:
+        main(["method=grpo", "scale=smoke", f"out_dir={out}", f"work_dir={work}", "progress=false", *overrides])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    assert re.search(message, err), err
+    assert not any(tmp_path.rglob("seed-*")), sorted(tmp_path.rglob("*"))
+
+
+def test_a_start_leaves_no_hydra_folder(tmp_path, capsys, monkeypatch):
+    """Issue 34: every start of python -m replications.run left an empty <work_dir>/hydra/<date>/<time>/."""
+    from replications.run import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["replications.run"])
+    with pytest.raises(SystemExit):
+        main(["method=grpo", "scale=smoke", f"out_dir={tmp_path / 'out'}", f"work_dir={tmp_path / 'work'}", "eval.k=0"])
+    assert "eval.k must be >= 1" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir()), sorted(tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize("overrides, message", SETTINGS_34 + SEEDS_AND_SIZES, ids=_id)
+def test_seeds_folders_and_sizes_are_checked_in_resolve(overrides, message):
+    with pytest.raises(ValueError) as error:
+        resolved(*overrides)
+    assert len(str(error.value).splitlines()) == 1
+    assert re.search(message.removeprefix("^error: "), str(error.value)), str(error.value)
+
+
+def test_the_largest_seed_and_sizes_within_their_bounds_pass():
+    from common.config import MAX_EPISODES, SEED_LIMIT, SIZE_LIMITS, run_config_errors
+
+    cfg = compose("grpo", ["scale=smoke", f"seed={SEED_LIMIT - 1}", f"trainer.group_size={SIZE_LIMITS['trainer.group_size']}",
+                           f"eval.k={SIZE_LIMITS['eval.k']}", "trainer.tasks_per_step=1",
+                           f"trainer.steps={MAX_EPISODES // SIZE_LIMITS['trainer.group_size']}"])
+    assert run_config_errors(cfg) == []
+
+
 def test_the_machine_check_is_separate_from_the_config_check(no_gpu):
     """A cluster launch checks its cells on a login node without GPUs: only the run itself checks the machine."""
     from common.config import check_machine

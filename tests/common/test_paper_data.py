@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from pathlib import Path
 
@@ -119,6 +120,100 @@ def test_a_wrong_file_or_column_is_named(staged):
     assert lines[0] == "the paper's data is incomplete:" and len(lines) == 3
     assert "test_copy.jsonl has no column question (it has answer, prompt): GSM8K as published by openai/gsm8k" in lines[1]
     assert "test.jsonl has no column answer (it has problem, solution): MATH500" in lines[2]
+
+
+# ---- files that cannot be read whole (issue 34) ---------------------------------------------------------
+GSM = [{"question": f"Q{k}?", "answer": f"x\n#### {k}"} for k in range(3)]
+
+
+def refused(staged, needs=None) -> str:
+    """check_staged's one-line refusal."""
+    with pytest.raises(StagedDataError) as error:
+        check_staged(staged, needs or {"gsm8k": ["train", "test"]})
+    assert len(str(error.value).splitlines()) == 1, str(error.value)
+    return str(error.value)
+
+
+@pytest.mark.parametrize("second, message", [
+    ('{"question": "Q1?", "answer": "x\\n#### 1"', r"line 2 is not valid JSON \(.*, its last line, cut short: the file is incomplete\)"),
+    ('{"question": "Q1?", "answer": }\n', r"line 2 is not valid JSON \(Expecting value at column 31\); JSONL has one JSON object a line"),
+    ('["Q1?", "x"]\n', "line 2 is a JSON list, not an object"),
+])
+def test_a_malformed_or_torn_line_after_the_first_is_refused_naming_file_and_line(staged, second, message):
+    path = staged / "gsm8k" / "train.jsonl"
+    path.write_text(json.dumps(GSM[0]) + "\n" + second)
+    error = refused(staged)
+    assert error.startswith(f"{path} line 2 ") and re.search(message, error), error
+    assert error.endswith("stage it again as published: GSM8K as published by openai/gsm8k (config main) or "
+                          f"github.com/openai/grade-school-math, e.g. {staged / 'gsm8k'}/main/test-00000-of-00001.parquet "
+                          "(columns question, answer ending in '#### <n>')"), error
+
+
+def test_a_first_row_over_64_kib_is_read(staged):
+    long = {"question": "How many? " + "x" * 70_000, "answer": "y\n#### 9"}
+    jsonl(staged / "gsm8k" / "train.jsonl", [long, *GSM])
+    check_staged(staged, {"gsm8k": ["train", "test"]})
+    assert [r["answer"] for r in load_split(staged, "gsm8k", "train")] == ["9", "0", "1", "2"]
+
+
+def test_text_that_is_not_utf8_is_refused_naming_file_and_line(staged):
+    path = staged / "gsm8k" / "train.jsonl"
+    path.write_bytes((json.dumps(GSM[0]) + "\n").encode() + b'{"question": "Q\xff?", "answer": "#### 1"}\n')
+    assert refused(staged).startswith(f"{path} line 2 is not UTF-8 text (invalid start byte at byte 15 of the line)")
+    frames = write_samples(staged, ["frames"]) / "frames" / "test.tsv"
+    frames.write_bytes(frames.read_bytes() + b"Q\xe9?\t4\n")
+    assert refused(staged, {"frames": ["test"]}).startswith(f"{frames} line 18 is not UTF-8 text")
+    ids = write_samples(staged, ["appworld"]) / "appworld" / "datasets" / "test_normal.txt"
+    ids.write_bytes(b"c3_1\n\xfe\n")
+    assert refused(staged, {"appworld": ["test"]}).startswith(f"{ids} line 2 is not UTF-8 text")
+    with pytest.raises(StagedDataError, match=f"{re.escape(str(ids))} line 2 is not UTF-8 text"):
+        load_split(staged, "appworld", "test")
+
+
+def test_a_corrupt_parquet_file_is_refused_naming_it(staged):
+    path = staged / "aime24" / "data" / "train-00000-of-00001.parquet"
+    path.write_bytes(path.read_bytes()[:-40])  # cut short: no footer
+    error = refused(staged, {"aime24": ["test"]})
+    assert error.startswith(f"{path} is not a readable Parquet file (") and "stage it again as published" in error
+    with pytest.raises(StagedDataError, match=f"^cannot read {re.escape(str(path))} "):  # the loader names it too
+        load_split(staged, "aime24", "test")
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_an_answer_column_that_is_null_is_refused(staged, kind):
+    rows = [{"problem": f"P{k}?", "answer": None} for k in range(3)]
+    (staged / "math500" / "test.jsonl").unlink()
+    path = staged / "math500" / f"test.{kind}"
+    (jsonl if kind == "jsonl" else parquet)(path, rows)
+    where = "line 1" if kind == "jsonl" else "row 1"
+    assert refused(staged, {"math500": ["test"]}) == (
+        f"{path}: column answer is null or missing in every row (the first: {where}); every row needs one (the "
+        f"loader would read None as its text): MATH500 as published by HuggingFaceH4/MATH-500, e.g. "
+        f"{staged / 'math500'}/test.jsonl (columns problem, solution, answer, level)")
+    rows[0]["answer"], rows[2]["answer"] = "4", "5"
+    (jsonl if kind == "jsonl" else parquet)(path, rows)
+    assert f"column answer is null or missing in 1 of 3 rows (the first: {where.replace('1', '2')})" in \
+        refused(staged, {"math500": ["test"]})
+
+
+def test_a_torn_data_file_is_refused_before_the_run_folder_exists(staged, tmp_path, capsys, monkeypatch):
+    """Through the command line: one line naming the file, exit 2, nothing written (it was a 78-line
+    traceback once the run folder existed)."""
+    import sys
+
+    from replications.run import main
+
+    path = staged / "gsm8k" / "train.jsonl"
+    path.write_text(json.dumps(GSM[0]) + "\n" + json.dumps(GSM[1])[:20])
+    out, work = tmp_path / "out", tmp_path / "work"
+    monkeypatch.setattr(sys, "argv", ["replications.run"])
+    with pytest.raises(SystemExit) as exit_:
+        main(["method=grpo", "scale=smoke", "env=paper_math", f"env.path={staged}", "env.train=[gsm8k]",
+              "env.heldout=[gsm8k]", "env.dev_size=0", f"out_dir={out}", f"work_dir={work}", "progress=false"])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"error: {path} line 2 is not valid JSON"), err
+    assert not out.exists() and not list(tmp_path.rglob("seed-*"))
 
 
 # ---- math-verify ---------------------------------------------------------------------------------------

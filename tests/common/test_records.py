@@ -88,6 +88,34 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
     assert str(b.path.resolve()) in str(error.value) and "\n" not in str(error.value)
 
 
+# ---- one process per run folder (issue 34) ------------------------------------------------------------
+def test_the_run_lock_is_beside_the_run_folder_whatever_the_work_dir(tmp_path):
+    a = RunDir.for_run(str(tmp_path / "results"), str(tmp_path / "work-a"), "grpo", "arith", "grpo", 3)
+    b = RunDir.for_run(str(tmp_path / "results"), str(tmp_path / "work-b"), "grpo", "arith", "grpo", 3)
+    assert a.lock_path == b.lock_path == (tmp_path / "results" / "grpo" / "arith" / "grpo" / ".seed-3.lock").resolve()
+    a.path.mkdir(parents=True)
+    (tmp_path / "linked").symlink_to(a.path)  # a folder reached through a symlink takes the lock beside its target
+    assert RunDir(tmp_path / "linked", tmp_path / "work-c" / "checkpoints").lock_path == a.lock_path
+
+
+def test_a_run_of_a_folder_another_work_dir_is_writing_is_refused_in_one_line(tmp_path, monkeypatch):
+    """The race of issue 34: a second process of the same run folder with another work_dir; the first
+    holds the lock, the second is refused before it touches anything."""
+    from filelock import FileLock
+
+    from common import run as run_module
+
+    cfg = RunConfig(out_dir=str(tmp_path / "results"), work_dir=str(tmp_path / "work-b"))
+    run_b = RunDir.for_run(cfg.out_dir, cfg.work_dir, "grpo", "arith", "default", 0)
+    monkeypatch.setattr(run_module, "resolve", lambda cfg, methods: run_module.Resolved(cfg, None, None, run_b))
+    first = RunDir.for_run(cfg.out_dir, str(tmp_path / "work-a"), "grpo", "arith", "default", 0)
+    first.lock_path.parent.mkdir(parents=True)
+    with FileLock(str(first.lock_path)), pytest.raises(RunRefused, match="another process is running") as error:
+        run_module.fit(cfg, {})
+    assert "\n" not in str(error.value) and str(run_b.path) in str(error.value)
+    assert not run_b.path.exists() and not (tmp_path / "work-b" / "checkpoints").exists()
+
+
 def test_a_finished_run_asked_again_with_another_config_is_refused_with_the_difference(tmp_path):
     _finish(_run(tmp_path), _config(lr=1e-3))
     with pytest.raises(RunRefused, match=r"trainer\.lr: 0\.001 -> 0\.01") as error:
@@ -237,6 +265,21 @@ def test_both_checkpoints_corrupt_is_a_one_line_error_naming_them(tmp_path):
         _run(tmp_path).prepare(False, _config())
     message = str(error.value)
     assert "last.ckpt" in message and "prev.ckpt" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("text", ['{"attempts": 1, "sta', "[1, 2]", "\udcff".encode("utf-8", "surrogatepass").decode("latin-1")])
+def test_a_corrupt_manifest_of_an_unfinished_run_is_read_as_none_with_a_warning(tmp_path, text):
+    """Issue 34: a hand-corrupted manifest.json made every resume crash with a traceback."""
+    run = _run(tmp_path)
+    _start(run, _config(), steps=1)
+    (run.path / "manifest.json").write_text(text, encoding="latin-1")
+    again = _run(tmp_path)
+    assert again.prepare(False, _config()) == "resume"
+    with pytest.warns(RecordWarning, match=r"manifest\.json cannot be read \(.*\); read as no previous manifest"):
+        again.write_manifest({"state_at_start": "resume"})
+    manifest = json.loads((run.path / "manifest.json").read_text())
+    assert manifest["attempts"] == 1 and manifest["state_at_start"] == "resume"
+    assert manifest["config_hash"] == again.config_hash
 
 
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o027, 0o640)])

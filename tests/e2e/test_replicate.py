@@ -59,9 +59,18 @@ def test_bad_config_fails_before_any_cell_runs(tmp_path):
     (["trainer.lr=${nope}"], "error: Interpolation key 'nope' not found (in trainer.lr)"),
     (["--seeds", "abc"], "error: argument --seeds: 'abc' is not a comma-separated list of seeds >= 0"),
     (["--seeds", "0,-1"], "error: argument --seeds: '0,-1' is not"),
+    (["--seeds", "99999999999999999999999"], "error: argument --seeds: '99999999999999999999999' is not a comma-separated "
+                                             "list of seeds >= 0 (and < 2^63)"),
     (["--scale", "huge"], "error: grpo has no scale 'huge'; choose one of ['cpu', 'paper', 'small', 'smoke']"),
     (["--parallel", "x"], "error: argument --parallel: invalid int value: 'x'"),
     (["--arms", "nope"], "error: grpo has no arm(s) ['nope']"),
+    # issue 34: ARGS=seed=7 ran seed 7 in the folder and progress line of seed 0
+    (["seed=7"], "error: seed=7 in the extra overrides (ARGS) is refused: a cell's seed is set by SEEDS (--seeds), not "
+                 "by an override"),
+    (["+arm=other"], "error: +arm=other in the extra overrides (ARGS) is refused: a cell's arm is set by the "
+                     "replication's arms"),
+    (["method=sharp"], "a cell's method is set by the target (make replicate-<method>, --method)"),
+    (["scale=cpu"], "a cell's scale is set by SCALE (--scale)"),
 ])
 def test_a_bad_setting_or_argument_is_one_line(tmp_path, capsys, args, message):
     """What `make replicate-grpo ARGS=... SEEDS=...` passes: refused in one line, exit 2, nothing run."""

@@ -118,5 +118,17 @@ def test_bad_selections_are_refused():
         plan("smoke", envs=["arith"], methods=["nosuch"])
 
 
+@pytest.mark.parametrize("override", ["seed=7", "+arm=grpo", "method=sharp", "scale=cpu"])
+def test_extra_overrides_that_move_a_cell_are_refused_in_one_line(override, tmp_path, capsys):
+    """make compare ARGS=seed=7 (issue 34): the cells' seeds belong to SEEDS, arms, methods and scale to their own."""
+    from replications.compare import main
+
+    assert main(["--scale", "smoke", "--envs", "arith", "--dry-run", f"out_dir={tmp_path}", override]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith(f"error: {override} in the extra overrides (ARGS) is "
+                                                                  "refused: a cell's "), err
+    assert not any(tmp_path.iterdir())
+
+
 def test_compare_file_exists_where_the_module_says():
     assert (Path(__file__).resolve().parents[2] / "replications" / "compare.yaml").exists()

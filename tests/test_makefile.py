@@ -1,0 +1,88 @@
+"""What the Makefile hands the shell (issue 34): booleans mean what they say, a value that would not stay
+one argument stops make with one line before any command runs; ARGS may not move a cell (seed=, arm=,
+method=, scale=); a start leaves no empty Hydra folder. `make -n` prints the commands without running them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
+
+
+def make_n(target: str, *variables: str) -> subprocess.CompletedProcess[str]:
+    """`make -n <target> VAR=value ...` in the repository (`-o setup`: nothing installed)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    return subprocess.run(["make", "-n", "-o", "setup", f"PY={sys.executable}", target, *variables], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def flags(*variables: str, target: str = "replicate-grpo") -> set[str]:
+    """The --options of the command `make <target>` would run."""
+    proc = make_n(target, *variables)
+    assert proc.returncode == 0, proc.stderr
+    return {word for word in proc.stdout.split() if word.startswith("--")}
+
+
+def refusal(*variables: str, target: str = "replicate-grpo") -> str:
+    """make's one line when it refuses the variables (nothing printed to run)."""
+    proc = make_n(target, *variables)
+    assert proc.returncode != 0 and proc.stdout == "", proc.stdout
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    return proc.stderr.strip()
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("yes", True), ("0", False), ("false", False),
+                                       ("no", False), ("", False)])
+def test_force_and_dry_run_mean_what_they_say(value, on):
+    """FORCE=0 forced and DRY_RUN=0 was a dry run."""
+    assert ("--force" in flags(f"FORCE={value}")) == on
+    assert ("--dry-run" in flags(f"DRY_RUN={value}")) == on
+    assert ("--dry-run" in flags(f"DRY_RUN={value}", target="compare")) == on
+
+
+@pytest.mark.parametrize("value, wait", [("1", True), ("yes", True), ("0", False), ("no", False), ("", False)])
+def test_wait(value, wait):
+    assert ("--no-wait" not in flags("CLUSTER=slurm", f"WAIT={value}")) == wait
+    assert "--no-wait" not in flags("CLUSTER=slurm")  # WAIT=1 by default
+
+
+@pytest.mark.parametrize("variable", ["FORCE=2", "DRY_RUN=True", "WAIT=on", "VLLM=y", "FORCE=1 1"])
+def test_any_other_boolean_value_is_refused_in_one_line(variable):
+    name, value = variable.split("=")
+    line = refusal(variable)
+    assert line.startswith("Makefile:") and f"*** {name}={value} is not a boolean: use 1, true or yes" in line
+
+
+@pytest.mark.parametrize("variable, message", [
+    ("SEEDS=0' --x '", "SEEDS=0' --x ' is not a comma-separated list of seeds, e.g. SEEDS=0,1,2"),
+    ("SEEDS=0;1", "SEEDS=0;1 is not a comma-separated list of seeds"),
+    ("SCALE=smoke #", "SCALE=smoke # is not one word of letters, digits and _ - . (it reaches the shell unquoted)"),
+    ("PROFILE=a;b", "PROFILE=a;b is not one word"),
+    ("GRID=trainer.lr=1' --dry-run '", "GRID holds a single quote: it cannot reach the shell intact"),
+])
+def test_a_value_that_would_not_stay_one_argument_is_refused_before_the_shell(variable, message):
+    """A quote in SEEDS cut --dry-run off the command line, and the real replication ran."""
+    assert message in refusal(variable, "DRY_RUN=1")
+
+
+def test_seeds_and_the_other_values_reach_the_command_as_given():
+    proc = make_n("replicate-grpo", "SEEDS=0,1,2", "SCALE=paper_v2", "PROFILE=slurm-gpu")
+    assert "--seeds '0,1,2'" in proc.stdout and "--scale paper_v2" in proc.stdout and "--profile slurm-gpu" in proc.stdout
+
+
+def test_args_that_move_a_cell_are_refused_through_make(tmp_path):
+    """ARGS=seed=7 ran seed 7 while the progress line showed seed 0; the real make, a dry run."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    proc = subprocess.run(["make", "-o", "setup", f"PY={sys.executable}", "replicate-grpo", "SCALE=smoke", "DRY_RUN=1",
+                           f"ARGS=seed=7 out_dir={tmp_path / 'out'} work_dir={tmp_path / 'work'}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and proc.stdout == ""
+    assert "error: seed=7 in the extra overrides (ARGS) is refused: a cell's seed is set by SEEDS (--seeds)" in proc.stderr
+    assert not any(tmp_path.iterdir())
