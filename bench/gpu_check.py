@@ -1,6 +1,6 @@
 """The GPU path's check: what `bash scripts/gpu-check.sh` runs on one GPU machine in under ten minutes.
 
-Each check is one real training run (`python -m replications.run ...`, a subprocess with its own
+Each check is one real training run (`python -m experiments.run ...`, a subprocess with its own
 timeout, in a temporary folder), then read back from its records:
 
 | check   | what                                                                          | needs     |
@@ -113,7 +113,7 @@ def gpu_facts() -> dict[str, Any]:
 def run_check(check: Check, work: Path, extra: list[str], budget_s: float) -> None:
     """Run one check as a subprocess (its own process group, killed whole on timeout) and read its records."""
     out, cache = work / check.name / "out", work / check.name / "cache"
-    check.command = [sys.executable, "-m", "replications.run", *check.overrides, *extra,
+    check.command = [sys.executable, "-m", "experiments.run", *check.overrides, *extra,
                      f"out_dir={out}", f"work_dir={cache}", "progress=false"]
     limit = int(min(check.timeout_s, budget_s))
     start = time.monotonic()

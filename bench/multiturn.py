@@ -37,7 +37,7 @@ class OneAtATimeEngine(Engine):
 
 def multi_role_env() -> Any:
     """The first multi-role environment of ENVS (built from its config file), else arith stepwise."""
-    from common.envs import ENVS
+    from envs.registry import ENVS
 
     for name, cls in ENVS.items():
         if len(cls.roles) > 1:
@@ -45,7 +45,7 @@ def multi_role_env() -> Any:
             data: dict[str, Any] = OmegaConf.to_container(OmegaConf.load(path)) if path.exists() else {}  # type: ignore[assignment]
             data.pop("tag", None)
             return cls(cls.config_class(**data))
-    from common.envs.arith import ArithConfig, ArithEnv
+    from envs.testbeds.arith import ArithConfig, ArithEnv
 
     return ArithEnv(ArithConfig(mode="stepwise", min_ops=2, max_ops=4, max_value=20))
 
@@ -56,7 +56,8 @@ def measure_multiturn(s: Setting, tasks: int, group: int, max_new_tokens: int, s
     batched and `one_at_a_time_reps` times one at a time (the first reps' episodes: its throughput
     does not depend on how many episodes it plays, and each rollout of it takes ~8 s here)."""
     from common.engines.hf import HFEngine
-    from common.policy import Policy, warm_started_base
+    from common.policy import Policy
+    from common.warmstart import warm_started_base
 
     env = multi_role_env()
     mcfg = copy.deepcopy(model_config(s.model))

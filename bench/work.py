@@ -20,7 +20,7 @@ import torch
 from omegaconf import OmegaConf
 
 from common.config import ModelConfig, SFTConfig
-from common.envs.arith import ArithConfig, ArithEnv
+from envs.testbeds.arith import ArithConfig, ArithEnv
 
 CONF = Path(__file__).resolve().parents[1] / "common" / "conf"
 
@@ -80,7 +80,7 @@ def dequantized(cfg: ModelConfig, work_dir: str) -> Path:
     """The GGUF model `cfg` saved once as a float32 Hugging Face folder under work_dir."""
     from filelock import FileLock
 
-    from common.policy import load_pretrained, savable
+    from common.models import load_pretrained, savable
 
     folder = Path(work_dir) / "dequantized" / Path(str(cfg.gguf_file)).stem
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -103,7 +103,7 @@ def bench_env() -> BenchArith:
 
 def base_model(s: Setting) -> tuple[Any, Any]:
     """Tokenizer and randomly initialised base model (built once, cached under work_dir)."""
-    from common.policy import warm_started_base
+    from common.warmstart import warm_started_base
 
     tok, model, _ = warm_started_base(model_config(s.model, s.work_dir), SFTConfig(enabled=False), bench_env(), s.seed,
                                       s.work_dir)
@@ -113,7 +113,7 @@ def base_model(s: Setting) -> tuple[Any, Any]:
 def model_folder(s: Setting) -> str:
     """The folder of the base model and tokenizer (loadable with from_pretrained): the tiny model's
     cache folder, or a pretrained model's own (dequantized) folder."""
-    from common.policy import warm_started_base
+    from common.warmstart import warm_started_base
 
     cfg = model_config(s.model, s.work_dir)
     if cfg.kind == "pretrained":
@@ -150,7 +150,7 @@ def prompt_text(task: dict[str, Any], chat: Any = None) -> str:
     import json
 
     from common.chat import observation_text
-    from common.envs.arith import ArithEpisode
+    from envs.testbeds.arith import ArithEpisode
 
     return observation_text(chat, ArithEpisode(json.loads(task["task"]), "single").start().text, first=True)
 
@@ -158,7 +158,7 @@ def prompt_text(task: dict[str, Any], chat: Any = None) -> str:
 def answer(task: dict[str, Any]) -> int:
     import json
 
-    from common.envs.arith import ArithEpisode
+    from envs.testbeds.arith import ArithEpisode
 
     return ArithEpisode(json.loads(task["task"]), "single").answer()
 

@@ -44,7 +44,7 @@ class Gate:
 
 def main(kind: str, setting: dict[str, Any], steps: int, conn: Any) -> None:
     """Process entry point: build the trainer of `kind` (ours | trl) and run `steps` gated steps."""
-    from common.run import quiet
+    from common.fit import quiet
 
     quiet()
     s = Setting(**setting)
@@ -79,11 +79,12 @@ def build_ours(s: Setting, steps: int, callbacks: list[Any]) -> tuple[Any, Any, 
     from bench.work import bench_env, model_config
     from common.config import EngineConfig, EvalConfig, KLConfig, RunConfig, SFTConfig, TrainerConfig
     from common.engines import make_engine
+    from common.fit import quiet
     from common.method import Method, MethodConfig
-    from common.policy import Policy, warm_started_base
+    from common.policy import Policy
     from common.records import RunDir
-    from common.run import quiet
     from common.trainer import RLModule
+    from common.warmstart import warm_started_base
 
     quiet()
     kl = KLConfig(coef=s.kl_coef, placement="loss" if s.kl_coef else "none", estimator="k3")
@@ -146,7 +147,7 @@ def run_trl(s: Setting, steps: int, conn: Any) -> None:
     cfg = model_config(s.model, s.work_dir)
     folder = model_folder(s)
     tok, model = AutoTokenizer.from_pretrained(folder), AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    if tok.pad_token is None:  # as common.policy.load_pretrained does
+    if tok.pad_token is None:  # as common.models.load_pretrained does
         tok.pad_token = tok.eos_token
     tasks = [t for step in step_prompts(s, steps + 1) for t in step]
     # an instruct model's prompts go in already wrapped in the chat template, exactly as our rollout

@@ -10,7 +10,7 @@ reset (`new_context`) starts a new row.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,57 +20,78 @@ from common.engines.fast import FastScorer
 from common.episode import Episode, Turn
 
 
-@dataclass
-class Row:
-    adapter: str
-    role: str
-    episode: Episode
-    ids: list[int] = field(default_factory=list)
-    spans: list[tuple[int, Turn]] = field(default_factory=list)  # (start index in ids, turn)
-    ref_logprobs: torch.Tensor | None = None  # per action token, reference policy
+@dataclass(frozen=True)
+class Span:
+    """One trained turn inside a row: where its prompt ends in the row's ids, and which turn it is."""
+
+    start: int  # index in Row.ids of the turn's first action token
+    turn_index: int  # the turn's index in its episode's `turns`
+    turn: Turn  # read, never written
 
     @property
     def num_action_tokens(self) -> int:
-        return sum(t.num_action_tokens for _, t in self.spans)
+        return self.turn.num_action_tokens
+
+
+@dataclass(frozen=True)
+class Row:
+    """One token sequence of one adapter: a role's context chain within one episode of the step.
+
+    `episode` is the episode's index in the step's list of episodes (`common.episode.step_episodes`),
+    the key every later stage (advantages, KL penalties) uses: rows hold no per-step state of their own.
+    """
+
+    adapter: str
+    role: str
+    episode: int
+    ids: tuple[int, ...]
+    spans: tuple[Span, ...]
+
+    @property
+    def num_action_tokens(self) -> int:
+        return sum(s.num_action_tokens for s in self.spans)
 
     def behaviour_logprobs(self) -> list[float]:
-        return [lp for _, t in self.spans for lp in t.logprobs]
+        return [lp for s in self.spans for lp in s.turn.logprobs]
 
     def advantages(self, advantages: Advantages) -> list[float]:
         """One advantage per action token of the row, in order."""
-        return [a for _, t in self.spans for a in advantages.tokens(t)]
+        return [a for s in self.spans for a in advantages.tokens((self.episode, s.turn_index), s.turn)]
 
     def positions(self) -> list[int]:
         """Indices in `ids` of the action tokens (predicted from the position before each)."""
-        return [start + j for start, t in self.spans for j in range(t.num_action_tokens)]
+        return [s.start + j for s in self.spans for j in range(s.num_action_tokens)]
 
 
 def build_rows(episodes: list[Episode], roles: set[str] | None,
                excluded: Callable[[Episode], bool] = lambda e: e.faulted) -> list[Row]:
-    """Rows of every trainable turn of the given episodes (roles=None: every role).
+    """Rows of every trainable turn of the step's episodes (roles=None: every role); a row's `episode`
+    is its episode's index in `episodes`.
 
     Scored-only plays (`counts_for_training=False`) and `excluded` episodes (the method's choice;
     by default faulted ones) never become rows.
     """
     rows: list[Row] = []
-    for ep in episodes:
+    for e_idx, ep in enumerate(episodes):
         if not ep.counts_for_training or excluded(ep):
             continue
-        open_rows: dict[str, Row] = {}
-        for turn in ep.turns:
+        open_rows: dict[str, tuple[str, list[int], list[Span]]] = {}  # role -> (adapter, ids, spans) of its open row
+        chains: list[tuple[str, str, list[int], list[Span]]] = []
+        for t_idx, turn in enumerate(ep.turns):
             if not turn.trainable or turn.adapter is None or not turn.action_ids:
                 continue
             if roles is not None and turn.role not in roles:
                 continue
             row = open_rows.get(turn.role)
-            extends = row is not None and row.adapter == turn.adapter and turn.prompt_ids[: len(row.ids)] == row.ids
+            extends = row is not None and row[0] == turn.adapter and turn.prompt_ids[: len(row[1])] == row[1]
             if not extends:
-                row = Row(turn.adapter, turn.role, ep)
-                rows.append(row)
+                row = (turn.adapter, [], [])
+                chains.append((turn.role, *row))
                 open_rows[turn.role] = row
             assert row is not None
-            row.spans.append((len(turn.prompt_ids), turn))
-            row.ids = list(turn.prompt_ids) + list(turn.action_ids)
+            row[2].append(Span(len(turn.prompt_ids), t_idx, turn))
+            row[1][:] = list(turn.prompt_ids) + list(turn.action_ids)
+        rows += [Row(adapter, role, e_idx, tuple(ids), tuple(spans)) for role, adapter, ids, spans in chains]
     return rows
 
 

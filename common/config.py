@@ -221,7 +221,7 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
 
     Only what the config alone decides is checked here (it runs wherever a config is composed, e.g. on a
     cluster's login node before submission); `machine_errors` checks the machine that runs it, and
-    `resolve()` (common/run.py) the environment's and the method's own settings.
+    `resolve()` (common/fit.py) the environment's and the method's own settings.
     """
     t, kl, e, m, sft, ev = cfg.trainer, cfg.trainer.kl, cfg.engine, cfg.model, cfg.sft, cfg.eval
     errors: list[str] = []
@@ -271,8 +271,8 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
         errors.append(f"trainer.max_new_tokens must be >= 1 (tokens per turn); got {t.max_new_tokens}")
     elif m.kind == "tiny" and m.max_length <= t.max_new_tokens:
         # A turn needs its prompt and max_new_tokens in the context. The prompt's length in tokens is known
-        # only once the tokenizer exists: `Environment.check_context` (common/envs/base.py) checks the
-        # longest first observation then, in common/run.py, as soon as the warm start's tokenizer is built.
+        # only once the tokenizer exists: `Environment.check_context` (envs/api/base.py) checks the
+        # longest first observation then, in common/fit.py, as soon as the warm start's tokenizer is built.
         errors.append(f"model.max_length={m.max_length} leaves no room for a prompt with trainer.max_new_tokens="
                       f"{t.max_new_tokens}; raise model.max_length or lower trainer.max_new_tokens")
     # ---- evaluation
@@ -407,7 +407,7 @@ def machine_errors(cfg: RunConfig) -> list[str]:
     if cfg.engine.name == "vllm" and importlib.util.find_spec("vllm") is None:
         errors.append("engine=vllm but vLLM is not installed: run `make setup VLLM=1` (CPU) or install the `gpu` extra")
     if cfg.model.kind == "pretrained" and cfg.model.path:
-        from common.policy import model_folder
+        from common.models import model_folder
 
         try:  # `pkg://<package>` (model=smollm2) is an installed package's folder
             if not model_folder(cfg.model.path).exists():

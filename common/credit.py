@@ -118,15 +118,18 @@ class Credit:
 
 
 # ---- what the loss reads --------------------------------------------------------------------------
-@dataclass
+TurnKey = tuple[int, int]  # (episode index in the step's `step_episodes(groups)`, turn index in its episode)
+
+
+@dataclass(frozen=True)
 class Advantages:
-    """Advantages of the trained turns: a scalar per turn, or one value per action token."""
+    """Advantages of the trained turns, keyed by `TurnKey`: a scalar per turn, or one value per action token."""
 
-    by_turn: dict[int, float | list[float]] = field(default_factory=dict)  # id(turn) -> advantage(s)
+    by_turn: dict[TurnKey, float | list[float]] = field(default_factory=dict)
 
-    def tokens(self, turn: Turn) -> list[float]:
-        """One advantage per action token of `turn` (0 for a turn that got no credit)."""
-        adv = self.by_turn.get(id(turn), 0.0)
+    def tokens(self, key: TurnKey, turn: Turn) -> list[float]:
+        """One advantage per action token of `turn` (the turn at `key`; 0 for a turn that got no credit)."""
+        adv = self.by_turn.get(key, 0.0)
         if isinstance(adv, list):
             if len(adv) != turn.num_action_tokens:
                 raise ValueError(f"per-token advantages of a {turn.role} turn: {len(adv)} values for "
@@ -134,27 +137,37 @@ class Advantages:
             return adv
         return [adv] * turn.num_action_tokens
 
-    def scalar(self, turn: Turn) -> float:
+    def scalar(self, key: TurnKey) -> float:
         """The turn's advantage (the mean over its tokens when it has per-token values)."""
-        adv = self.by_turn.get(id(turn), 0.0)
+        adv = self.by_turn.get(key, 0.0)
         if isinstance(adv, list):
             return float(np.mean(adv)) if adv else 0.0
         return float(adv)
 
 
+def episode_offsets(groups: list[Group]) -> list[int]:
+    """The index in `step_episodes(groups)` of each group's first episode."""
+    offsets, n = [], 0
+    for group in groups:
+        offsets.append(n)
+        n += len(group.all_episodes())
+    return offsets
+
+
 def to_advantages(groups: list[Group], credit: Credit, agent_of: AgentOf, estimator: Estimator,
                   excluded: Callable[[Episode], bool] = lambda e: False,
-                  penalty: Callable[[Episode, str], float] | None = None) -> Advantages:
+                  penalty: Callable[[int, str], float] | None = None) -> Advantages:
     """Turn a method's `Credit` into per-turn advantages (the only place this happens).
 
     `excluded` episodes (faulted, truncated: the method decides) take no part in group statistics
-    and get no advantage. `penalty(episode, key)` is subtracted from a key's reward before
-    normalization (the KL-in-reward penalty of that key's tokens; rewards only).
+    and get no advantage. `penalty(episode_index, key)` is subtracted from a key's reward before
+    normalization (the KL-in-reward penalty of that key's tokens; rewards only); episodes are indexed
+    as in `step_episodes(groups)`, and so are the returned advantages' keys.
     """
     if len(credit.values) != len(groups):
         raise ValueError(f"Credit.values has {len(credit.values)} groups for {len(groups)} groups played")
-    out = Advantages()
-    for g, group in enumerate(groups):
+    by_turn: dict[TurnKey, float | list[float]] = {}
+    for g, (group, offset) in enumerate(zip(groups, episode_offsets(groups), strict=True)):
         if len(credit.values[g]) != len(group.episodes):
             raise ValueError(f"Credit.values[{g}] has {len(credit.values[g])} episodes for {len(group.episodes)} played")
         kept = [i for i, e in enumerate(group.episodes) if not excluded(e)]
@@ -162,7 +175,7 @@ def to_advantages(groups: list[Group], credit: Credit, agent_of: AgentOf, estima
         for i in kept:
             for key, value in credit.values[g][i].items():
                 if penalty is not None and credit.kind == "reward":
-                    value = value - penalty(group.episodes[i], key)
+                    value = value - penalty(offset + i, key)
                 table[key].append((i, float(value)))
         resolved: list[dict[str, float]] = [{} for _ in group.episodes]
         for key, entries in table.items():
@@ -172,11 +185,11 @@ def to_advantages(groups: list[Group], credit: Credit, agent_of: AgentOf, estima
                 resolved[i][key] = float(a)
         for i in kept:
             episode = group.episodes[i]
-            for t, turn in enumerate(episode.turns):
+            for t, _turn in enumerate(episode.turns):
                 per_token = credit.tokens.get((g, i, t))
                 if per_token is not None:
-                    out.by_turn[id(turn)] = list(per_token)
+                    by_turn[(offset + i, t)] = list(per_token)
                     continue
                 key = agent_of(episode, t)
-                out.by_turn[id(turn)] = resolved[i].get(key, resolved[i].get(BROADCAST, 0.0))
-    return out
+                by_turn[(offset + i, t)] = resolved[i].get(key, resolved[i].get(BROADCAST, 0.0))
+    return Advantages(by_turn)

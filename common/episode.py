@@ -103,6 +103,12 @@ class Group:
         return self.episodes + [e for eps in self.extra.values() for e in eps]
 
 
+def step_episodes(groups: list[Group]) -> list[Episode]:
+    """Every episode of a step in one list, the order every later stage indexes: each group's
+    `all_episodes()` (its episodes, then its extra plays), group after group."""
+    return [e for g in groups for e in g.all_episodes()]
+
+
 def info_means(episodes: list[Episode], prefix: str = "") -> dict[str, float]:
     """Means of the environment's numeric `info` values over `episodes` (each over the episodes that
     report it), keyed `<prefix><key>`."""

@@ -18,9 +18,9 @@ import numpy as np
 from common.episode import Episode, Group
 
 if TYPE_CHECKING:
-    from common.envs.base import Environment
     from common.method import Method
     from common.rollout import Rollout
+    from envs.api.base import Environment
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

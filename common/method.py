@@ -19,7 +19,7 @@ and, outside the step: `validate()` (before any run starts), `env_protocols()` (
 features the method needs, checked before the run), `group_size(task, mode)`, `state_dict()` /
 `load_state_dict()` (what a checkpoint keeps of the method), and the class attributes
 `paper_data_hint` (what the `paper` scale needs on local disk), `needs` (what it needs of an
-environment, `common/envs/features.py`) and `compare_arm` (the arm `make compare` runs).
+environment, `envs/api/features.py`) and `compare_arm` (the arm `make compare` runs).
 
 `play` is the only way episodes are made, in training (`mode="train"`) and in held-out
 evaluation (`mode="eval"`): what a method plays is what gets evaluated (extra plays it makes go in
@@ -46,9 +46,9 @@ if TYPE_CHECKING:
     from datasets import Dataset
 
     from common.config import RunConfig
-    from common.envs.base import Environment
     from common.loss import LossBatch
     from common.rollout import Rollout
+    from envs.api.base import Environment
 
 Mode = Literal["train", "eval"]
 
@@ -61,7 +61,7 @@ class MethodConfig:
     estimator: str = "grpo"  # advantage estimator from common.credit.CREDIT: grpo | drgrpo | rloo
     train_truncated: bool = True  # episodes whose context ran out train as failures (reward 0); false: drop them
     paper_data: str | None = None  # scale=paper: the paper's data on local disk (see the method's paper_data_hint)
-    # scale=paper: data sets of common/envs/paper_data.py that must be staged in paper_data (checked before the run;
+    # scale=paper: data sets of envs/benchmarks/paper_math/data.py that must be staged in paper_data (checked before the run;
     # an environment that reads its data, like paper_math, checks its own)
     paper_datasets: list[str] = field(default_factory=list)
 
@@ -72,7 +72,7 @@ class Method:
     Config: ClassVar[type[MethodConfig]] = MethodConfig
     # what scale=paper needs in method.paper_data (empty: nothing beyond the model)
     paper_data_hint: ClassVar[str] = ""
-    # what the method needs of an environment (common/envs/features.py); empty: any environment. `make compare`
+    # what the method needs of an environment (envs/api/features.py); empty: any environment. `make compare`
     # runs it on every environment that offers all of these
     needs: ClassVar[frozenset[str]] = frozenset()
     # the arm of conf/replication.yaml that `make compare` runs (its method.* settings); None: the arm named
@@ -96,13 +96,13 @@ class Method:
             raise ValueError(f"scale=paper needs the paper's data locally; method.paper_data={self.cfg.paper_data!r} "
                              f"does not exist: {self.paper_data_hint}")
         if self.run.scale == "paper" and self.cfg.paper_datasets:
-            from common.envs.paper_data import check_staged, spec
+            from envs.benchmarks.paper_math.data import check_staged, spec
 
             check_staged(self.cfg.paper_data, {name: list(spec(name).files) for name in self.cfg.paper_datasets})
 
     def env_protocols(self) -> tuple[type, ...]:
         """Runtime-checkable protocols the environment must implement with these settings
-        (`common.envs.protocols`); checked before the run starts."""
+        (`envs.api.protocols`); checked before the run starts."""
         return ()
 
     # ---- one step ---------------------------------------------------------------------------------

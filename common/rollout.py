@@ -9,7 +9,7 @@ observation's tokens. Nothing sampled is ever re-tokenized.
 Compute is counted per play tag (`main`, and counterfactual tags such as `solo` or `masked`):
 generated tokens and model calls (one call = one sampled action).
 
-Every environment step runs under `cpu_time_limit(env.cfg.step_cpu_s)` (`common/envs/base.py`): a
+Every environment step runs under `cpu_time_limit(env.cfg.step_cpu_s)` (`envs/api/base.py`): a
 step that raises, or that uses more CPU time than its limit, ends its episode as a faulted invalid
 action (`Episode.faulted`, an `invalid_action` and a `fault` event saying why), never the run.
 """
@@ -25,8 +25,8 @@ from typing import Any
 
 from common.chat import ChatFormat, demonstrated_action_ids, observation_text
 from common.engines.base import Engine, Request, SamplingParams
-from common.envs.base import Environment, EpisodeState, Observation, StepResult, StepTimeLimit, cpu_time_limit
 from common.episode import Episode, Event, Group, Turn
+from envs.api.base import Environment, EpisodeState, Observation, StepResult, StepTimeLimit, cpu_time_limit
 
 MAX_ROUNDS = 512  # an environment that runs longer than this has a bug
 

@@ -49,8 +49,7 @@ from common.chat import ChatFormat
 from common.config import RunConfig
 from common.credit import BROADCAST, Advantages, AgentOf, to_advantages
 from common.engines.base import Engine, SamplingParams
-from common.envs.base import Environment
-from common.episode import Episode, Group
+from common.episode import Episode, Group, step_episodes
 from common.evaluate import eval_split, evaluate, summarize_groups
 from common.loss import LossBatch, kl_estimate, policy_loss
 from common.method import Method
@@ -67,6 +66,7 @@ from common.ranks import (
 )
 from common.records import RunDir
 from common.rollout import Rollout, derive_seed
+from envs.api.base import Environment
 
 
 class _Steps(IterableDataset):
@@ -224,19 +224,19 @@ class RLModule(L.LightningModule):
             if rank > 0 and state:
                 self.method.load_state_dict(state)
         metrics.update(credit.metrics)
-        episodes = [e for g in groups for e in g.all_episodes()]
+        episodes = step_episodes(groups)
         rows = build_rows(episodes, self.method.trainable_roles(step), self.method.excluded)
         kl = self.cfg.trainer.kl
         t_ref = time.perf_counter()
-        if kl.placement != "none" and rows:
-            self.reference_logprobs(rows)
+        reference = self.reference_logprobs(rows) if kl.placement != "none" and rows else None
         t_ref = time.perf_counter() - t_ref
-        penalty = kl_reward_penalty(rows, kl.coef, kl.estimator, self.method.agent_of) if kl.placement == "reward" else None
+        penalty = (kl_reward_penalty(rows, reference or [], episodes, kl.coef, kl.estimator, self.method.agent_of)
+                   if kl.placement == "reward" else None)
         advantages = to_advantages(groups, credit, self.method.agent_of, self.method.estimator, self.method.excluded, penalty)
         metrics.update(self.method.credit_metrics(groups, advantages))
         t1 = time.perf_counter()
         # with several processes every rank takes part in the update (its gradient sums are collective)
-        metrics.update(self.update(rows, advantages, step) if rows or world > 1 else {"loss": 0.0})
+        metrics.update(self.update(rows, advantages, step, reference) if rows or world > 1 else {"loss": 0.0})
         self.engine.sync()
         self.next_step = step + 1
         after = self.rollout.counters()
@@ -278,17 +278,21 @@ class RLModule(L.LightningModule):
                                "were not summed the same way; this run's records cannot be trusted")
 
     @torch.no_grad()
-    def reference_logprobs(self, rows: list[Row]) -> None:
+    def reference_logprobs(self, rows: list[Row]) -> list[torch.Tensor]:
+        """Each row's action tokens scored by the reference (the base, adapters off), on the model's device."""
         pad = self.policy.tokenizer.pad_token_id
+        out: list[torch.Tensor] = []
         with self.policy.use(None) as model, self._autocast():
             for chunk in chunks(rows, self.cfg.trainer.micro_batch_rows):
                 scored = score_rows(model, chunk, pad, with_entropy=False, temperature=self.cfg.trainer.temperature,
                                     fast=self.cfg.trainer.fast_forward)
-                for b, row in enumerate(chunk):
-                    row.ref_logprobs = scored.logp_B_T[b, : row.num_action_tokens].clone()
+                out += [scored.logp_B_T[b, : row.num_action_tokens].clone() for b, row in enumerate(chunk)]
+        return out
 
-    def update(self, rows: list[Row], advantages: Advantages, step: int) -> dict[str, float]:
+    def update(self, rows: list[Row], advantages: Advantages, step: int,
+               reference: list[torch.Tensor] | None = None) -> dict[str, float]:
         """PPO epochs x minibatches over `rows`; each chunk's objective is `common.loss.policy_loss`.
+        `reference` (aligned with `rows`) is needed when `trainer.kl.placement` is not `none`.
 
         With several processes, minibatch i is the union of every rank's minibatch i: the token and
         row counts the loss divides by are summed over the ranks, and so are the gradients, before
@@ -298,6 +302,9 @@ class RLModule(L.LightningModule):
         opt: Any = self.optimizers()
         single_update = t.ppo_epochs == 1 and t.minibatches == 1
         with_ref = t.kl.placement != "none"
+        if with_ref and (reference is None or len(reference) != len(rows)):
+            raise ValueError("trainer.kl.placement needs the reference log-probabilities of every row")
+        row_advantages = [row.advantages(advantages) for row in rows]
         pad = self.policy.tokenizer.pad_token_id
         rng = np.random.default_rng(derive_seed(self.cfg.seed, step, "minibatches"))
         stats: dict[str, list[float]] = {k: [] for k in ("loss", "clip_fraction", "entropy", "kl", "grad_norm", "logprob_diff_max")}
@@ -314,7 +321,8 @@ class RLModule(L.LightningModule):
                 total = 0.0
                 for adapter in dict.fromkeys(r.adapter for r in mb):
                     with self.policy.use(adapter) as model:
-                        for chunk in chunks([r for r in mb if r.adapter == adapter], t.micro_batch_rows):
+                        for idx in chunks([i for i in mb_idx if rows[i].adapter == adapter], t.micro_batch_rows):
+                            chunk = [rows[i] for i in idx]
                             with self._autocast():
                                 scored = score_rows(model, chunk, pad, with_entropy=True, entropy_grad=t.entropy_coef > 0,
                                                     temperature=t.temperature, fast=t.fast_forward)
@@ -324,9 +332,9 @@ class RLModule(L.LightningModule):
                             batch = LossBatch(
                                 rows=chunk, adapter=adapter, logp_B_T=scored.logp_B_T,
                                 old_logp_B_T=scored.logp_B_T.detach() if single_update else behaviour,
-                                behaviour_logp_B_T=behaviour, adv_B_T=padded([r.advantages(advantages) for r in chunk], width, device),
+                                behaviour_logp_B_T=behaviour, adv_B_T=padded([row_advantages[i] for i in idx], width, device),
                                 mask_B_T=scored.mask_B_T, entropy_B_T=scored.entropy_B_T,
-                                ref_logp_B_T=padded([r.ref_logprobs for r in chunk], width, device) if with_ref else None,  # type: ignore[misc]
+                                ref_logp_B_T=padded([reference[i] for i in idx], width, device) if reference else None,
                                 num_tokens=n_tokens, num_rows=n_rows)
                             terms = policy_loss(batch, t, self.method.extra_loss(batch, step))
                             with self._no_ddp_sync():  # the gradients are summed once per minibatch, below
@@ -357,23 +365,23 @@ def chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
         yield items[i : i + size]
 
 
-def kl_reward_penalty(rows: list[Row], coef: float, estimator: str, agent_of: AgentOf) -> Callable[[Episode, str], float]:
+def kl_reward_penalty(rows: list[Row], reference: list[torch.Tensor], episodes: list[Episode], coef: float,
+                      estimator: str, agent_of: AgentOf) -> Callable[[int, str], float]:
     """KL in the reward: r_key <- r_key - beta * sum_t KL_t over that key's trained tokens of the
-    episode (the broadcast key `*`: over all of the episode's trained tokens)."""
+    episode (the broadcast key `*`: over all of the episode's trained tokens). `reference` is aligned
+    with `rows`; the penalty is asked by episode index in `episodes` and agent key."""
     sums: dict[tuple[int, str], float] = defaultdict(float)
-    index_of = {id(t): i for row in rows for i, t in enumerate(row.episode.turns)}
-    for row in rows:
-        ref_T = row.ref_logprobs  # on the model's device
-        kl_T = kl_estimate(torch.tensor(row.behaviour_logprobs(), device=ref_T.device), ref_T, estimator)  # type: ignore[union-attr, arg-type]
+    for row, ref_T in zip(rows, reference, strict=True):  # ref_T on the model's device
+        kl_T = kl_estimate(torch.tensor(row.behaviour_logprobs(), device=ref_T.device), ref_T, estimator)
         offset = 0
-        for _, turn in row.spans:
-            turn_kl = float(kl_T[offset : offset + turn.num_action_tokens].sum())
-            offset += turn.num_action_tokens
-            sums[(id(row.episode), agent_of(row.episode, index_of[id(turn)]))] += turn_kl
-            sums[(id(row.episode), BROADCAST)] += turn_kl
+        for span in row.spans:
+            turn_kl = float(kl_T[offset : offset + span.num_action_tokens].sum())
+            offset += span.num_action_tokens
+            sums[(row.episode, agent_of(episodes[row.episode], span.turn_index))] += turn_kl
+            sums[(row.episode, BROADCAST)] += turn_kl
 
-    def penalty(episode: Episode, key: str) -> float:
-        return coef * sums.get((id(episode), key), 0.0)
+    def penalty(episode: int, key: str) -> float:
+        return coef * sums.get((episode, key), 0.0)
 
     return penalty
 

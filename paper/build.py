@@ -11,7 +11,7 @@ are removed first, so the outputs always match the results. Invalid runs (listed
 never counted), cards that do not parse and claims or tables that cannot be evaluated are
 warnings on stderr; `--strict` makes them exit 1.
 
-`results/compare/` (`make compare`'s runs) is read by paper/compare.py: the head-to-head section.
+`results/compare/` (`make compare`'s runs) is read by paper/head_to_head.py: the head-to-head section.
 
 `method_tables(method, results)` is one method's section alone, as `make replicate-<method>`
 prints it after its runs.
@@ -28,8 +28,8 @@ from pathlib import Path
 from paper import figures
 from paper.cards import Card, load_cards
 from paper.claims import INVALID, RULE, claim_json, evaluate_card
-from paper.compare import build_compare
 from paper.extras import build_extra, extra_tables
+from paper.head_to_head import build_compare
 from paper.load import Results, load_results
 from paper.report import MethodSection, method_section, runs_table, summary
 from paper.tables import claims_table, eval_k, final_table, matrix_table, reported_table, tiers_table

@@ -209,7 +209,7 @@ def seeds_needed(claim: Claim, sd: float) -> int:
 
 
 def seeds_for_margin(margin: float, sd: float, floor: int | None = None) -> int:
-    """`seeds_needed` for a bare margin (the head-to-head comparison, paper/compare.py): the floor is
+    """`seeds_needed` for a bare margin (the head-to-head comparison, paper/head_to_head.py): the floor is
     the rule's (5, or 10 under a margin of 0.05) unless given."""
     if floor is None:
         floor = SEEDS_FLOOR_SMALL_MARGIN if margin < SMALL_MARGIN else SEEDS_FLOOR

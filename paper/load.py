@@ -25,7 +25,7 @@ STAGES = ("initial", "final")
 EVAL_KEYS = ("step", "k", "mean@k", "pass@k")
 METRIC_KEYS = ("step", "generated_tokens_total", "model_calls_total")
 _SEED_DIR = re.compile(r"^seed-(\d+)$")
-# results/compare/ holds `make compare`'s runs, a results tree of its own (paper/compare.py reads it)
+# results/compare/ holds `make compare`'s runs, a results tree of its own (paper/head_to_head.py reads it)
 COMPARE_DIR = "compare"
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the suite needs beyond Python (called by `make setup`):
-#   bubblewrap  the sandbox of the humaneval and terminal environments (common/sandbox.py); without it
+#   bubblewrap  the sandbox of the humaneval and terminal environments (envs/api/sandbox.py); without it
 #               those environments refuse to start and their tests skip
 #   Java 17     the scienceworld environment's simulator (a jar)
 # As root with apt-get, it installs what is missing; otherwise it prints the one command to run and

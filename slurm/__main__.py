@@ -5,7 +5,7 @@
 
 LAUNCH is a launch id (or a unique part of one) under `<work_dir>/launches/`; default: the latest.
 The work folder is `.cache` unless --work-dir or REPLICATE_WORK_DIR says otherwise. `collect`
-prints the tables with the function the launch recorded (`replications.replicate:collect_tables`
+prints the tables with the function the launch recorded (`experiments.replicate:collect_tables`
 for `make replicate-*`), or with `--entry module:function`.
 """
 

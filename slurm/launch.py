@@ -2,7 +2,7 @@
 
     make replicate-grpo CLUSTER=slurm [PROFILE=slurm-gpu] [WAIT=0] [DRY_RUN=1] [SEEDS=0,1] [FORCE=1]
 
-The launcher knows nothing of the methods: the caller (`replications.replicate`) hands it the
+The launcher knows nothing of the methods: the caller (`experiments.replicate`) hands it the
 cells and three functions, `run(cell)` (one training run, inside the job), `validate(cells)`
 (their configs, checked before anything is submitted) and `aggregate(method, scale, cells)` (the
 text printed at the end). The launch record keeps `aggregate` by its importable name, so
@@ -48,7 +48,7 @@ class CellJob(submitit.helpers.Checkpointable):
 
     def __init__(self, cell: Any, run: Callable[[Any], Any]):
         self.cell = cell
-        self.run = run  # one training run of a cell, e.g. replications.replicate.run_cell
+        self.run = run  # one training run of a cell, e.g. experiments.replicate.run_cell
 
     def __call__(self) -> Any:
         overrides = list(self.cell.overrides)
@@ -223,7 +223,7 @@ def _forced(cells: Sequence[Any]) -> bool:
 
 
 def importable(cell: Any) -> Any:
-    """The same cell as an instance of its importable class. Run as `python -m replications.replicate`,
+    """The same cell as an instance of its importable class. Run as `python -m experiments.replicate`,
     the planner's Cell lives in `__main__`, which neither the jobs nor `make collect` can import."""
     cls = type(cell)
     module = main_module(cls.__module__)
@@ -235,7 +235,7 @@ def importable(cell: Any) -> Any:
 
 def importable_function(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The same function from its importable module (see `importable`), so that the jobs unpickle
-    `replications.replicate.run_cell`, not a copy of `__main__`."""
+    `experiments.replicate.run_cell`, not a copy of `__main__`."""
     module = main_module(fn.__module__)
     if module == fn.__module__:
         return fn

@@ -22,7 +22,7 @@ def own_sandbox_uids(monkeypatch):
     """The test's sandboxes run as uids no other sandbox uses (a block outside UID_RANGE per test
     worker), so "no sandbox process is left" is about the test's own runs while parallel test workers
     run sandboxes of their own."""
-    from common import sandbox
+    from envs.api import sandbox
 
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
     first = sandbox.UID_RANGE[1] + 1000 * worker
@@ -33,8 +33,8 @@ def own_sandbox_uids(monkeypatch):
 def tiny_parts(tmp_path_factory):
     """An untrained tiny model + tokenizer for the arith env (no SFT: fast)."""
     from common.config import ModelConfig, SFTConfig
-    from common.envs.arith import ArithConfig, ArithEnv
-    from common.policy import warm_started_base
+    from common.warmstart import warm_started_base
+    from envs.testbeds.arith import ArithConfig, ArithEnv
 
     torch.set_num_threads(1)
     env = ArithEnv(ArithConfig(train_size=64, heldout_size=16, max_value=20))

@@ -6,14 +6,29 @@ from pathlib import Path
 from typing import Any
 
 from common.credit import Advantages, to_advantages
-from common.episode import Group
+from common.episode import Group, Turn, step_episodes
 
 
-def credit_advantages(method: Any, groups: list[Group], step: int = 0) -> tuple[Advantages, dict[str, float]]:
+class ByTurn:
+    """A step's advantages read by `Turn` (the core keys them by (episode index, turn index)): tests name
+    the turn they mean, this finds its key."""
+
+    def __init__(self, advantages: Advantages, groups: list[Group]):
+        self.advantages = advantages
+        self.keys = {id(t): (e, i) for e, ep in enumerate(step_episodes(groups)) for i, t in enumerate(ep.turns)}
+
+    def scalar(self, turn: Turn) -> float:
+        return self.advantages.scalar(self.keys[id(turn)])
+
+    def tokens(self, turn: Turn) -> list[float]:
+        return self.advantages.tokens(self.keys[id(turn)], turn)
+
+
+def credit_advantages(method: Any, groups: list[Group], step: int = 0) -> tuple[ByTurn, dict[str, float]]:
     """What the trainer does with a method's credit: (the advantages, the credit's metrics + credit_metrics)."""
     credit = method.credit(groups, step)
     adv = to_advantages(groups, credit, method.agent_of, method.estimator, method.excluded)
-    return adv, {**credit.metrics, **method.credit_metrics(groups, adv)}
+    return ByTurn(adv, groups), {**credit.metrics, **method.credit_metrics(groups, adv)}
 
 
 def last_checkpoint(run_dir: Path) -> Path | None:

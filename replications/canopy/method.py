@@ -37,10 +37,10 @@ from datasets import Dataset
 
 from common.config import RunConfig
 from common.credit import Credit
-from common.envs.base import Environment
 from common.episode import Episode, Group
 from common.method import Method, MethodConfig, Mode
 from common.rollout import PlaySpec, Rollout, derive_seed
+from envs.api.base import Environment
 from replications.canopy.signal import group_size, signal_check, signal_metrics, signal_probability  # noqa: F401
 
 

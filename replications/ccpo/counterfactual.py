@@ -41,7 +41,7 @@ def vote_counterfactuals(correct: Any) -> np.ndarray:
     Δ_i = 1[majority of all votes right] − 1[majority of the votes without voter i right].
 
     `correct[i]`: whether voter i's vote was right (an invalid vote counts as cast and wrong). A team
-    is right when more than half of the cast votes are right (`common.envs.voting.majority_correct`),
+    is right when more than half of the cast votes are right (`envs.testbeds.voting.majority_correct`),
     so the outcome depends on the correctness vector only, and the counterfactual of voter i needs no
     extra play: it is paired with the joint outcome by construction (the paper's vote setting).
     >>> vote_counterfactuals([True, True, False]).tolist()   # the two right voters are pivotal

@@ -46,10 +46,10 @@ import numpy as np
 
 from common.config import RunConfig
 from common.credit import Credit
-from common.envs.base import Environment
 from common.episode import Group, info_means
 from common.method import Method, MethodConfig, Mode
 from common.rollout import Rollout
+from envs.api.base import Environment
 from replications.ccpo.counterfactual import V1Credit, v2_rewards, vote_counterfactuals  # noqa: F401  (public API of this module too)
 
 

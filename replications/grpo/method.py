@@ -27,10 +27,10 @@ from typing import Any, Literal
 
 from common.config import RunConfig
 from common.credit import BROADCAST, Credit
-from common.envs.base import Environment
 from common.episode import Group
 from common.method import Method, MethodConfig, Mode
 from common.rollout import Rollout
+from envs.api.base import Environment
 
 
 @dataclass

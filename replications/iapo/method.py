@@ -41,11 +41,11 @@ from typing import Literal
 import numpy as np
 
 from common.config import RunConfig
-from common.credit import BROADCAST, Advantages, Credit
-from common.envs.base import Environment
+from common.credit import BROADCAST, Advantages, Credit, episode_offsets
 from common.episode import Episode, Group, info_means
 from common.method import Method, MethodConfig
 from common.rollout import derive_seed
+from envs.api.base import Environment
 from replications.iapo.graph import (  # noqa: F401  (public API of this module too)
     Annotator,
     InfluenceGraph,
@@ -58,7 +58,7 @@ from replications.iapo.graph import (  # noqa: F401  (public API of this module 
 )
 from replications.iapo.routing import features, multipliers, routing_weights, routing_weights_reference  # noqa: F401
 
-# the real benchmarks of the small and paper scales (common/envs/tau2.py, common/envs/bfcl.py)
+# the real benchmarks of the small and paper scales (envs/benchmarks/tau2.py, envs/benchmarks/bfcl.py)
 BENCHMARK_ENVS = ("tau2", "bfcl")
 
 
@@ -93,7 +93,7 @@ class IAPO(Method):
     Config = IAPOConfig
     needs = frozenset({"provenance_events"})  # the provenance annotator reads them (cpu scale)
     # nothing to stage: the paper's tau2-bench train split and BFCL-v4 multi-turn ship inside their packages
-    # (common/envs/tau2.py, common/envs/bfcl.py); UserBench and AgentChangeBench are not in the suite
+    # (envs/benchmarks/tau2.py, envs/benchmarks/bfcl.py); UserBench and AgentChangeBench are not in the suite
     paper_data_hint = ""
     cfg: IAPOConfig
 
@@ -104,12 +104,12 @@ class IAPO(Method):
     def validate(self) -> None:
         c, run = self.cfg, self.run
         if run.scale in ("small", "paper"):
-            from common.envs import ENVS
+            from envs.registry import ENVS
 
             missing = [name for name in BENCHMARK_ENVS if name not in ENVS]
             if missing:
                 raise ValueError(f"scale={run.scale} trains on env=tau2 and evaluates on env=bfcl; {missing} not registered in "
-                                 f"common.envs.ENVS yet: use scale=cpu (env=service_desk) until they are")
+                                 f"envs.registry.ENVS yet: use scale=cpu (env=service_desk) until they are")
         super().validate()
         if c.clip <= 0 or c.beta_plus < 0:
             raise ValueError(f"method.clip must be > 0 and method.beta_plus >= 0; got {c.clip}, {c.beta_plus}")
@@ -178,10 +178,10 @@ class IAPO(Method):
         if self.cfg.credit == "broadcast":
             return {}
         share: dict[str, list[float]] = {"error": [], "used": []}
-        for group in groups:
-            for episode in group.episodes:
+        for offset, group in zip(episode_offsets(groups), groups, strict=True):
+            for i, episode in enumerate(group.episodes):
                 turns = action_turns(episode)
-                per_turn = [abs(advantages.scalar(episode.turns[t])) for t in turns]
+                per_turn = [abs(advantages.scalar((offset + i, t))) for t in turns]
                 if not turns or not any(per_turn):
                     continue
                 mean = float(np.mean(per_turn))

@@ -2,7 +2,7 @@
 
 Every choice here is ours [I]; the paper's agents are LLM backbones with role prompts.
 
-- A **card** is what an agent declares: the operation categories of `common.envs.braid` it says it
+- A **card** is what an agent declares: the operation categories of `envs.testbeds.braid` it says it
   handles, and its latency (a fixed cost per call plus a cost per operation in the call). Cards
   can overclaim: `quick` and `generalist` declare every category, `scribe` declares `cipher`.
 - The **true error rates** (per category) are hidden from the optimizer: they drive the scripted
@@ -26,7 +26,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from common.envs.braid import CATEGORIES, OPS, Value, apply_op, perturb, read, render
+from envs.testbeds.braid import CATEGORIES, OPS, Value, apply_op, perturb, read, render
 
 HANDOFF = 0.97  # a value crossing a call boundary arrives intact with this probability [I]
 COMPOSITION = 0.98  # each operation after the first in one call succeeds with this extra factor [I]

@@ -41,7 +41,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from common.envs.braid import OPS, BraidTask, Value, input_contract, is_type, output_contract, perturb
+from envs.testbeds.braid import OPS, BraidTask, Value, input_contract, is_type, output_contract, perturb
 from replications.inflowop.agents import (
     HANDOFF,
     AgentCard,
@@ -80,7 +80,7 @@ def classify(subtask: Subtask, card: AgentCard, task: BraidTask, rel: Reliabilit
     """Decomposition fault when a multi-step subtask's agent is rated competent (>= tau) at every step, else assignment.
 
     >>> from replications.inflowop.agents import AgentCard
-    >>> from common.envs.braid import BraidTask, Node
+    >>> from envs.testbeds.braid import BraidTask, Node
     >>> t = BraidTask(0, ([1, 2],), (Node(0, "sort", 0, ("x0",)), Node(1, "sum", 0, (0,))))
     >>> card = AgentCard("x", frozenset({"list"}), 1.0, 0.1)
     >>> classify(Subtask(frozenset({0, 1}), "x"), card, t, lambda c, cat: 0.95, 0.9)

@@ -47,9 +47,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from common.envs.braid import DOMAINS, BraidEnv, BraidTask
 from common.episode import Episode, Group, Turn
 from common.method import Method, MethodConfig, Mode
+from envs.testbeds.braid import DOMAINS, BraidEnv, BraidTask
 from replications.inflowop.agents import (
     POOL,
     AgentCard,
@@ -75,8 +75,8 @@ from replications.inflowop.plan import (
 
 if TYPE_CHECKING:
     from common.config import RunConfig
-    from common.envs.base import Environment
     from common.rollout import Rollout
+    from envs.api.base import Environment
 
 __all__ = ["InFlowOp", "InFlowOpConfig", "Subtask", "Weights", "best_agent", "classify", "coalesce", "cost",
            "greedy_split", "latency", "model_agent", "pool_of", "prepare", "reliability", "solve", "warm_up"]

@@ -29,7 +29,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from common.envs.braid import OPS, BraidTask
+from envs.testbeds.braid import OPS, BraidTask
 from replications.inflowop.agents import COMPOSITION, HANDOFF, AgentCard
 
 Reliability = Callable[[AgentCard, str], float]  # (card, category) -> probability an operation is right

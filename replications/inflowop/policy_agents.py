@@ -8,7 +8,7 @@ types, their competence measured, not declared)". Every choice here is ours [I]:
   run's own adapter. It computes one operation by generating the output text for braid's node
   prompt (`agents.prompt`: `OP sort | 5 1 3\\nOUT:`); the text is parsed by braid's reader and
   judged by the contracts like any agent's value (unreadable: a malformed value, never an error).
-- **The warm start.** SFT (`common.policy.sft`, the core's loop: action tokens only, the adapter's
+- **The warm start.** SFT (`common.warmstart.sft`, the core's loop: action tokens only, the adapter's
   parameters only) on braid's scripted demonstrator (`BraidEpisode.expert_action`, its injected
   error rate `env.demo_error` included) restricted to the nodes whose operation is in the agent's
   categories, from the `train` split. Cached under `work_dir/inflowop-agents/<hash>` by a hash of
@@ -42,8 +42,8 @@ from filelock import FileLock
 from common.chat import ChatFormat, demonstrated_action_ids, observation_text
 from common.config import ModelConfig, SFTConfig
 from common.engines.base import Engine, Request, SamplingParams
-from common.envs.braid import OPS, BraidEnv, BraidTask
-from common.policy import config_hash, sft, warm_start_code
+from common.warmstart import fingerprint, sft, warm_start_code
+from envs.testbeds.braid import OPS, BraidEnv, BraidTask
 from replications.inflowop.agents import Ask, ModelAgent, ScriptedAgent, prompt, read_output
 
 
@@ -106,7 +106,7 @@ def add_agents(policy: Any, agents: Sequence[ModelAgent], env: BraidEnv, run_mod
     # (its demonstrations), so an edit there trains new adapters instead of loading stale ones
     code = warm_start_code(env) | {__name__: hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]}
     for agent in agents:
-        key = config_hash(run_model.__dict__ | {"roles": None, "frozen_adapters": None},
+        key = fingerprint(run_model.__dict__ | {"roles": None, "frozen_adapters": None},
                           asdict(run_sft) if run_sft.enabled else None, env.cfg, list(agent.trained_on), asdict(training),
                           code)
         folder = Path(work_dir) / "inflowop-agents" / key

@@ -44,7 +44,7 @@ def main() -> None:
     for cell in args.cells:
         for seed in args.seeds:
             start = time.perf_counter()
-            cmd = [sys.executable, "-m", "replications.run", "method=inflowop", "scale=cpu", "eval.split=dev", f"seed={seed}",
+            cmd = [sys.executable, "-m", "experiments.run", "method=inflowop", "scale=cpu", "eval.split=dev", f"seed={seed}",
                    f"out_dir={args.out_dir}/{cell}", f"work_dir={args.work_dir}", "progress=false", "trainer.threads=1", *CELLS[cell]]
             proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
             if proc.returncode != 0:

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from common.envs.braid import DOMAINS
 from common.stats import mean_ci
+from envs.testbeds.braid import DOMAINS
 from paper.extras import ExtraTable
 from paper.load import Run
 from paper.tables import CI, Table

@@ -30,7 +30,7 @@ from typing import Any, cast
 
 import yaml
 
-from common.envs.braid import BraidConfig, BraidEnv, BraidTask
+from envs.testbeds.braid import BraidConfig, BraidEnv, BraidTask
 from replications.inflowop.agents import POOL, Profile
 from replications.inflowop.method import ARMS, Arm, InFlowOpConfig, _task_rng, record, solve, warm_up
 

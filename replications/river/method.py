@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from datasets import Dataset
 
     from common.config import RunConfig
-    from common.envs.base import Environment, Observation
+    from envs.api.base import Environment, Observation
 
 __all__ = ["River", "RiverConfig", "jaccard", "repeated_turns", "repetition_penalty"]
 
@@ -98,7 +98,7 @@ class River(Method):
         audit_rates(self.cfg.audit_agreement, self.cfg.audit_flag_precision, self.cfg.audit_clean_precision)
         if self.run.scale == "paper" and not (Path(self.cfg.paper_data or "") / "terminal_bench").is_dir():
             raise ValueError(f"scale=paper needs {self.cfg.paper_data}/terminal_bench (no terminal_bench environment "
-                             f"is in common.envs yet): {self.paper_data_hint}")
+                             f"is in envs yet): {self.paper_data_hint}")
 
     # ---- the filter -------------------------------------------------------------------------------
     def filter_report(self) -> FilterReport:

@@ -37,11 +37,11 @@ from typing import Any, Literal, cast
 import numpy as np
 
 from common.config import RunConfig
-from common.credit import Advantages, Credit
-from common.envs.base import Environment
-from common.envs.protocols import CounterfactualReplay
+from common.credit import Advantages, Credit, episode_offsets
 from common.episode import Episode, Group
 from common.method import Method, MethodConfig
+from envs.api.base import Environment
+from envs.api.protocols import CounterfactualReplay
 from replications.sharp.shapley import (  # noqa: F401  (the formulas are public API of this module too)
     agent_rewards,
     leave_one_out,
@@ -147,11 +147,13 @@ class SHARP(Method):
         """
         kinds, advs = [], []
         episodes = [e for g in groups for e in g.episodes]
-        for ep in episodes:
-            if (record := ep.info.get("record")) is not None:
-                for turn, kind in zip(ep.turns_of("worker"), record["tool_kinds"], strict=False):
-                    kinds.append(kind)
-                    advs.append(advantages.scalar(turn))
+        for offset, group in zip(episode_offsets(groups), groups, strict=True):
+            for i, ep in enumerate(group.episodes):
+                if (record := ep.info.get("record")) is not None:
+                    workers = [t for t, turn in enumerate(ep.turns) if turn.role == "worker"]
+                    for t, kind in zip(workers, record["tool_kinds"], strict=False):
+                        kinds.append(kind)
+                        advs.append(advantages.scalar((offset + i, t)))
         out: dict[str, float] = {}
         if kinds:
             out["distractor_rate"] = kinds.count("distractor") / len(kinds)

@@ -53,8 +53,8 @@ if TYPE_CHECKING:
     from datasets import Dataset
 
     from common.config import RunConfig
-    from common.envs.base import Environment
     from common.rollout import Rollout
+    from envs.api.base import Environment
 
 __all__ = ["SkillRise", "SkillRiseConfig", "curate_rewards", "current_task_rewards", "grouped_advantages"]
 
@@ -122,11 +122,11 @@ class SkillRise(Method):
     def validate(self) -> None:
         c, run = self.cfg, self.run
         if run.scale in BENCHMARK_ENVS:
-            from common.envs import ENVS
+            from envs.registry import ENVS
 
             bench = BENCHMARK_ENVS[run.scale]
             if bench not in ENVS:
-                raise ValueError(f"scale={run.scale} plays chains of env={bench}, which is not registered in common.envs.ENVS "
+                raise ValueError(f"scale={run.scale} plays chains of env={bench}, which is not registered in envs.registry.ENVS "
                                  "yet: use scale=cpu (env=skill_families) until it is")
         if self.chains and ("curate" not in self.env.variants() or set(self.env.roles) != {"solver", "curator"}):
             raise ValueError(f"method.arm={c.arm} plays chains of solve and curate turns: the environment needs roles solver and "

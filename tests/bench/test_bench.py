@@ -12,7 +12,7 @@ HAVE_TRL = importlib.util.find_spec("trl") is not None
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
-    from bench.run import main
+    from bench.cli import main
 
     out = tmp_path_factory.mktemp("bench")
     main(["--quick", "--threads", "1", "--out", str(out), "--work-dir", str(out / "work")])
@@ -31,7 +31,7 @@ def test_our_trainer_series(result):
     entry = r["models"]["tiny"]
     minimal = entry["cells"]["kl=0"]["minimal/32"]
     assert entry["params"] > 0 and minimal["step"]["median_s"] > 0 and minimal["flops_train"] > 0
-    assert minimal["step"]["n"] == 1  # half the trainers' 2 measured steps (bench.run.minimal_steps)
+    assert minimal["step"]["n"] == 1  # half the trainers' 2 measured steps (bench.cli.minimal_steps)
     ours = entry["cells"]["kl=0"]["ours/32"]
     assert ours["step"]["n"] == 2 and ours["step"]["min_s"] <= ours["step"]["median_s"] <= ours["step"]["max_s"]
     assert ours["tokens_per_s"] > 0 and ours["peak_rss_mib"] > 0 and 0 < ours["mfu_train"] < 1

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from bench import plan
+from bench.cli import derive, estimate_cell, mfu
 from bench.hardware import fastest, usable_precisions
-from bench.run import derive, estimate_cell, mfu
 
 COMMITTED = Path(__file__).resolve().parents[2] / "results" / "bench" / "bench.json"
 
@@ -108,9 +108,9 @@ def test_cell_estimate_prior_then_measured():
     assert kl_cell == pytest.approx(12.0 + 3 * 3.0 * plan.KL_FACTOR)
 
 
-# ---- bench.run's control flow, with every measurement replaced by a stub -------------------------
+# ---- bench.cli's control flow, with every measurement replaced by a stub -------------------------
 def fake_cell(s, precisions, trl_precisions, warmup, steps, minimal=True, start_method="forkserver"):
-    from bench.run import cell_series
+    from bench.cli import cell_series
 
     cell = {}
     for name in cell_series(s, precisions, trl_precisions, minimal):
@@ -125,21 +125,21 @@ def fake_cell(s, precisions, trl_precisions, warmup, steps, minimal=True, start_
 
 @pytest.fixture
 def stubbed(monkeypatch):
+    import bench.cli
     import bench.hardware
-    import bench.run
 
     calls = []
     rates = {"32": {"mm": 100e9, "linear": 90e9}, "bf16": {"mm": 1e9, "linear": 2e9}}
     monkeypatch.setattr(bench.hardware, "matmul_rates", lambda p, device="cpu": rates[p])
-    monkeypatch.setattr(bench.run, "_prior_flops", lambda s: (1e9, 1e8, 1_000_000))
-    monkeypatch.setattr(bench.run, "run_cell", lambda *a, **k: calls.append(a) or fake_cell(*a, **k))
-    monkeypatch.setattr(bench.run, "run_engines", lambda *a: {"ok": True, "files": "x"})
-    monkeypatch.setattr(bench.run, "trl_installed", lambda: True)  # the cells are stubbed: TRL itself never runs
+    monkeypatch.setattr(bench.cli, "_prior_flops", lambda s: (1e9, 1e8, 1_000_000))
+    monkeypatch.setattr(bench.cli, "run_cell", lambda *a, **k: calls.append(a) or fake_cell(*a, **k))
+    monkeypatch.setattr(bench.cli, "run_engines", lambda *a: {"ok": True, "files": "x"})
+    monkeypatch.setattr(bench.cli, "trl_installed", lambda: True)  # the cells are stubbed: TRL itself never runs
     return calls
 
 
 def test_run_skips_the_slow_precision_everywhere(stubbed, tmp_path):
-    from bench.run import main
+    from bench.cli import main
 
     r = main(["--models", "tiny", "--kl", "0", "--no-multiturn", "--no-engines", "--generation-models", "",
               "--out", str(tmp_path)])
@@ -152,7 +152,7 @@ def test_run_skips_the_slow_precision_everywhere(stubbed, tmp_path):
 
 def test_kl_cell_measures_no_minimal_work_and_compares_with_the_kl_off_one(stubbed, tmp_path):
     """The minimal work has no reference pass: it is measured once per model, in the KL-off cell."""
-    from bench.run import main
+    from bench.cli import main
 
     r = main(["--models", "tiny", "--kl", "0,0.04", "--no-multiturn", "--no-engines", "--generation-models", "",
               "--out", str(tmp_path)])
@@ -165,10 +165,10 @@ def test_kl_cell_measures_no_minimal_work_and_compares_with_the_kl_off_one(stubb
 
 
 def test_without_trl_its_series_are_skipped_with_a_note(stubbed, monkeypatch, tmp_path):
-    import bench.run
+    import bench.cli
 
-    monkeypatch.setattr(bench.run, "trl_installed", lambda: False)
-    r = bench.run.main(["--models", "tiny", "--kl", "0", "--no-multiturn", "--no-engines", "--generation-models", "",
+    monkeypatch.setattr(bench.cli, "trl_installed", lambda: False)
+    r = bench.cli.main(["--models", "tiny", "--kl", "0", "--no-multiturn", "--no-engines", "--generation-models", "",
                         "--out", str(tmp_path)])
     series = set(r["models"]["tiny"]["cells"]["kl=0"])
     assert "ours/32" in series and not any(s.startswith("trl/") for s in series)
@@ -176,7 +176,7 @@ def test_without_trl_its_series_are_skipped_with_a_note(stubbed, monkeypatch, tm
 
 
 def test_run_under_a_cap_skips_with_notes_never_silently(stubbed, tmp_path):
-    from bench.run import main
+    from bench.cli import main
 
     r = main(["--models", "tiny,tiny10m", "--max-minutes", "0.01", "--no-multiturn", "--engines", "--generation-models", "",
               "--out", str(tmp_path)])
@@ -211,7 +211,7 @@ def test_the_timeline_records_each_part_since_the_last_mark():
 
 def test_alternation_rotates_and_a_series_with_fewer_steps_rests_in_the_last_rounds(monkeypatch):
     import bench.alternate
-    from bench.run import minimal_steps
+    from bench.cli import minimal_steps
 
     log = []
 

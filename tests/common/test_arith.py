@@ -3,7 +3,7 @@
 import json
 import random
 
-from common.envs.arith import ArithConfig, ArithEnv
+from envs.testbeds.arith import ArithConfig, ArithEnv
 
 
 def make(mode="single"):

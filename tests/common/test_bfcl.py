@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("bfcl_eval", reason="bfcl-eval is not installed (make setup installs it --no-deps)")
 
-from common.envs import ENVS  # noqa: E402
-from common.envs.bfcl import CATEGORIES, BfclConfig, BfclEnv, parse_calls, scenarios, split_of  # noqa: E402
+from envs.benchmarks.bfcl import CATEGORIES, BfclConfig, BfclEnv, parse_calls, scenarios, split_of  # noqa: E402
+from envs.registry import ENVS  # noqa: E402
 
 
 def episode(index: int = 0, category: str = "base", **settings):

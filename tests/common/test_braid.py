@@ -1,4 +1,4 @@
-"""common/envs/braid.py: operations and contracts on hand-computed cases, the generator's
+"""envs/testbeds/braid.py: operations and contracts on hand-computed cases, the generator's
 invariants, the splits, and the text episode."""
 
 import json
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from common.envs.braid import (
+from envs.testbeds.braid import (
     DOMAINS,
     OPS,
     BraidConfig,

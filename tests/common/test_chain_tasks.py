@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from common.envs.chain_tasks import ChainTasksConfig, ChainTasksEnv
+from envs.testbeds.chain_tasks import ChainTasksConfig, ChainTasksEnv
 
 TASK = {"items": [["tea", 2], ["rice", 1]], "contact": "ana", "day": "fri"}
 

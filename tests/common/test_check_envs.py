@@ -1,4 +1,4 @@
-"""`python -m common.envs check`: every environment's oracle and random policy, and a broken verifier caught."""
+"""`python -m envs check`: every environment's oracle and random policy, and a broken verifier caught."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from common.envs import ENVS
-from common.envs.__main__ import main
-from common.envs.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
-from common.envs.check import (
+from envs.__main__ import main
+from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from envs.api.check import (
     ORACLE_MIN,
     ORACLE_SETTINGS,
     RANDOM_ACTIONS,
@@ -25,6 +24,7 @@ from common.envs.check import (
     check_env,
     table,
 )
+from envs.registry import ENVS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,7 +35,7 @@ def test_every_environment_passes_from_the_command_line_within_five_minutes(wall
     tau2 and scienceworld take about two seconds a task on 2 cores, the generated environments a few
     seconds together. The check is seeded: the same tasks and random actions every run."""
     start = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "common.envs", "check", "--json", "--tasks", "12"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "envs", "check", "--json", "--tasks", "12"], cwd=ROOT,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
@@ -55,10 +55,10 @@ def test_every_environment_says_what_random_means_and_oracle_settings_exist():
 
 def test_the_demonstrators_injected_errors_are_what_the_oracle_switches_off():
     """Built with their warm-start settings, the demonstrators that inject errors do fail the oracle bar."""
-    from common.envs.toolplan import ToolPlanConfig, ToolPlanEnv
+    from envs.testbeds.toolplan import ToolPlanConfig, ToolPlanEnv
 
     env = ToolPlanEnv(ToolPlanConfig(demo_distractor=0.25, demo_wrong=0.10, train_size=40, heldout_size=10))
-    from common.envs.check import play
+    from envs.api.check import play
 
     rewards = [play(env, json.loads(t), lambda e, s, o, r: s.expert_action(), i)
                for i, t in enumerate(env.task_set()["train"]["task"])]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from common.run import resolve
+from common.fit import resolve
+from experiments.replicate import cell_config, plan, validate_cells
+from experiments.run import arm_overrides, compose, replication_arms, with_arm
 from replications import METHODS
-from replications.replicate import cell_config, plan, validate_cells
-from replications.run import arm_overrides, compose, replication_arms, with_arm
 
 
 def resolved(*overrides):
@@ -136,11 +136,11 @@ def _id(x):
 
 @pytest.mark.parametrize("overrides, message", ISSUE_PROBES, ids=_id)
 def test_each_bad_setting_is_one_line_before_any_run_folder(overrides, message, tmp_path, capsys, monkeypatch, no_gpu):
-    """Through the command line (`python -m replications.run ...`): one line on stderr, exit 2, nothing in out_dir."""
-    from replications.run import main
+    """Through the command line (`python -m experiments.run ...`): one line on stderr, exit 2, nothing in out_dir."""
+    from experiments.run import main
 
     out, work = tmp_path / "out", tmp_path / "work"
-    monkeypatch.setattr(sys, "argv", ["replications.run"])
+    monkeypatch.setattr(sys, "argv", ["experiments.run"])
     with pytest.raises(SystemExit) as exit_:
         main(["method=grpo", "scale=smoke", f"out_dir={out}", f"work_dir={work}", "progress=false", *overrides])
     err = capsys.readouterr().err.strip()
@@ -193,11 +193,11 @@ def test_settings_that_got_through_are_one_line_before_any_folder(overrides, mes
                                                                  no_gpu):
     """Through the command line, run from a folder of the test's own: one line, exit 2, nothing written
     anywhere (out_dir= would have written the run into the current folder, the repository root)."""
-    from replications.run import main
+    from experiments.run import main
 
     out, work = tmp_path / "out", tmp_path / "work"
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["replications.run"])
+    monkeypatch.setattr(sys, "argv", ["experiments.run"])
     with pytest.raises(SystemExit) as exit_:
         main(["method=grpo", "scale=smoke", f"out_dir={out}", f"work_dir={work}", "progress=false", *overrides])
     err = capsys.readouterr().err.strip()
@@ -208,11 +208,11 @@ def test_settings_that_got_through_are_one_line_before_any_folder(overrides, mes
 
 
 def test_a_start_leaves_no_hydra_folder(tmp_path, capsys, monkeypatch):
-    """Issue 34: every start of python -m replications.run left an empty <work_dir>/hydra/<date>/<time>/."""
-    from replications.run import main
+    """Issue 34: every start of python -m experiments.run left an empty <work_dir>/hydra/<date>/<time>/."""
+    from experiments.run import main
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["replications.run"])
+    monkeypatch.setattr(sys, "argv", ["experiments.run"])
     with pytest.raises(SystemExit):
         main(["method=grpo", "scale=smoke", f"out_dir={tmp_path / 'out'}", f"work_dir={tmp_path / 'work'}", "eval.k=0"])
     assert "eval.k must be >= 1" in capsys.readouterr().err

@@ -8,6 +8,7 @@ from common.credit import (
     CREDIT,
     Credit,
     drgrpo,
+    episode_offsets,
     get_estimator,
     grpo,
     normalize_by_key,
@@ -69,9 +70,9 @@ def by_role(episode, index):
 def test_outcome_credit_is_broadcast_to_every_turn():
     group = Group("t", 1, [_ep(1.0, "rr"), _ep(0.0, "rrr")])
     adv = to_advantages([group], Credit.outcome([group]), by_role, drgrpo)
-    assert [adv.scalar(t) for t in group.episodes[0].turns] == [0.5, 0.5]
-    assert [adv.scalar(t) for t in group.episodes[1].turns] == [-0.5, -0.5, -0.5]
-    assert adv.tokens(group.episodes[1].turns[0]) == [-0.5, -0.5]  # one per action token
+    assert [adv.scalar((0, t)) for t in range(2)] == [0.5, 0.5]  # keys: (episode index, turn index)
+    assert [adv.scalar((1, t)) for t in range(3)] == [-0.5, -0.5, -0.5]
+    assert adv.tokens((1, 0), group.episodes[1].turns[0]) == [-0.5, -0.5]  # one per action token
 
 
 def test_rewards_are_normalized_per_agent_key_within_the_group():
@@ -79,17 +80,16 @@ def test_rewards_are_normalized_per_agent_key_within_the_group():
     group = Group("t", 1, [_ep(0, "ab"), _ep(0, "ab"), _ep(0, "a")])
     credit = Credit("reward", [[{"a": 1.0, "b": 10.0}, {"a": 0.0, "b": 20.0}, {"a": 2.0}]])
     adv = to_advantages([group], credit, by_role, drgrpo)
-    e0, e1, e2 = group.episodes
-    assert [adv.scalar(e0.turns[0]), adv.scalar(e1.turns[0]), adv.scalar(e2.turns[0])] == [0.0, -1.0, 1.0]  # a: mean 1
-    assert [adv.scalar(e0.turns[1]), adv.scalar(e1.turns[1])] == [-5.0, 5.0]  # b: mean 15 over two episodes
+    assert [adv.scalar((0, 0)), adv.scalar((1, 0)), adv.scalar((2, 0))] == [0.0, -1.0, 1.0]  # a: mean 1
+    assert [adv.scalar((0, 1)), adv.scalar((1, 1))] == [-5.0, 5.0]  # b: mean 15 over two episodes
 
 
 def test_advantage_credit_is_used_as_given_and_broadcast_fills_missing_keys():
     group = Group("t", 1, [_ep(0, "ab"), _ep(0, "ab")])
     credit = Credit("advantage", [[{"a": 3.0, BROADCAST: -1.0}, {BROADCAST: 2.0}]])
     adv = to_advantages([group], credit, by_role, grpo)
-    assert [adv.scalar(t) for t in group.episodes[0].turns] == [3.0, -1.0]  # a's own value; b falls back to '*'
-    assert [adv.scalar(t) for t in group.episodes[1].turns] == [2.0, 2.0]
+    assert [adv.scalar((0, t)) for t in range(2)] == [3.0, -1.0]  # a's own value; b falls back to '*'
+    assert [adv.scalar((1, t)) for t in range(2)] == [2.0, 2.0]
 
 
 def test_per_token_advantages_override_and_must_match_the_tokens():
@@ -97,25 +97,34 @@ def test_per_token_advantages_override_and_must_match_the_tokens():
     credit = Credit.outcome([group])
     credit.tokens[(0, 0, 0)] = [0.25, -0.75]
     adv = to_advantages([group], credit, by_role, drgrpo)
-    assert adv.tokens(group.episodes[0].turns[0]) == [0.25, -0.75] and adv.scalar(group.episodes[0].turns[0]) == -0.25
-    assert adv.tokens(group.episodes[1].turns[0]) == [-0.5, -0.5]
+    assert adv.tokens((0, 0), group.episodes[0].turns[0]) == [0.25, -0.75] and adv.scalar((0, 0)) == -0.25
+    assert adv.tokens((1, 0), group.episodes[1].turns[0]) == [-0.5, -0.5]
     credit.tokens[(0, 0, 0)] = [1.0]
     with pytest.raises(ValueError, match="1 values for 2 action tokens"):
-        to_advantages([group], credit, by_role, drgrpo).tokens(group.episodes[0].turns[0])
+        to_advantages([group], credit, by_role, drgrpo).tokens((0, 0), group.episodes[0].turns[0])
 
 
 def test_excluded_episodes_leave_the_statistics_and_get_nothing():
     group = Group("t", 1, [_ep(1.0, "a"), _ep(0.0, "a"), _ep(0.0, "a", faulted=True)])
     adv = to_advantages([group], Credit.outcome([group]), by_role, drgrpo, excluded=lambda e: e.faulted)
-    assert [adv.scalar(e.turns[0]) for e in group.episodes] == [0.5, -0.5, 0.0]
-    assert id(group.episodes[2].turns[0]) not in adv.by_turn
+    assert [adv.scalar((i, 0)) for i in range(3)] == [0.5, -0.5, 0.0]
+    assert (2, 0) not in adv.by_turn
 
 
 def test_reward_penalty_is_applied_per_key_before_normalization():
     group = Group("t", 1, [_ep(1.0, "a"), _ep(1.0, "a")])
-    penalty = {id(group.episodes[0]): 0.0, id(group.episodes[1]): 1.0}
-    adv = to_advantages([group], Credit.outcome([group]), by_role, drgrpo, penalty=lambda e, key: penalty[id(e)])
-    assert [adv.scalar(e.turns[0]) for e in group.episodes] == [0.5, -0.5]  # rewards 1 and 0 after the penalty
+    penalty = {0: 0.0, 1: 1.0}  # by episode index
+    adv = to_advantages([group], Credit.outcome([group]), by_role, drgrpo, penalty=lambda e, key: penalty[e])
+    assert [adv.scalar((i, 0)) for i in range(2)] == [0.5, -0.5]  # rewards 1 and 0 after the penalty
+
+
+def test_episodes_are_indexed_group_after_group_extra_plays_included():
+    first = Group("t", 1, [_ep(1.0, "a"), _ep(0.0, "a")], extra={"solo": [_ep(1.0, "a")]})
+    second = Group("u", 1, [_ep(0.0, "a"), _ep(1.0, "a")])
+    assert episode_offsets([first, second]) == [0, 3]  # the second group starts after the first's extra play
+    adv = to_advantages([first, second], Credit.outcome([first, second]), by_role, drgrpo)
+    assert sorted(adv.by_turn) == [(0, 0), (1, 0), (3, 0), (4, 0)]  # extra plays get no credit
+    assert [adv.scalar((3, 0)), adv.scalar((4, 0))] == [-0.5, 0.5]
 
 
 def test_credit_shape_must_match_the_groups():

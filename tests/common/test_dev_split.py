@@ -8,11 +8,11 @@ from dataclasses import asdict
 import pytest
 
 from common.config import RunConfig, run_config_errors
-from common.envs import ENVS
-from common.envs.arith import ArithConfig, ArithEnv
-from common.envs.toolplan import ToolPlanConfig, ToolPlanEnv
 from common.evaluate import eval_split
 from common.records import config_changes
+from envs.registry import ENVS
+from envs.testbeds.arith import ArithConfig, ArithEnv
+from envs.testbeds.toolplan import ToolPlanConfig, ToolPlanEnv
 
 
 @pytest.mark.parametrize(("env_cls", "cfg_cls"), [(ArithEnv, ArithConfig), (ToolPlanEnv, ToolPlanConfig)])

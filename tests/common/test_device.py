@@ -19,18 +19,18 @@ from typing import Any
 import pytest
 import torch
 
-from common.batch import Row, Scored, build_rows, padded, score_rows
+from common.batch import Row, Scored, Span, build_rows, padded, score_rows
 from common.config import RunConfig, SFTConfig
 from common.credit import Advantages
 from common.engines.base import Request, SamplingParams
 from common.engines.fast import FastDecoder, FastScorer
 from common.engines.hf import HFEngine, _HFDecoder
-from common.envs.arith import ArithConfig, ArithEnv
 from common.method import Method, MethodConfig
-from common.policy import demonstrations, sft
 from common.records import RunDir
 from common.rollout import Rollout
 from common.trainer import RLModule, kl_reward_penalty
+from common.warmstart import demonstrations, sft
+from envs.testbeds.arith import ArithConfig, ArithEnv
 
 META = torch.device("meta")
 
@@ -121,10 +121,9 @@ def gathers_on_one_device(monkeypatch):
 
 
 def test_score_rows_keeps_every_tensor_on_the_models_device(gathers_on_one_device):
-    episode = SimpleNamespace()
     turn = SimpleNamespace(num_action_tokens=2)
-    rows = [Row("policy", "solver", episode, ids=[1, 2, 3, 4, 5], spans=[(3, turn)]),  # type: ignore[arg-type]
-            Row("policy", "solver", episode, ids=[6, 7, 8], spans=[(1, turn)])]  # type: ignore[arg-type]
+    rows = [Row("policy", "solver", 0, (1, 2, 3, 4, 5), (Span(3, 0, turn),)),  # type: ignore[arg-type]
+            Row("policy", "solver", 1, (6, 7, 8), (Span(1, 0, turn),))]  # type: ignore[arg-type]
     scored = score_rows(MetaLM(), rows, pad_id=0, with_entropy=True, fast=True)
     assert scored.logp_B_T.device == META and scored.mask_B_T.device == META
     assert scored.entropy_B_T is not None and scored.entropy_B_T.device == META
@@ -223,11 +222,11 @@ def test_update_builds_its_tensors_on_the_device_of_logp(policy, rows, tmp_path,
     monkeypatch.setattr(trainer, "score_rows", meta_scored)
     monkeypatch.setattr(trainer, "policy_loss", capture)
     monkeypatch.setattr(module.method, "extra_loss", lambda batch, step: None)
-    module.reference_logprobs(rows)
-    assert all(r.ref_logprobs is not None and r.ref_logprobs.device == META for r in rows)
-    advantages = Advantages({id(t): 1.0 for r in rows for _, t in r.spans})
+    reference = module.reference_logprobs(rows)
+    assert len(reference) == len(rows) and all(r.device == META for r in reference)
+    advantages = Advantages({(r.episode, s.turn_index): 1.0 for r in rows for s in r.spans})
     with pytest.raises(StopUpdate):
-        module.update(rows, advantages, step=0)
+        module.update(rows, advantages, step=0, reference=reference)
     assert {"logp_B_T", "old_logp_B_T", "behaviour_logp_B_T", "adv_B_T", "mask_B_T", "ref_logp_B_T"} <= set(seen)
     assert {k: v.device for k, v in seen.items()} == {k: META for k in seen}
 
@@ -235,8 +234,7 @@ def test_update_builds_its_tensors_on_the_device_of_logp(policy, rows, tmp_path,
 def test_kl_in_the_reward_compares_on_the_reference_device(rows, monkeypatch):
     import common.trainer as trainer
 
-    for r in rows:
-        r.ref_logprobs = torch.zeros(r.num_action_tokens, device=META)
+    reference = [torch.zeros(r.num_action_tokens, device=META) for r in rows]
 
     def kl_on_one_device(logp: torch.Tensor, ref: torch.Tensor, kind: str) -> torch.Tensor:
         if logp.device != ref.device:
@@ -244,12 +242,13 @@ def test_kl_in_the_reward_compares_on_the_reference_device(rows, monkeypatch):
         return torch.zeros(logp.shape)  # on CPU: meta tensors cannot be summed into Python floats
 
     monkeypatch.setattr(trainer, "kl_estimate", kl_on_one_device)
-    penalty = kl_reward_penalty(rows, 0.1, "k3", lambda episode, index: "solver")
+    episodes = [None] * (max(r.episode for r in rows) + 1)
+    penalty = kl_reward_penalty(rows, reference, episodes, 0.1, "k3", lambda episode, index: "solver")
     assert penalty(rows[0].episode, "solver") == 0.0
 
 
 
-# ---- the SFT warm start: common/policy.py -----------------------------------------------------------
+# ---- the SFT warm start: common/warmstart.py -----------------------------------------------------------
 def test_sft_hands_the_model_its_batches_on_its_device(tiny_parts):
     env, _, tok, base = tiny_parts
     model = copy.deepcopy(base).to(META)

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from common.envs import ENVS, Environment, StepResult
-from common.envs.base import parse_int
-from common.envs.chain_tasks import DAYS, ITEMS, NAMES, task_steps
-from common.envs.check import sample_data
-from common.envs.toolplan import ATTRIBUTES, TOOLS
 from common.episode import Event, EventKind
+from envs.api.base import Environment, StepResult, parse_int
+from envs.api.check import sample_data
+from envs.registry import ENVS
+from envs.testbeds.chain_tasks import DAYS, ITEMS, NAMES, task_steps
+from envs.testbeds.toolplan import ATTRIBUTES, TOOLS
 
 EVENT_KINDS = set(typing.get_args(EventKind))
 HUGE = "9" * 5000  # past int()'s 4300-digit limit
@@ -50,7 +50,7 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
                   {"families": True, "quest_lengths": [1, 2], "max_steps": 5, "demo_slip": 0.5, "dev_size": 2, "invalid_penalty": 0.5}],
     # one JVM per live episode, ~0.1 s per command: two short task types, two commands per episode
     "scienceworld": [{"task_names": ["lifespan-shortest-lived", "find-plant"], "max_steps": 2, "dev_size": 2, "demo_slip": 0.5}],
-    # hand-written rows in GSM8K's and MATH's published layouts (common/envs/paper_data.py)
+    # hand-written rows in GSM8K's and MATH's published layouts (envs/benchmarks/paper_math/data.py)
     "paper_math": [{"path": sample_data(), "dev_size": 4}],
     "paper_math_team": [{"path": sample_data(), "train": ["math"], "heldout": ["math500", "aime24"], "dev_size": 4}],
     "service_desk": [{"delays": [0, 2, 4]}, {"delays": [8], "slack": 0, "demo_trap": 0.9, "demo_repeat": 0.9}],

@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM
 
 from common.config import ModelConfig
 from common.engines.vllm import export_base
-from common.policy import build_tiny_model, train_tokenizer
+from common.models import build_tiny_model, train_tokenizer
 
 
 def _model_and_tokenizer():

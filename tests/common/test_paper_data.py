@@ -1,5 +1,5 @@
-"""The papers' data staged on local disk (common/envs/paper_data.py) and the math environments over it
-(common/envs/paper_math.py): layouts, the check's messages, the loader's rows, held-out splits, math-verify."""
+"""The papers' data staged on local disk (envs/benchmarks/paper_math/data.py) and the math environments over it
+(envs/benchmarks/paper_math/env.py): layouts, the check's messages, the loader's rows, held-out splits, math-verify."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ pytest.importorskip("math_verify")  # the `envs` extra (make setup)
 
 from datasets import Dataset  # noqa: E402
 
-from common.envs import ENVS  # noqa: E402
-from common.envs.paper_data import (  # noqa: E402
+from envs.benchmarks.paper_math.data import (  # noqa: E402
     DATASETS,
     StagedDataError,
     check_staged,
@@ -24,7 +23,8 @@ from common.envs.paper_data import (  # noqa: E402
     split_files,
     write_samples,
 )
-from common.envs.paper_math import PaperMathConfig, PaperMathEnv, PaperMathTeamEnv, check_answer  # noqa: E402
+from envs.benchmarks.paper_math.env import PaperMathConfig, PaperMathEnv, PaperMathTeamEnv, check_answer  # noqa: E402
+from envs.registry import ENVS  # noqa: E402
 
 
 def jsonl(path: Path, rows: list[dict]) -> None:
@@ -201,12 +201,12 @@ def test_a_torn_data_file_is_refused_before_the_run_folder_exists(staged, tmp_pa
     traceback once the run folder existed)."""
     import sys
 
-    from replications.run import main
+    from experiments.run import main
 
     path = staged / "gsm8k" / "train.jsonl"
     path.write_text(json.dumps(GSM[0]) + "\n" + json.dumps(GSM[1])[:20])
     out, work = tmp_path / "out", tmp_path / "work"
-    monkeypatch.setattr(sys, "argv", ["replications.run"])
+    monkeypatch.setattr(sys, "argv", ["experiments.run"])
     with pytest.raises(SystemExit) as exit_:
         main(["method=grpo", "scale=smoke", "env=paper_math", f"env.path={staged}", "env.train=[gsm8k]",
               "env.heldout=[gsm8k]", "env.dev_size=0", f"out_dir={out}", f"work_dir={work}", "progress=false"])
@@ -334,9 +334,9 @@ def test_settings_that_cannot_work_are_refused(staged):
 
 # ---- the methods that only check their data (the suite has no environment for it yet) --------------------
 def test_sharp_and_canopy_check_their_data_sets(tmp_path):
-    from common.run import resolve
+    from common.fit import resolve
+    from experiments.run import compose
     from replications import METHODS
-    from replications.run import compose
 
     model = tmp_path / "model"
     model.mkdir()

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from common.config import ModelConfig, SFTConfig
-from common.envs.arith import ArithConfig, ArithEnv
-from common.envs.toolhops import ToolHopsConfig, ToolHopsEnv
-from common.policy import warm_start_code, warm_start_key, warm_started_base
+from common.warmstart import warm_start_code, warm_start_key, warm_started_base
+from envs.testbeds.arith import ArithConfig, ArithEnv
+from envs.testbeds.toolhops import ToolHopsConfig, ToolHopsEnv
 
 PROBE_ENV = '''
-from common.envs.arith import ArithEnv
-from common.envs.terminal_tasks import make_task  # a helper module of common.envs: part of this env's code
+from envs.testbeds.arith import ArithEnv
+from envs.testbeds.terminal.tasks import make_task  # a helper module of envs: part of this env's code
 
 
 class ProbeEnv(ArithEnv):
@@ -46,18 +46,19 @@ def key_of(env) -> str:
 def test_the_fingerprint_covers_the_env_its_helpers_and_the_sft_code_only():
     code = warm_start_code(ToolHopsEnv(ToolHopsConfig()))
     # toolhops' own module, the planner-and-workers frame it shares with toolplan, the env API, the SFT code
-    assert sorted(code) == ["common.chat", "common.envs.base", "common.envs.toolhops", "common.envs.toolplan", "common.policy"]
+    assert sorted(code) == ["common.chat", "common.models", "common.warmstart", "envs.api.base", "envs.testbeds.toolhops",
+                            "envs.testbeds.toolplan"]
     assert all(len(h) == 16 for h in code.values())
     arith = warm_start_code(ArithEnv(ArithConfig()))
-    assert "common.envs.arith" in arith and "common.envs.toolhops" not in arith
-    assert arith["common.envs.base"] == code["common.envs.base"]
+    assert "envs.testbeds.arith" in arith and "envs.testbeds.toolhops" not in arith
+    assert arith["envs.api.base"] == code["envs.api.base"]
 
 
 def test_editing_the_env_source_changes_the_key_and_an_unrelated_file_does_not(tmp_path, monkeypatch):
     probe = load_probe(tmp_path, "first", monkeypatch)
     env = probe(ArithConfig(train_size=8, heldout_size=4, dev_size=4))
     key, code = warm_start_key(ModelConfig(), SFTConfig(), env, seed=0)
-    assert {"warm_probe_env", "common.envs.arith", "common.envs.terminal_tasks"} <= set(code)
+    assert {"warm_probe_env", "envs.testbeds.arith", "envs.testbeds.terminal.tasks"} <= set(code)
     assert key_of(env) == key  # deterministic
 
     (tmp_path / "unrelated.py").write_text("X = 1\n")  # a file no module of the env draws on

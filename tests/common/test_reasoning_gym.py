@@ -13,8 +13,8 @@ import yaml
 pytest.importorskip("reasoning_gym", reason="the `envs` extra is not installed (pip install -e '.[envs]')")
 
 from common.config import build_dataclass  # noqa: E402
-from common.envs import ENVS  # noqa: E402
-from common.envs.reasoning_gym import ReasoningGymConfig, ReasoningGymEnv, answer_text, last_number  # noqa: E402
+from envs.benchmarks.reasoning_gym import ReasoningGymConfig, ReasoningGymEnv, answer_text, last_number  # noqa: E402
+from envs.registry import ENVS  # noqa: E402
 
 CONF = Path(__file__).resolve().parents[2] / "common" / "conf" / "env" / "reasoning_gym.yaml"
 

@@ -103,7 +103,7 @@ def test_a_run_of_a_folder_another_work_dir_is_writing_is_refused_in_one_line(tm
     holds the lock, the second is refused before it touches anything."""
     from filelock import FileLock
 
-    from common import run as run_module
+    from common import fit as run_module
 
     cfg = RunConfig(out_dir=str(tmp_path / "results"), work_dir=str(tmp_path / "work-b"))
     run_b = RunDir.for_run(cfg.out_dir, cfg.work_dir, "grpo", "arith", "default", 0)
@@ -124,7 +124,7 @@ def test_a_finished_run_asked_again_with_another_config_is_refused_with_the_diff
 
 
 def test_a_finished_run_asked_again_with_its_config_is_skipped(tmp_path, monkeypatch, capsys):
-    from common import run as run_module
+    from common import fit as run_module
 
     run = _run(tmp_path)
     _finish(run, _config(lr=1e-3))
@@ -142,7 +142,7 @@ def test_a_finished_run_asked_again_with_its_config_is_skipped(tmp_path, monkeyp
 
 
 def test_a_cell_finished_with_other_settings_is_not_done(tmp_path):
-    from replications.replicate import Cell, cell_config
+    from experiments.replicate import Cell, cell_config
 
     cell = Cell("grpo", "arith", "grpo", 0, "smoke", ("scale=smoke", "seed=0", "arm=grpo"), str(tmp_path / "out"),
                 str(tmp_path / "work"))

@@ -16,7 +16,11 @@ from common.chat import ChatFormat, observation_text
 from common.config import RunConfig
 from common.credit import Credit
 from common.engines.base import Engine, Request, Sample, SamplingParams
-from common.envs.base import (
+from common.episode import Group
+from common.evaluate import evaluate
+from common.method import Method, MethodConfig
+from common.rollout import Rollout
+from envs.api.base import (
     EnvConfig,
     Environment,
     EpisodeState,
@@ -25,10 +29,6 @@ from common.envs.base import (
     StepTimeLimit,
     cpu_time_limit,
 )
-from common.episode import Group
-from common.evaluate import evaluate
-from common.method import Method, MethodConfig
-from common.rollout import Rollout
 
 
 class _Tokenizer:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from common import sandbox
-from common.sandbox import Limits
+from envs.api import sandbox
+from envs.api.sandbox import Limits
 
 pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=f"no sandbox here: {sandbox.available()}")
 

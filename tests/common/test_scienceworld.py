@@ -13,8 +13,8 @@ pytest.importorskip("scienceworld", reason="scienceworld is not installed (the `
 if shutil.which("java") is None:
     pytest.skip("ScienceWorld's simulator needs Java 17 (apt-get install -y openjdk-17-jre-headless)", allow_module_level=True)
 
-from common.envs import ENVS  # noqa: E402
-from common.envs.scienceworld import ScienceWorldConfig, ScienceWorldEnv, variations  # noqa: E402
+from envs.benchmarks.scienceworld import ScienceWorldConfig, ScienceWorldEnv, variations  # noqa: E402
+from envs.registry import ENVS  # noqa: E402
 
 NAMES = ["find-non-living-thing", "lifespan-shortest-lived", "chemistry-mix-paint-secondary-color"]
 

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from common.envs.service_desk import DONE_TALKING, ServiceDeskConfig, ServiceDeskEnv, ideal_actions, schema
+from envs.testbeds.service_desk import DONE_TALKING, ServiceDeskConfig, ServiceDeskEnv, ideal_actions, schema
 
 
 def task(intent="refund", delay=2, method="cash", order="K", trap="Q"):
@@ -153,7 +153,8 @@ def test_demonstrations_teach_copying_with_the_same_id_tokens():
     demonstrated refund takes its method from the customer's line and its id from the latest tool
     reply (or, the trap, from the schema), and the id is the same tokens in the reply and in the
     refund under the tokenizer the tiny model trains on the environment's own text."""
-    from common.policy import demonstrated_action_ids, train_tokenizer
+    from common.chat import demonstrated_action_ids
+    from common.models import train_tokenizer
 
     env = ServiceDeskEnv(ServiceDeskConfig(train_size=200, heldout_size=8))
     tok = train_tokenizer(list(env.corpus(200)), 384)

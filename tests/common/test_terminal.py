@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from common import sandbox
-from common.envs.terminal import (
+from envs.api import sandbox
+from envs.testbeds.terminal.env import (
     SandboxShell,
     SimShell,
     TerminalConfig,
@@ -22,7 +22,7 @@ from common.envs.terminal import (
     outcome_bytes,
     repeat_flags,
 )
-from common.envs.terminal_tasks import DEFECTS, make_task, quota, verify
+from envs.testbeds.terminal.tasks import DEFECTS, make_task, quota, verify
 from replications.river.penalty import repeated_turns
 
 needs_sandbox = pytest.mark.skipif(sandbox.available() is not None, reason=f"no sandbox here: {sandbox.available()}")

@@ -8,8 +8,9 @@ import random
 
 import pytest
 
-from common.envs import ENVS
-from common.envs.textworld import TextWorldConfig, TextWorldEnv, _textworld, game_file
+from envs.benchmarks.textworld.env import TextWorldEnv
+from envs.benchmarks.textworld.games import TextWorldConfig, _textworld, game_file
+from envs.registry import ENVS
 
 try:
     _textworld()  # the package, with the placeholder jericho when the real one is absent

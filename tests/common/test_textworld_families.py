@@ -10,8 +10,9 @@ import random
 
 import pytest
 
-from common.envs.textworld import TextWorldConfig, TextWorldEnv, _textworld
-from common.envs.textworld_families import COLOURS, FILLER, doc_kind, doc_right, guided_pairs, parse_skill
+from envs.benchmarks.textworld.env import TextWorldEnv
+from envs.benchmarks.textworld.families import COLOURS, FILLER, doc_kind, doc_right, guided_pairs, parse_skill
+from envs.benchmarks.textworld.games import TextWorldConfig, _textworld
 
 try:
     _textworld()
@@ -299,6 +300,6 @@ def test_the_scripted_curator_writes_each_kind(env, abstract, concrete, kind):
 
 def test_the_warm_start_key_covers_the_families_code(env):
     """An edit of the demonstrator or of the demo chains builds a new warm start (textworld imports its families)."""
-    from common.policy import warm_start_code
+    from common.warmstart import warm_start_code
 
-    assert {"common.envs.textworld", "common.envs.textworld_families"} <= set(warm_start_code(env))
+    assert {"envs.benchmarks.textworld.games", "envs.benchmarks.textworld.families"} <= set(warm_start_code(env))

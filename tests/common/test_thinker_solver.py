@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from common.envs.thinker_solver import ThinkerSolverConfig, ThinkerSolverEnv, classify
+from envs.testbeds.thinker_solver import ThinkerSolverConfig, ThinkerSolverEnv, classify
 
 TASK_EASY = {"facts": [["F", 1], ["C", 3], ["A", 7]], "asked": "F", "shown": ["F", "C", "A"]}
 TASK_HARD = {"facts": [["F", 1], ["C", 3], ["A", 7]], "asked": "F", "shown": ["C", "A"]}
@@ -216,7 +216,7 @@ def test_freeride_demonstrator_thinker_mix_and_slips():
 def test_freeride_oracle_and_random():
     """`check`'s bar on this setting: the oracle (the demonstrator that always helps) wins every
     episode; a random policy (check.py's) wins about 1 in 10."""
-    from common.envs.check import _random_thinker_solver
+    from envs.api.check import _random_thinker_solver
 
     oracle = make(**{**FREERIDE, "expert_help": 1.0, "expert_silent": 0.0, "expert_wrong": 0.0})
     rng, wins = random.Random(0), {"oracle": [], "random": []}

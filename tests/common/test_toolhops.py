@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from common.envs import ENVS
-from common.envs.toolhops import (
+from envs.registry import ENVS
+from envs.testbeds.toolhops import (
     ATTRIBUTES,
     CLASSES,
     PLACEHOLDER,

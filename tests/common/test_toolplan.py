@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from common.envs import ENVS
-from common.envs.toolplan import (
+from envs.registry import ENVS
+from envs.testbeds.toolplan import (
     DISTRACTOR_TOOL,
     PLACEHOLDER,
     RIGHT_TOOL,

@@ -44,13 +44,14 @@ def test_update_follows_the_advantages(module):
     tasks = [env.task_set()["train"][i] for i in range(8)]
     groups = rollout.play_groups(tasks, [4] * 8, step=0)
     episodes = [e for g in groups for e in g.episodes]
-    advantages = Advantages({id(t): 1.0 if i % 2 == 0 else -1.0 for i, e in enumerate(episodes) for t in e.turns})  # +1 / -1
+    advantages = Advantages({(i, t): 1.0 if i % 2 == 0 else -1.0 for i, e in enumerate(episodes)  # +1 / -1
+                             for t in range(len(e.turns))})
     rows = build_rows(episodes, None)
     before = logps(module, rows)
     adapter_before = module.policy.adapter_state()
     stats = module.update(rows, advantages, step=0)
     after = logps(module, rows)
-    sign = [advantages.scalar(r.spans[0][1]) for r in rows]
+    sign = [advantages.scalar((r.episode, r.spans[0].turn_index)) for r in rows]
     up = torch.cat([a - b for a, b, s in zip(after, before, sign, strict=True) if s > 0]).mean()
     down = torch.cat([a - b for a, b, s in zip(after, before, sign, strict=True) if s < 0]).mean()
     assert up > 0 > down
@@ -83,7 +84,7 @@ def test_second_update_is_off_policy_and_clips(module):
                       module.policy.trainable_adapters, SamplingParams(1.0, 1.0, 16, ("\n",)), 512, seed=0)
     groups = rollout.play_groups([env.task_set()["train"][i] for i in range(8)], [4] * 8, step=0)
     episodes = [e for g in groups for e in g.episodes]
-    advantages = Advantages({id(t): 1.0 if i % 2 == 0 else -1.0 for i, e in enumerate(episodes) for t in e.turns})
+    advantages = Advantages({(i, t): 1.0 if i % 2 == 0 else -1.0 for i, e in enumerate(episodes) for t in range(len(e.turns))})
     stats = module.update(build_rows(episodes, None), advantages, step=0)
     assert stats["clip_fraction"] > 0 and stats["logprob_diff_max"] > 0.01
 
@@ -96,11 +97,11 @@ def test_kl_in_reward_penalizes_each_agents_own_tokens(module):
                       module.policy.trainable_adapters, SamplingParams(1.0, 1.0, 16, ("\n",)), 512, seed=0)
     episodes = [e for g in rollout.play_groups([env.task_set()["train"][0]], [2], step=0) for e in g.episodes]
     rows = build_rows(episodes, None)
-    for row in rows:  # a hand-made reference: every token 0.5 nats less likely than sampled
-        row.ref_logprobs = torch.tensor(row.behaviour_logprobs()) - 0.5
-    penalty = kl_reward_penalty(rows, coef=0.1, estimator="k1", agent_of=lambda e, i: e.turns[i].role)
-    for e in episodes:
+    reference = [torch.tensor(row.behaviour_logprobs()) - 0.5 for row in rows]  # every token 0.5 nats less likely
+    penalty = kl_reward_penalty(rows, reference, episodes, coef=0.1, estimator="k1",
+                                agent_of=lambda e, i: e.turns[i].role)
+    for i, e in enumerate(episodes):
         n_tokens = sum(t.num_action_tokens for t in e.turns if t.adapter is not None)
-        assert penalty(e, "*") == pytest.approx(0.1 * 0.5 * n_tokens)
-        assert penalty(e, "solver") == pytest.approx(0.1 * 0.5 * n_tokens)  # arith: one role
-        assert penalty(e, "nobody") == 0.0
+        assert penalty(i, "*") == pytest.approx(0.1 * 0.5 * n_tokens)
+        assert penalty(i, "solver") == pytest.approx(0.1 * 0.5 * n_tokens)  # arith: one role
+        assert penalty(i, "nobody") == 0.0

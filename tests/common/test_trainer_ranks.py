@@ -16,14 +16,15 @@ from common.config import ModelConfig, RunConfig, SFTConfig
 from common.credit import Advantages
 from common.engines.base import SamplingParams
 from common.engines.hf import HFEngine
-from common.envs.arith import ArithConfig, ArithEnv
 from common.episode import Episode, Group, Turn
 from common.method import Method, MethodConfig
-from common.policy import Policy, warm_started_base
+from common.policy import Policy
 from common.ranks import combine_rank_metrics, interleave, light
 from common.records import RunDir
 from common.rollout import Rollout
 from common.trainer import RLModule
+from common.warmstart import warm_started_base
+from envs.testbeds.arith import ArithConfig, ArithEnv
 
 # rank 0 and rank 1's rows of the 16 played: uneven, and then none at all on rank 1
 SPLITS = {"uneven": (slice(0, 11), slice(11, 16)), "rank 1 empty": (slice(0, 16), slice(0, 0))}
@@ -55,7 +56,7 @@ def _gradients(rank: int, world: int, work: Path, out: Path) -> dict[str, dict[i
                       SamplingParams(1.0, 1.0, 16, ("\n",)), 512, seed=0)
     groups = rollout.play_groups([env.task_set()["train"][i] for i in range(4)], [4] * 4, step=0)
     episodes = [e for g in groups for e in g.episodes]
-    advantages = Advantages({id(t): 1.0 if i % 3 else -0.5 for i, e in enumerate(episodes) for t in e.turns})
+    advantages = Advantages({(i, t): 1.0 if i % 3 else -0.5 for i, e in enumerate(episodes) for t in range(len(e.turns))})
     rows = build_rows(episodes, None)
     assert len(rows) == 16
     grads = {}

@@ -257,7 +257,7 @@ def test_make_replicate_grpo_smoke_with_vllm(tmp_path):
 
 
 def test_vllm_is_not_imported_unless_chosen():  # runs without vLLM too
-    code = ("import sys; import common.engines, common.trainer, common.run, replications.run; "
+    code = ("import sys; import common.engines, common.trainer, common.fit, experiments.run; "
             "from common.config import RunConfig; print('vllm' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr

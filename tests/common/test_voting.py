@@ -3,7 +3,7 @@
 import json
 import random
 
-from common.envs.voting import VotingConfig, VotingEnv, majority_correct
+from envs.testbeds.voting import VotingConfig, VotingEnv, majority_correct
 
 TASK = {"facts": [["F", 1], ["C", 3]], "asked": "F", "shown": [["F"], ["F", "C"], ["C"]]}
 

@@ -24,7 +24,7 @@ TIMING = ("time_rollout_s", "time_reference_s", "time_train_s", "time_step_s")
 
 def args(out, work, arm, *extra):
     # each label is its own out_dir (arm= names only the replication's arms, whose settings it applies)
-    return [sys.executable, "-m", "replications.run", "method=canopy", "scale=smoke", f"out_dir={Path(out) / arm}",
+    return [sys.executable, "-m", "experiments.run", "method=canopy", "scale=smoke", f"out_dir={Path(out) / arm}",
             f"work_dir={work}", "progress=false", "trainer.threads=1", "trainer.steps=4", *extra]
 
 

@@ -23,13 +23,14 @@ def args(out, work, first_role):
 
 @pytest.mark.parametrize("first_role", ["thinker", "solver"])
 def test_alternation_trains_only_the_named_adapter(tmp_path, first_role):
-    from common.envs import ENVS
-    from common.policy import Policy, warm_started_base
-    from replications.run import compose
+    from common.policy import Policy
+    from common.warmstart import warm_started_base
+    from envs.registry import ENVS
+    from experiments.run import compose
 
     out, work = tmp_path / "out", tmp_path / "work"
     overrides = args(out, work, first_role)
-    subprocess.run([sys.executable, "-m", "replications.run", "method=ccpo", *overrides], cwd=ROOT, check=True,
+    subprocess.run([sys.executable, "-m", "experiments.run", "method=ccpo", *overrides], cwd=ROOT, check=True,
                    capture_output=True, timeout=600)
     run = out / first_role / "ccpo" / "thinker_solver-freeride" / "default" / "seed-0"
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

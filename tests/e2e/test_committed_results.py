@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from experiments.compare import plan as compare_plan
+from experiments.replicate import plan
 from replications import METHODS
-from replications.compare import plan as compare_plan
-from replications.replicate import plan
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
@@ -42,7 +42,7 @@ def test_every_committed_compare_cell_is_done(monkeypatch):
 
 def test_the_quick_start_skips_every_committed_cell(wall_budget):
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "replications.replicate", "--method", "grpo"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "experiments.replicate", "--method", "grpo"], cwd=ROOT,
                           capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
     seconds = time.monotonic() - start
     assert done.returncode == 0, done.stderr[-2000:]

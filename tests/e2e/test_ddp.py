@@ -27,7 +27,7 @@ def run_args(out, work, steps=10):
 
 
 def python(*args):
-    return [sys.executable, "-m", "replications.run", "method=grpo", *args]
+    return [sys.executable, "-m", "experiments.run", "method=grpo", *args]
 
 
 def run_dir(out):

@@ -38,7 +38,7 @@ def evals(path):
 
 
 def python(*args):
-    return [sys.executable, "-m", "replications.run", "method=grpo", *args]
+    return [sys.executable, "-m", "experiments.run", "method=grpo", *args]
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def test_run_directory_is_complete(reference):
     assert {p.name for p in d.iterdir()} >= {"config.yaml", "manifest.json", "metrics.jsonl", "eval.json", "done"}
     manifest = json.loads((d / "manifest.json").read_text())
     assert manifest["git_sha"] and "torch" in manifest["packages"] and manifest["seed"] == 0
-    assert {"common.envs.arith", "common.policy"} <= set(manifest["warmstart"]["code"])  # the warm start's code fingerprint
+    assert {"envs.testbeds.arith", "common.warmstart"} <= set(manifest["warmstart"]["code"])  # the warm start's code fingerprint
     rows = metrics(d)
     assert [r["step"] for r in rows] == list(range(10))
     assert rows[-1]["generated_tokens_total"] == sum(r["generated_tokens"] for r in rows)

@@ -1,4 +1,4 @@
-"""End to end: InFlowOp at the smoke scale through the training-free path of `replications.run`
+"""End to end: InFlowOp at the smoke scale through the training-free path of `experiments.run`
 (trainer.steps=0: one held-out evaluation, the same records as a trained run), two arms, counted by paper/."""
 
 import json
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_inflowop_smoke_runs_two_arms_and_paper_counts_them(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
     for arm in ("single", "inflowop"):
-        args = [sys.executable, "-m", "replications.run", "method=inflowop", "scale=smoke", f"arm={arm}", f"out_dir={out}",
+        args = [sys.executable, "-m", "experiments.run", "method=inflowop", "scale=smoke", f"arm={arm}", f"out_dir={out}",
                 f"work_dir={work}", "progress=false", "trainer.threads=1"]
         proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]

@@ -69,7 +69,7 @@ def test_no_name_prints_the_usage(small_suite):
     ("class", "is a Python keyword"),
     ("grpo", "replications/grpo/ already exists"),
     ("sharp", "'sharp' is already in METHODS"),
-    ("run", "would shadow the module replications.run"),
+    ("experiments", "would shadow the suite's own module experiments"),
     ("common", "would shadow the suite's own module common"),
     ("json", "would shadow the standard library's module json"),
     ("torch", "would shadow the installed module torch"),
@@ -147,7 +147,7 @@ PROBE = """
 import json, replications, common.method
 from common.config import run_config_errors
 from replications import METHODS
-from replications.run import compose
+from experiments.run import compose
 print(json.dumps({"replications": replications.__file__, "common": common.method.__file__,
                   "foo": METHODS["foo"].__module__,
                   "errors": {s: run_config_errors(compose("foo", [f"scale={s}"])) for s in ("smoke", "cpu", "paper")}}))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import replications.replicate as replicate
-from replications.replicate import main
+import experiments.replicate as replicate
+from experiments.replicate import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.e2e
 def test_smoke_replication_end_to_end(tmp_path, wall_budget):
     out, work = tmp_path / "out", tmp_path / "work"
-    cmd = [sys.executable, "-m", "replications.replicate", "--method", "grpo", "--scale", "smoke",
+    cmd = [sys.executable, "-m", "experiments.replicate", "--method", "grpo", "--scale", "smoke",
            f"out_dir={out}", f"work_dir={work}"]
     t0 = time.time()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -41,7 +41,7 @@ def test_smoke_replication_end_to_end(tmp_path, wall_budget):
 
 @pytest.mark.e2e
 def test_bad_config_fails_before_any_cell_runs(tmp_path):
-    cmd = [sys.executable, "-m", "replications.replicate", "--method", "grpo", "--scale", "smoke",
+    cmd = [sys.executable, "-m", "experiments.replicate", "--method", "grpo", "--scale", "smoke",
            f"out_dir={tmp_path}", "trainer.kl.estimator=k9", "trainer.kl.coef=0.1", "trainer.kl.placement=loss"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
@@ -51,7 +51,7 @@ def test_bad_config_fails_before_any_cell_runs(tmp_path):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["trainer.nope=1"], "error: Could not override 'trainer.nope': Key 'nope' not in 'TrainerConfig'; "
-                         "python -m replications.run method=grpo --cfg job prints every setting"),
+                         "python -m experiments.run method=grpo --cfg job prints every setting"),
     (["trainer.lr=abc"], "'abc' of type 'str' could not be converted to Float"),
     (["trainer.lr=["], "(an override is key=value, e.g. trainer.lr=1e-3)"),
     (["trainer.lr"], "error: Error parsing override 'trainer.lr': missing EQUAL"),
@@ -111,7 +111,7 @@ def test_an_out_dir_that_cannot_be_written_lists_the_failed_cell(tmp_path):
     """A results folder below a file: the cell fails, the tables of what exists are printed, the
     failure is listed, exit 1 (or the check before the launch refuses it in one line, exit 2)."""
     (tmp_path / "a-file").write_text("")
-    cmd = [sys.executable, "-m", "replications.replicate", "--method", "grpo", "--scale", "smoke",
+    cmd = [sys.executable, "-m", "experiments.replicate", "--method", "grpo", "--scale", "smoke",
            f"out_dir={tmp_path / 'a-file' / 'out'}", f"work_dir={tmp_path / 'work'}"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     if proc.returncode == 2:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from common import sandbox
+from envs.api import sandbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(sandbox.available() is not None, reason="no bubblewrap sandbox here")]
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_river_smoke_run(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
-    args = [sys.executable, "-m", "replications.run", "method=river", "scale=smoke", f"out_dir={out}", f"work_dir={work}",
+    args = [sys.executable, "-m", "experiments.run", "method=river", "scale=smoke", f"out_dir={out}", f"work_dir={work}",
             "progress=false", "trainer.threads=1", "arm=river"]
     subprocess.run(args, cwd=ROOT, check=True, capture_output=True, timeout=600)
     d = out / "river" / "terminal" / "river" / "seed-0"

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def run(out, work, *extra):
     args = [f"out_dir={out}", f"work_dir={work}", "scale=smoke", "progress=false", "trainer.threads=1",
             "trainer.steps=4", "trainer.checkpoint_every=1", "eval.max_tasks=4", "sft.steps=20", *extra]
-    return subprocess.run([sys.executable, "-m", "replications.run", "method=grpo", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "experiments.run", "method=grpo", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -59,7 +59,7 @@ def test_two_work_dirs_racing_for_one_run_folder_leave_one_complete_run(tmp_path
     d = out / "grpo" / "arith" / "default" / "seed-0"
     args = [f"out_dir={out}", "scale=smoke", "progress=false", "trainer.threads=1", "trainer.steps=12",
             "trainer.checkpoint_every=1", "eval.max_tasks=4", "sft.steps=60"]
-    command = [sys.executable, "-m", "replications.run", "method=grpo", *args]
+    command = [sys.executable, "-m", "experiments.run", "method=grpo", *args]
     first = subprocess.Popen([*command, f"work_dir={tmp_path / 'work-a'}"], cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:

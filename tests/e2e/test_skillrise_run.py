@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_skillrise_smoke_runs(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
-    common = [sys.executable, "-m", "replications.run", "method=skillrise", "scale=smoke", f"out_dir={out}", f"work_dir={work}",
+    common = [sys.executable, "-m", "experiments.run", "method=skillrise", "scale=smoke", f"out_dir={out}", f"work_dir={work}",
               "progress=false", "trainer.threads=1", "sft.steps=20"]
     for arm in ("skillrise", "grpo"):
         subprocess.run([*common, f"arm={arm}"], cwd=ROOT, check=True, capture_output=True, timeout=300)

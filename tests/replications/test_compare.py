@@ -1,4 +1,4 @@
-"""`make compare` (replications/compare.py): the declarations, the matrix, one budget per environment,
+"""`make compare` (experiments/compare.py): the declarations, the matrix, one budget per environment,
 every applicable pair resolving to a valid config, reuse of the methods' own finished runs."""
 
 from __future__ import annotations
@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.envs import ENVS
-from common.envs.features import FEATURES
-from common.envs.protocols import CounterfactualReplay
-from replications import METHODS
-from replications.compare import (
+from envs.api.features import FEATURES
+from envs.api.protocols import CounterfactualReplay
+from envs.registry import ENVS
+from experiments.compare import (
     CompareCell,
     applicable,
     cells_for,
@@ -25,8 +24,9 @@ from replications.compare import (
     plan,
     reusable,
 )
-from replications.replicate import _plain_config, validate_cells
-from replications.run import compose
+from experiments.replicate import _plain_config, validate_cells
+from experiments.run import compose
+from replications import METHODS
 
 # the budget: what every method on one environment shares (the rest is the method's recipe)
 BUDGET = ("env", "model.hidden_size", "model.num_layers", "model.vocab_size", "model.max_length", "sft", "engine",
@@ -112,7 +112,7 @@ def test_a_cell_reuses_the_methods_own_finished_run(tmp_path):
 
 
 def test_bad_selections_are_refused():
-    with pytest.raises(ValueError, match="not in replications/compare.yaml"):
+    with pytest.raises(ValueError, match="not in experiments/compare.yaml"):
         plan("smoke", envs=["nowhere"])
     with pytest.raises(ValueError, match="unknown"):
         plan("smoke", envs=["arith"], methods=["nosuch"])
@@ -121,7 +121,7 @@ def test_bad_selections_are_refused():
 @pytest.mark.parametrize("override", ["seed=7", "+arm=grpo", "method=sharp", "scale=cpu"])
 def test_extra_overrides_that_move_a_cell_are_refused_in_one_line(override, tmp_path, capsys):
     """make compare ARGS=seed=7 (issue 34): the cells' seeds belong to SEEDS, arms, methods and scale to their own."""
-    from replications.compare import main
+    from experiments.compare import main
 
     assert main(["--scale", "smoke", "--envs", "arith", "--dry-run", f"out_dir={tmp_path}", override]) == 2
     err = capsys.readouterr().err
@@ -131,4 +131,4 @@ def test_extra_overrides_that_move_a_cell_are_refused_in_one_line(override, tmp_
 
 
 def test_compare_file_exists_where_the_module_says():
-    assert (Path(__file__).resolve().parents[2] / "replications" / "compare.yaml").exists()
+    assert (Path(__file__).resolve().parents[2] / "experiments" / "compare.yaml").exists()

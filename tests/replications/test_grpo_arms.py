@@ -6,11 +6,12 @@ import pytest
 
 from common.credit import BROADCAST, get_estimator, rft, to_advantages
 from common.engines.base import Engine, SamplingParams
-from common.envs.arith import ArithConfig, ArithEnv
-from common.policy import demonstrations
 from common.rollout import Rollout
+from common.warmstart import demonstrations
+from envs.testbeds.arith import ArithConfig, ArithEnv
+from experiments.replicate import load_replication, plan
 from replications.grpo.method import GRPO, GRPOConfig
-from replications.replicate import load_replication, plan
+from tests.helpers import ByTurn
 
 
 def test_rft_keeps_the_successes_with_weight_one_and_nothing_else():
@@ -62,7 +63,7 @@ def test_clean_sft_credit_is_advantage_one_on_every_demonstrated_token(tiny_part
     groups = method.play(rollout, tasks, step=0, mode="train")  # the NoModel engine proves nothing was sampled
     credit = method.credit(groups, 0)
     assert credit.kind == "advantage" and credit.values == [[{BROADCAST: 1.0}] * len(g.episodes) for g in groups]
-    adv = to_advantages(groups, credit, method.agent_of, method.estimator)
+    adv = ByTurn(to_advantages(groups, credit, method.agent_of, method.estimator), groups)
     assert all(adv.tokens(t) == [1.0] * len(t.action_ids) for g in groups for e in g.episodes for t in e.turns)
 
 

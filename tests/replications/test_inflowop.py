@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from common.envs.braid import BraidConfig, BraidEnv, BraidTask, Node
+from envs.testbeds.braid import BraidConfig, BraidEnv, BraidTask, Node
 from replications.inflowop import execute
 from replications.inflowop.agents import (
     COMPOSITION,
@@ -190,7 +190,7 @@ class Fixed(ScriptedAgent):
         object.__setattr__(self, "empty_evens", empty_evens)
 
     def attempt(self, op, k, inputs, position, rng):
-        from common.envs.braid import apply_op
+        from envs.testbeds.braid import apply_op
 
         if self.empty_evens and op == "evens":
             return []  # plausible: passes evens' output contract
@@ -310,10 +310,10 @@ def test_config_defaults_are_the_dev_tuning_choice():
 
 
 def test_every_cpu_cell_composes_and_resolves_and_small_and_paper_refuse():
-    from common.run import resolve
+    from common.fit import resolve
+    from experiments.replicate import plan, validate_cells
+    from experiments.run import compose
     from replications import METHODS
-    from replications.replicate import plan, validate_cells
-    from replications.run import compose
 
     cells = plan("inflowop", "cpu")
     assert len(cells) == 70 and {c.arm for c in cells} == set(ARMS)

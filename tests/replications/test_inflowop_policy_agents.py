@@ -13,8 +13,9 @@ import torch
 from common.config import ModelConfig, RunConfig, SFTConfig
 from common.engines.base import SamplingParams
 from common.engines.hf import HFEngine
-from common.envs.braid import OPS, BraidConfig, BraidEnv, BraidTask, Node, apply_op, render
-from common.policy import Policy, warm_started_base
+from common.policy import Policy
+from common.warmstart import warm_started_base
+from envs.testbeds.braid import OPS, BraidConfig, BraidEnv, BraidTask, Node, apply_op, render
 from replications.inflowop import policy_agents
 from replications.inflowop.agents import (
     POOL,
@@ -176,7 +177,7 @@ def test_adapters_for_two_categories_differ_and_the_warm_start_is_cached(tmp_pat
     with pytest.raises(AssertionError, match="redone"):  # another category is another warm start
         add_agents(again, [model_agent(["num"])], env, TINY, SFTConfig(enabled=False), training, str(tmp_path))
     real_code = policy_agents.warm_start_code
-    monkeypatch.setattr(policy_agents, "warm_start_code", lambda e: real_code(e) | {"common.envs.braid": "edited"})
+    monkeypatch.setattr(policy_agents, "warm_start_code", lambda e: real_code(e) | {"envs.testbeds.braid": "edited"})
     with pytest.raises(AssertionError, match="redone"):  # an edit of braid's code is another warm start too
         add_agents(again, agents, env, TINY, SFTConfig(enabled=False), training, str(tmp_path))
 
@@ -216,9 +217,9 @@ def test_answerer_makes_one_generate_call_per_batch(tmp_path):
 
 
 def test_bad_policy_agent_settings_fail_before_the_run():
-    from common.run import resolve
+    from common.fit import resolve
+    from experiments.run import compose
     from replications import METHODS
-    from replications.run import compose
 
     with pytest.raises(ValueError, match="categories"):
         resolve(compose("inflowop", ["+pool=policy", "method.policy_agents=[lists]"]), METHODS)

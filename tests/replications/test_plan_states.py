@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from common.records import config_changes
-from replications import replicate
-from replications.replicate import Cell, cell_config, estimate_seconds, plan_text, refusal
+from experiments import replicate
+from experiments.replicate import Cell, cell_config, estimate_seconds, plan_text, refusal
 
 
 def _cell(tmp_path, seed=0, steps=10, extra=()):

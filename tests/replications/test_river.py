@@ -10,8 +10,8 @@ import pytest
 
 from common.config import build_dataclass
 from common.credit import grpo
-from common.envs.terminal import TerminalConfig, TerminalEnv
 from common.episode import Episode, Group, Turn
+from envs.testbeds.terminal.env import TerminalConfig, TerminalEnv
 from replications.river import filter as filter_module
 from replications.river.filter import (
     AuditRates,

@@ -1,5 +1,5 @@
 """What the run entry points report when a run cannot go on (issue 34): lock contention, a folder it may
-not write and a full disk are one line `error: ...`, never a traceback; python -m replications.run and a
+not write and a full disk are one line `error: ...`, never a traceback; python -m experiments.run and a
 local replication's cells alike."""
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ import sys
 import pytest
 from filelock import FileLock
 
+from common.fit import RunStopped, storage_problem
 from common.records import RunDir
-from common.run import RunStopped, storage_problem
-from replications.replicate import failure_text, launch_local, plan
+from experiments.replicate import failure_text, launch_local, plan
 
 
 def _main(tmp_path, monkeypatch, capsys, *overrides: str) -> tuple[int, str]:
-    """python -m replications.run method=grpo scale=smoke ..., in this process: (exit status, stderr)."""
-    from replications.run import main
+    """python -m experiments.run method=grpo scale=smoke ..., in this process: (exit status, stderr)."""
+    from experiments.run import main
 
-    monkeypatch.setattr(sys, "argv", ["replications.run"])
+    monkeypatch.setattr(sys, "argv", ["experiments.run"])
     with pytest.raises(SystemExit) as exit_:
         main(["method=grpo", "scale=smoke", f"out_dir={tmp_path / 'out'}", f"work_dir={tmp_path / 'work'}",
               "progress=false", *overrides])
@@ -77,7 +77,7 @@ def test_a_write_that_names_no_file_names_the_run_folders_and_other_errors_keep_
 
 
 def test_a_non_storage_error_of_a_run_is_not_made_one_line(tmp_path, monkeypatch):
-    from common import run as run_module
+    from common import fit as run_module
     from common.config import RunConfig
 
     def broken(self, force, config=None):
@@ -94,7 +94,7 @@ def test_failure_text_keeps_a_traceback_for_anything_but_a_refusal_or_a_stop():
     trace = ("Job (task=0) failed during processing with trace:\n----------------------\nTraceback (most recent call "
              "last):\n  File \"x.py\", line 1, in f\nKeyError: 'step'\n\n----------------------\nYou can check full logs")
     assert failure_text(Exception(trace)).startswith("\n") and "KeyError: 'step'" in failure_text(Exception(trace))
-    stopped = trace.replace("KeyError: 'step'", "common.run.RunStopped: the run stopped: cannot write x (Read-only "
+    stopped = trace.replace("KeyError: 'step'", "common.fit.RunStopped: the run stopped: cannot write x (Read-only "
                             "file system); choose")
     assert failure_text(Exception(stopped)) == " the run stopped: cannot write x (Read-only file system); choose"
 

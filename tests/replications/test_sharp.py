@@ -8,8 +8,8 @@ import pytest
 
 from common.config import build_dataclass
 from common.credit import grpo
-from common.envs.protocols import CounterfactualReplay
 from common.episode import Episode, Group, Turn
+from envs.api.protocols import CounterfactualReplay
 from replications.sharp.method import (
     SHARP,
     SHARPConfig,
@@ -137,7 +137,7 @@ class _Env:
 
     @staticmethod
     def replay(record, masked):
-        from common.envs.toolplan import replay
+        from envs.testbeds.toolplan import replay
 
         return replay(record, masked)
 
@@ -216,9 +216,9 @@ def test_bad_settings_are_errors():
 
 
 def test_a_replay_credit_on_an_environment_without_replay_fails_before_the_run():
-    from common.run import resolve
+    from common.fit import resolve
+    from experiments.run import compose
     from replications import METHODS
-    from replications.run import compose
 
     cfg = compose("grpo", ["scale=smoke"])  # arith: no counterfactual replay
     cfg.method = {"name": "sharp", "credit": "loo"}
@@ -232,7 +232,7 @@ def test_a_replay_credit_on_an_environment_without_replay_fails_before_the_run()
 def test_every_cpu_cell_composes_and_resolves():
     """One seed per arm is composed and checked (every seed of an arm differs only in `seed`); the
     seeds are one list per scale in replication.yaml, so every arm runs the same seeds."""
-    from replications.replicate import load_replication, plan, validate_cells
+    from experiments.replicate import load_replication, plan, validate_cells
 
     cells = plan("sharp", "cpu", seeds=[0])
     envs = {"toolplan-k2", "toolplan-k4", "toolhops-chain-k2", "toolhops-chain-k5", "toolhops-redundant-k2"}
@@ -249,9 +249,9 @@ def test_every_cpu_cell_composes_and_resolves():
 
 
 def test_paper_scale_refuses_without_model_or_data(tmp_path):
-    from common.run import resolve
+    from common.fit import resolve
+    from experiments.run import compose
     from replications import METHODS
-    from replications.run import compose
 
     cfg = compose("sharp", ["scale=paper"])
     assert cfg.trainer.group_size == 8 and cfg.method["lambda_s"] == 0.9 and cfg.model.hf_id == "Qwen/Qwen3-8B"
@@ -290,7 +290,7 @@ def test_gap_growth_and_verdicts():
     assert verdict(gap_growth({}, 2, 4)[0], 0, float("nan")) == "inconclusive (not enough runs)"
 
 
-# ---- #17: the local arm, and the variants where credit can matter (common/envs/toolhops.py) ---------
+# ---- #17: the local arm, and the variants where credit can matter (envs/testbeds/toolhops.py) ---------
 def test_own_slot_by_hand():
     from replications.sharp.method import own_slot
 
@@ -316,10 +316,10 @@ def test_credit_local_by_hand():
 
 
 def hops_record(world=12345):
-    """A K=2 chain with both workers right (common/envs/toolhops.py)."""
+    """A K=2 chain with both workers right (envs/testbeds/toolhops.py)."""
     import random
 
-    from common.envs.toolhops import ToolHopsConfig, ToolHopsEnv, fact, right_tool
+    from envs.testbeds.toolhops import ToolHopsConfig, ToolHopsEnv, fact, right_tool
 
     env = ToolHopsEnv(ToolHopsConfig(k=2, train_size=4, heldout_size=4, dev_size=4))
     e1 = fact("boss", "k", world)
@@ -345,7 +345,7 @@ def test_redundant_workers_loo_gives_zero_and_shapley_splits():
     = 5/24 and worker 1 1/4 + 1/2 * 2/3 = 7/12 (sum 1 = v(M))."""
     import random
 
-    from common.envs.toolhops import ToolHopsConfig, ToolHopsEnv, fact, right_tool
+    from envs.testbeds.toolhops import ToolHopsConfig, ToolHopsEnv, fact, right_tool
 
     env = ToolHopsEnv(ToolHopsConfig(mode="parallel", k=2, extra_workers=1, train_size=4, heldout_size=4, dev_size=4))
     ep = env.new_episode({"world": 7, "attrs": ["boss", "twin"], "entities": ["k", "m"]}, random.Random(0))
@@ -389,8 +389,8 @@ def test_dependent_hops_separate_shapley_from_broadcast_more_than_toolplan():
     """Correlation of SHARP's and broadcast worker advantages on a batch sampled at warm-start error rates
     (32 tasks x G=8, K=4). When written: toolplan 0.88 (the issue's 0.87), dependent hops 0.78 (K=5: 0.63); at K=2 the
     chain gives 0.99 (a downstream worker contributes only when everything upstream is right), see CARD."""
-    from common.envs.toolhops import ToolHopsConfig, ToolHopsEnv
-    from common.envs.toolplan import ToolPlanConfig, ToolPlanEnv
+    from envs.testbeds.toolhops import ToolHopsConfig, ToolHopsEnv
+    from envs.testbeds.toolplan import ToolPlanConfig, ToolPlanEnv
 
     def corr(env):
         groups = sampled_groups(env, 32, 8, seed=0)
@@ -401,7 +401,7 @@ def test_dependent_hops_separate_shapley_from_broadcast_more_than_toolplan():
 
 
 def test_redundancy_separates_shapley_from_leave_one_out_on_a_sampled_batch():
-    from common.envs.toolhops import ToolHopsConfig, ToolHopsEnv
+    from envs.testbeds.toolhops import ToolHopsConfig, ToolHopsEnv
 
     env = ToolHopsEnv(ToolHopsConfig(mode="parallel", k=2, extra_workers=2))
     groups = sampled_groups(env, 32, 8, seed=0)

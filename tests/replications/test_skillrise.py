@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from common.envs.skill_families import SkillFamiliesConfig, SkillFamiliesEnv
 from common.episode import Episode, Group
+from envs.testbeds.skill_families import SkillFamiliesConfig, SkillFamiliesEnv
 from replications.skillrise.method import (
     SkillRise,
     SkillRiseConfig,
@@ -134,7 +134,7 @@ def test_validate_refuses_what_cannot_work():
     m = _method("grpo", decay=0.5)
     with pytest.raises(ValueError, match="no effect"):
         m.validate()
-    from common.envs import ENVS
+    from envs.registry import ENVS
 
     if "textworld" not in ENVS:  # scale=small refuses until the real benchmark is registered
         m = _method("skillrise")
@@ -161,11 +161,11 @@ def test_chains_of_splits_repeated_families():
     assert [[r["id"] for r in c] for c in chains_of(rows)] == [["a2", "a3", "a4"], ["a2", "a3"], ["b3"]]
 
 
-# ---- the small scale: chains of TextWorld games (common/envs/textworld_families.py) ---------------
+# ---- the small scale: chains of TextWorld games (envs/benchmarks/textworld/families.py) ---------------
 
 
 def _needs_textworld() -> None:
-    from common.envs.textworld import _textworld
+    from envs.benchmarks.textworld.games import _textworld
 
     try:
         _textworld()  # the package, with the placeholder jericho when the real one is absent
@@ -198,7 +198,7 @@ class ScriptedRollout:
 def test_the_chain_code_plays_textworld_families(tmp_path):
     """SkillRise's own chain loop on TextWorld: a family's games in plan order, each curate turn's document
     in the next game's prompt, one group per (family, position, role), and the chain credit."""
-    from common.envs.textworld import TextWorldConfig, TextWorldEnv
+    from envs.benchmarks.textworld.env import TextWorldConfig, TextWorldEnv
 
     _needs_textworld()
     env = TextWorldEnv(TextWorldConfig(families=True, train_size=12, heldout_size=3, dev_size=3, demo_slip=0.0, demo_abstract=1.0, demo_concrete=0.0,
@@ -225,9 +225,9 @@ def test_the_chain_code_plays_textworld_families(tmp_path):
 
 def test_the_small_scale_composes_and_validates_and_a_missing_model_refuses():
     from common.config import check_machine
-    from common.run import resolve
+    from common.fit import resolve
+    from experiments.run import compose
     from replications import METHODS
-    from replications.run import compose
 
     _needs_textworld()
     for arm in ("skillrise", "skillrise-current", "grpo"):

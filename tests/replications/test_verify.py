@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from replications import verify
-from replications.replicate import Cell
+from experiments import verify
+from experiments.replicate import Cell
 
 
 def _run(folder, final, class_=None, rows=(0.5, 0.25), started="2026-01-01T00:00:00+0000"):
@@ -80,7 +80,7 @@ def test_an_unknown_method_is_one_line(capsys):
     ("common/trainer.py", "grpo", True), ("replications/grpo/method.py", "grpo", True),
     ("replications/sharp/method.py", "grpo", False), ("replications/grpo/tables.py", "grpo", False),
     ("replications/grpo/CARD.md", "grpo", False), ("paper/report.py", "grpo", False),
-    ("replications/run.py", "grpo", True), ("tests/common/test_loss.py", "grpo", False),
+    ("experiments/run.py", "grpo", True), ("tests/common/test_loss.py", "grpo", False),
     ("replications/_template/method.py", "grpo", False), ("constraints.txt", "grpo", True)])
 def test_which_files_affect_a_methods_results(path, method, expected):
     from paper.staleness import affects

@@ -20,10 +20,10 @@ import yaml
 
 pytest.importorskip("math_verify")  # the `envs` extra (make setup)
 
-from common.envs import ENVS  # noqa: E402
-from common.envs.paper_data import write_samples  # noqa: E402
+from envs.benchmarks.paper_math.data import write_samples  # noqa: E402
+from envs.registry import ENVS  # noqa: E402
+from experiments.replicate import load_replication, main  # noqa: E402
 from replications import METHODS  # noqa: E402
-from replications.replicate import load_replication, main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER_SCALES = [(m, p.stem) for m in sorted(METHODS) for p in sorted((ROOT / "replications" / m / "conf" / "scale").glob("paper*.yaml"))]
@@ -61,7 +61,7 @@ def login_node(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", no_gpu_here)
     monkeypatch.setattr(torch.cuda, "device_count", no_gpu_here)
     monkeypatch.setattr("common.config.machine_errors", no_gpu_here)
-    monkeypatch.setattr("common.run.check_machine", no_gpu_here)
+    monkeypatch.setattr("common.fit.check_machine", no_gpu_here)
 
 
 def args(method: str, scale: str, model: Path, data: Path, tmp: Path) -> list[str]:

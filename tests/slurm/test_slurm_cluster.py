@@ -19,7 +19,7 @@ from tests.helpers import last_checkpoint
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]
 
-SMOKE = [sys.executable, "-m", "replications.replicate", "--method", "grpo", "--scale", "smoke",
+SMOKE = [sys.executable, "-m", "experiments.replicate", "--method", "grpo", "--scale", "smoke",
          "--cluster", "slurm", "--profile", "local"]
 
 
@@ -66,7 +66,7 @@ def test_grpo_smoke_replication_through_slurm(slurm_cluster, tmp_path, warm_cach
         assert _steps(run_dir) == list(range(len(_steps(run_dir)))) and len(_steps(run_dir)) == 4
         assert "final" in json.loads((run_dir / "eval.json").read_text())
     assert "| arith | GRPO | 2 | 0, 1 | smoke |" in first.stdout  # the runs table of make paper's grpo section
-    assert record.aggregate == "replications.replicate:collect_tables"
+    assert record.aggregate == "experiments.replicate:collect_tables"
     shutil.copytree(work / "warmstart", warm_cache, dirs_exist_ok=True)
 
     # a rerun is idempotent: nothing is submitted, finished results are not touched, the table is printed

@@ -15,7 +15,7 @@ import pytest
 from slurm.jobs import Launch, launches
 
 REPO = Path(__file__).resolve().parents[2]
-REPLICATE = [sys.executable, "-m", "replications.replicate", "--method", "grpo", "--scale", "smoke", "--cluster", "slurm"]
+REPLICATE = [sys.executable, "-m", "experiments.replicate", "--method", "grpo", "--scale", "smoke", "--cluster", "slurm"]
 
 
 def _run(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess:

@@ -68,16 +68,16 @@ def test_failure_report_names_state_and_log_tail(tmp_path):
 
 
 def test_launch_record_round_trip_rebuilds_the_planners_cells(tmp_path):
-    from replications.replicate import Cell
+    from experiments.replicate import Cell
 
     cell = Cell("grpo", "arith", "grpo", 0, "smoke", ("scale=smoke", "seed=0"), "runs/smoke", ".cache", 4)
     record = Launch(id=Launch.new_id("grpo", "smoke"), method="grpo", scale="smoke", cwd="/somewhere",
-                    work_dir=str(tmp_path), profile={"name": "local"}, cell_type="replications.replicate:Cell",
-                    aggregate="replications.replicate:collect_tables",
+                    work_dir=str(tmp_path), profile={"name": "local"}, cell_type="experiments.replicate:Cell",
+                    aggregate="experiments.replicate:collect_tables",
                     entries=[Entry({**cell.__dict__}, cell.name, "/somewhere/runs/smoke/x", "7_0", "/f/%j")])
     loaded = Launch.load(record.save())
     assert (loaded.id, loaded.profile, loaded.entries[0].job_id) == (record.id, {"name": "local"}, "7_0")
-    assert loaded.aggregate == "replications.replicate:collect_tables"
+    assert loaded.aggregate == "experiments.replicate:collect_tables"
     (rebuilt,) = loaded.cells()
     assert rebuilt.overrides == cell.overrides and rebuilt.out_dir == "/somewhere/runs/smoke"
     assert rebuilt.run_dir == Path("/somewhere/runs/smoke/grpo/arith/grpo/seed-0")
@@ -89,7 +89,7 @@ def test_a_launch_recorded_without_a_tables_function_asks_for_one(tmp_path, caps
     from slurm.launch import collect
 
     record = Launch(id="old", method="grpo", scale="smoke", cwd=str(tmp_path), work_dir=str(tmp_path),
-                    profile={"name": "local"}, cell_type="replications.replicate:Cell")
+                    profile={"name": "local"}, cell_type="experiments.replicate:Cell")
     data = json.loads(record.save().read_text())
     del data["aggregate"]  # written before launches recorded it
     record.path.write_text(json.dumps(data))

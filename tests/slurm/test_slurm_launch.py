@@ -50,7 +50,7 @@ def test_cells_of_one_array_share_their_shape():
 
 @pytest.fixture
 def paper_args(tmp_path):
-    from common.envs.paper_data import write_samples
+    from envs.benchmarks.paper_math.data import write_samples
 
     model = tmp_path / "deepseek-math-7b-instruct"  # validation only checks the folder exists
     model.mkdir()
@@ -61,7 +61,7 @@ def paper_args(tmp_path):
 
 
 def test_dry_run_of_a_two_node_eight_gpu_paper_cell(paper_args, tmp_path, monkeypatch, capsys):
-    from replications.replicate import main
+    from experiments.replicate import main
 
     monkeypatch.setenv("REPLICATE_SLURM_NODES", "2")
     monkeypatch.setenv("REPLICATE_SLURM_PARTITION", "gpu")
@@ -86,7 +86,7 @@ def test_dry_run_of_a_two_node_eight_gpu_paper_cell(paper_args, tmp_path, monkey
     (["trainer.devices=8", "trainer.num_nodes=2"], "trainer.num_nodes=2 but profile slurm-gpu has nodes=1"),
 ])
 def test_mismatch_is_refused_before_submission(paper_args, tmp_path, capsys, extra, message):
-    from replications.replicate import main
+    from experiments.replicate import main
 
     rc = main([a for a in paper_args if a != "--dry-run"] + extra)  # a real launch, refused
     err = capsys.readouterr().err
@@ -100,7 +100,7 @@ def test_cell_job_requeues_the_same_cell_and_forces_only_once(tmp_path, monkeypa
     that FORCE=1-restarted a run resumes it instead of restarting it again."""
     import json
 
-    from replications.replicate import Cell
+    from experiments.replicate import Cell
     from slurm.launch import CellJob
 
     seen = []
@@ -136,14 +136,14 @@ def test_the_launcher_imports_no_method():
 
 
 def test_entry_points_round_trip():
-    from replications.replicate import Cell, collect_tables
+    from experiments.replicate import Cell, collect_tables
 
-    assert entry_point(collect_tables) == "replications.replicate:collect_tables"
-    assert load_entry("replications.replicate:collect_tables") is collect_tables
+    assert entry_point(collect_tables) == "experiments.replicate:collect_tables"
+    assert load_entry("experiments.replicate:collect_tables") is collect_tables
     assert load_entry(entry_point(Cell)) is Cell
     assert entry_point(lambda cell: cell) is None  # not importable from another process
     with pytest.raises(ValueError, match="module:function"):
-        load_entry("replications.replicate.collect_tables")
+        load_entry("experiments.replicate.collect_tables")
 
 
 def test_collect_prints_the_recorded_tables_function(tmp_path, monkeypatch, capsys):

@@ -3,8 +3,8 @@ annotator's parsing of fixed answers."""
 
 import random
 
-from common.envs.service_desk import ServiceDeskConfig, ServiceDeskEnv
 from common.episode import Episode, Event, Turn
+from envs.testbeds.service_desk import ServiceDeskConfig, ServiceDeskEnv
 from replications.iapo.graph import annotation_prompt
 from replications.iapo.method import (
     InfluenceGraph,

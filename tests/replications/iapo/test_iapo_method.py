@@ -89,7 +89,7 @@ def test_bad_settings_fail_before_the_run(kw, match):
 
 
 def test_real_benchmark_scales_refuse_without_their_environments(monkeypatch):
-    from common import envs
+    import envs.registry as envs
 
     monkeypatch.delitem(envs.ENVS, "tau2", raising=False)
     with pytest.raises(ValueError, match=r"scale=small trains on env=tau2 .*not registered"):

@@ -1,0 +1,11 @@
+"""The environments, by kind (`envs.registry.ENVS` names every one):
+
+- `envs/api/`: the text-environment API (`base.py`) and its infrastructure: the features a method may
+  need (`features.py`, `protocols.py`), the verifier check (`check.py`, `python -m envs check`), the fuzz
+  harness of hostile actions (`fuzz.py`) and the bubblewrap sandbox (`sandbox.py`);
+- `envs/testbeds/`: the suite's own environments, each built to expose one method's mechanism;
+- `envs/benchmarks/`: adapters of real benchmarks installed as packages, and the papers' staged data.
+
+Each environment's whole story (tasks, rules, scoring, scripted demonstrator) is one module, or one
+folder when it has parts (`terminal/`, `humaneval/`, `textworld/`, `paper_math/`).
+"""

@@ -1,0 +1,480 @@
+"""`bfcl`: BFCL v4 multi-turn: stateful simulated APIs, rewarded by the benchmark's own checker.
+
+Provenance: the Berkeley Function Calling Leaderboard (Patil et al., "The Berkeley Function Calling
+Leaderboard (BFCL): From Tool Use to Agentic Evaluation of Large Language Models", ICML 2025), as
+shipped in the PyPI package `bfcl-eval` (2026.3.23; Apache-2.0), installed without its
+dependencies (`pip install --no-deps`: the multi-turn APIs and checker need only the standard
+library and mpmath; the package's model clients, tree-sitter parsers and retrieval stack are never
+imported). Its multi-turn categories, 200 scenarios each: `base`, `miss_func` (a function is
+withheld until a later turn), `miss_param` (a turn lacks a parameter: the model should ask, not
+call) and `long_context` (the same scenarios with large states and outputs). Eight simulated apps
+(file system, messaging, posting, tickets, trading, travel, vehicle control, math), executed in
+process; nothing is downloaded. `BfclEnv.provenance()` gives the same facts for a run's manifest.
+
+One role (`agent`). The first observation is BFCL's default prompting-mode system prompt (its own
+template: classic style, plain text, function docs as JSON) and the first user turn. Each action is
+BFCL's Python call syntax, `[func(a=1), g(b='x')]`: the calls run in order on the episode's app
+instances and the next observation is their results, formatted as BFCL's prompting handlers format
+them (a list of `{'role': 'tool', 'name': call, 'content': result}`). Any action that is not a
+non-empty list of calls (a text reply, `[]`) ends the user's turn, as in BFCL's inference loop;
+the next observation is the next user turn (for a `miss_func` turn, BFCL's "I have updated some
+more functions..." message with the added functions' docs). A turn of more than
+`max_steps_per_turn` call steps (BFCL's `MAXIMUM_STEP_LIMIT`, 20) force-quits the episode (reward 0,
+as BFCL scores a force-terminated entry). After the last turn, BFCL's `multi_turn_checker` replays
+the decoded calls from the initial state and compares, turn by turn, every app's state with the
+ground truth's and the ground truth's results with the model's: reward 1 when it says `valid`,
+else 0 (`info.error_type` gives its reason).
+
+Decoding is this module's own, not BFCL's (BFCL's `ast_parse` `eval`s arithmetic and lambdas in
+model text): the action is stripped of backticks as BFCL does, bracketed, parsed with `ast`; each
+call must be a plain name with literal keyword values (`ast.literal_eval`; a bare name is read as
+its string, as BFCL does); positional arguments are dropped, as BFCL's decoder drops them. Text
+that fails to parse as calls although it contains `(` ends the turn with an `invalid_action` event
+and a note before the next user turn. A call of a function no app has, with a non-literal argument, or
+past a bound is not run: its result is an error and it is left out of what the checker replays (an
+error changes no state; BFCL would have run it into the same or a slower error). The bounds keep a
+call from hanging the process in one C operation, which no signal interrupts (the rollout's limit on a
+step's CPU time, `env.step_cpu_s`, acts between Python bytecodes): every number in the arguments,
+nested ones included, has |x| <= `MAX_MAGNITUDE` (10**15; the ground truth's largest is 987654:
+`power(base=<4000 digits>, exponent=1000)` took 2 s), and `GUARDS` bounds the arguments that are
+exponents or precisions (`round_number(number=7, decimal_places=-100000000)` computes 10**100000000,
+`power(exponent=10**9)`). A function withheld in `miss_func` runs when called by name before it is
+offered, as BFCL's executor runs it (one ground truth, `miss_func_49`, calls `tail` before its turn).
+
+Splits are fixed by scenario number `i` (the same for every category, so a held-out scenario is
+held out in all of them): held-out `i % 5 == 0` (40), dev `i % 10 == 3` (20), train the other 140
+(demo: train scenarios beyond `train_size`). `categories` picks the categories (a task's tier is its
+category's position + 1); a split takes its scenarios in order and each scenario in every listed
+category, up to its size. `docs="signatures"` replaces the JSON docs with one line per function (a
+deviation for small-context models: the first observation of a base scenario is 4.2k-9.3k tokens with
+JSON docs (median 7.2k, SmolLM2's tokenizer), 0.65k-1.35k with signatures).
+
+The scripted demonstrator (the SFT warm start's data; the oracle of `python -m envs check`)
+plays the ground truth: each turn's calls in one action (positional arguments named from the
+method's signature), then `[]` (or, on a turn whose ground truth is empty, a sentence saying it
+cannot proceed). Injected error: with probability `demo_slip` per turn it leaves out the turn's
+last call.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import functools
+import importlib
+import inspect
+import json
+import random
+import secrets
+from dataclasses import dataclass, field
+from importlib import metadata, resources
+from typing import Any
+
+from datasets import Dataset, DatasetDict
+
+from common.episode import Event
+from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+
+PACKAGE, LICENSE, SCENARIOS = "bfcl-eval", "Apache-2.0", 200
+CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
+AGENT = "agent"
+MAX_ACTION_CHARS = 20_000  # longer actions are not parsed (an invalid action ending the turn)
+END_TURN = "[]"
+CANNOT = "I cannot do this with the functions and the information I have; please tell me what is missing."
+# (function, argument) -> the largest absolute value run: past it the call would hang or exhaust the process
+GUARDS: dict[tuple[str, str], int] = {("power", "exponent"): 1000, ("logarithm", "precision"): 1000,
+                                      ("square_root", "precision"): 1000, ("round_number", "decimal_places"): 1000}
+MAX_MAGNITUDE = 10**15  # any number in any call's arguments (the ground truth's largest: 987654)
+
+
+def split_of(index: int) -> str:
+    """The split of scenario `index` (the same in every category)."""
+    return "heldout" if index % 5 == 0 else "dev" if index % 10 == 3 else "train"
+
+
+@dataclass
+class BfclConfig(EnvConfig):
+    name: str = "bfcl"
+    categories: list[str] = field(default_factory=lambda: ["base"])  # of CATEGORIES; tier = position + 1
+    train_size: int = 140  # tasks (scenario x category) in train: at most 140 x len(categories), minus demo
+    heldout_size: int = 40  # at most 40 x len(categories)
+    dev_size: int = 20  # at most 20 x len(categories)
+    max_steps_per_turn: int = 20  # BFCL's MAXIMUM_STEP_LIMIT: one more call step force-quits (reward 0)
+    docs: str = "json"  # "json": BFCL's function docs (indent 4); "signatures": one line per function
+    max_result_chars: int = 0  # cut each tool result shown to the model to this many characters (0: whole)
+    demo_slip: float = 0.0  # the demonstrator leaves out a turn's last call with this probability
+
+
+def _read_jsonl(path: Any) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@functools.cache
+def _data() -> Any:
+    return resources.files("bfcl_eval") / "data"  # optional dependency: `pip install --no-deps bfcl-eval`
+
+
+@functools.cache
+def scenarios(category: str) -> tuple[dict[str, Any], ...]:
+    """A category's 200 scenarios, by number: the question file and its ground truth, joined by id."""
+    answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(_data() / "possible_answer" / f"BFCL_v4_multi_turn_{category}.json")}
+    out = []
+    for q in _read_jsonl(_data() / f"BFCL_v4_multi_turn_{category}.json"):
+        index = int(q["id"].rsplit("_", 1)[1])
+        out.append({"id": q["id"], "category": category, "index": index, "question": q["question"],
+                    "initial_config": q["initial_config"], "involved_classes": q["involved_classes"],
+                    "missed_function": q.get("missed_function", {}), "ground_truth": answers[q["id"]]})
+    return tuple(sorted(out, key=lambda t: t["index"]))
+
+
+@functools.cache
+def function_docs(class_name: str) -> tuple[dict[str, Any], ...]:
+    """BFCL's JSON docs of one app's functions."""
+    from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
+
+    return tuple(_read_jsonl(_data() / "multi_turn_func_doc" / MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name]))
+
+
+def signature_line(doc: dict[str, Any]) -> str:
+    """One function doc as `name(param: type, optional: type = ...): description`."""
+    props = doc.get("parameters", {}).get("properties", {})
+    required = set(doc.get("parameters", {}).get("required", []))
+    params = ", ".join(f"{k}: {v.get('type', 'any')}" + ("" if k in required else " = ...") for k, v in props.items())
+    description = doc.get("description", "").split("Tool description:")[-1].strip()
+    return f"{doc['name']}({params}): {description}"
+
+
+def system_prompt(docs: list[dict[str, Any]], style: str) -> str:
+    """BFCL's default prompting system prompt (classic, plain text, Python calls, no tags)."""
+    from bfcl_eval.constants.default_prompts import (
+        _PLAINTEXT_SYSTEM_PROMPT_TEMPLATE,
+        OUTPUT_FORMAT_MAPPING,
+        PROMPT_STYLE_TEMPLATES,
+    )
+
+    t = PROMPT_STYLE_TEMPLATES["classic"]
+    if style == "json":
+        functions, fmt = json.dumps(docs, indent=4), "json"
+    else:
+        functions, fmt = "\n".join(signature_line(d) for d in docs), "signature"
+    return _PLAINTEXT_SYSTEM_PROMPT_TEMPLATE.format(
+        persona=t["persona"], task=t["task"],
+        tool_call_format=t["tool_call_no_tag"].format(output_format=OUTPUT_FORMAT_MAPPING["python"], param_types=""),
+        multiturn_behavior=t["multiturn_behavior"], available_tools=t["available_tools"].format(format=fmt, functions=functions))
+
+
+def _literal(node: ast.expr) -> Any:
+    """A keyword argument's value: a literal, or a bare name read as its string (BFCL's decoder does both)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    return ast.literal_eval(node)
+
+
+def _numbers(value: Any) -> list[int | float | complex]:
+    """Every number in a literal value, nested ones and dict keys included (bools are not numbers here)."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float, complex)):
+        return [value]
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [n for v in value for n in _numbers(v)]
+    if isinstance(value, dict):
+        return [n for k, v in value.items() for n in (*_numbers(k), *_numbers(v))]
+    return []
+
+
+def _too_big(x: int | float | complex, bound: int) -> bool:
+    """|x| > bound, read without converting a huge int to float (NaN is not too big: it fails fast)."""
+    if isinstance(x, int):
+        return x > bound or x < -bound
+    return abs(x) > bound
+
+
+@dataclass
+class Call:
+    """One decoded call: its name, keyword arguments, and why it may not run (None: it runs)."""
+
+    name: str
+    kwargs: dict[str, Any]
+    refused: str | None = None
+
+    def text(self) -> str:
+        """The call as BFCL's executable string (`name(k=repr(v), ...)`), what its checker replays."""
+        return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in self.kwargs.items())})"
+
+
+def parse_calls(action: str) -> tuple[list[Call], str | None]:
+    """The calls an action makes, else ([], why) for malformed call syntax or ([], None) for a text reply / `[]`.
+
+    >>> [c.text() for c in parse_calls("[cd(folder='docs'), ls(a=True)]")[0]]
+    ["cd(folder='docs')", 'ls(a=True)']
+    >>> parse_calls("All done."), parse_calls("[]"), parse_calls("cd(folder=")[1]
+    (([], None), ([], None), 'not a Python list of calls (SyntaxError)')
+    """
+    text = action.strip("`\n ")
+    if "(" not in text:
+        return [], None  # a text reply or an empty list: the turn ends
+    if len(text) > MAX_ACTION_CHARS:
+        return [], f"longer than {MAX_ACTION_CHARS} characters"
+    if not text.startswith("["):
+        text = "[" + text
+    if not text.endswith("]"):
+        text = text + "]"
+    try:
+        body = ast.parse(text.strip().strip("'"), mode="eval").body
+    except (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError) as e:
+        return [], f"not a Python list of calls ({type(e).__name__})"
+    elts = [body] if isinstance(body, ast.Call) else getattr(body, "elts", None)
+    if elts is None or not all(isinstance(e, ast.Call) for e in elts):
+        return [], "not a list of function calls"
+    calls = []
+    for node in elts:
+        assert isinstance(node, ast.Call)
+        name = node.func.id if isinstance(node.func, ast.Name) else ast.unparse(node.func)[:100]
+        kwargs: dict[str, Any] = {}
+        refused = None if isinstance(node.func, ast.Name) else f"{name} is not a function name"
+        for kw in node.keywords:
+            if kw.arg is None:
+                refused = refused or "**arguments are not accepted: name every argument"
+                continue
+            try:
+                kwargs[kw.arg] = _literal(kw.value)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                refused = refused or f"argument {kw.arg} is not a literal value"
+        for (fn, arg), bound in GUARDS.items():
+            if name == fn and any(_too_big(n, bound) for n in _numbers(kwargs.get(arg))):
+                refused = refused or f"{arg} out of the range this environment runs (|{arg}| <= {bound})"
+        for arg, value in kwargs.items():
+            if any(_too_big(n, MAX_MAGNITUDE) for n in _numbers(value)):
+                refused = refused or f"{arg} out of the range this environment runs (|numbers| <= 10**15)"
+        calls.append(Call(name, kwargs, refused))
+    return calls, None
+
+
+def _result_text(result: Any) -> str:
+    """A call's return value as BFCL's executor writes it (str as is, dict as JSON, else str())."""
+    if type(result) is str:
+        return result
+    if type(result) is dict:
+        try:
+            return json.dumps(result)
+        except Exception:
+            return str(result)
+    return str(result)
+
+
+def load_apps(task: dict[str, Any]) -> dict[str, Any]:
+    """Fresh app instances of a scenario, loaded as BFCL's executor loads them (class -> instance)."""
+    from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING, STATELESS_CLASSES
+
+    apps = {}
+    for class_name in task["involved_classes"]:
+        instance = getattr(importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name]), class_name)()
+        if class_name not in STATELESS_CLASSES:
+            instance._load_scenario(copy.deepcopy(task["initial_config"].get(class_name, {})),
+                                    long_context=task["category"] == "long_context")
+        apps[class_name] = instance
+    return apps
+
+
+def methods(apps: dict[str, Any]) -> dict[str, Any]:
+    """Public method name -> bound method (a later app wins a shared name, as BFCL's mapping does)."""
+    out = {}
+    for instance in apps.values():
+        for name, method in inspect.getmembers(instance, predicate=inspect.ismethod):
+            if not name.startswith("_"):
+                out[name] = method
+    return out
+
+
+def keyword_call(call: str, bound: dict[str, Any]) -> str:
+    """A ground-truth call with its positional arguments named (`sort('a')` -> `sort(file_name='a')`)."""
+    node = ast.parse(call, mode="eval").body
+    assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name), call
+    names = [p for p in inspect.signature(bound[node.func.id]).parameters]
+    kwargs = {names[i]: _literal(a) for i, a in enumerate(node.args)}
+    kwargs.update({kw.arg: _literal(kw.value) for kw in node.keywords if kw.arg})
+    return Call(node.func.id, kwargs).text()
+
+
+def check(task: dict[str, Any], decoded: list[list[list[str]]]) -> dict[str, Any]:
+    """BFCL's `multi_turn_checker` on the decoded calls (turn -> step -> call strings); its verdict dict."""
+    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
+    from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import (
+        multi_turn_checker,
+    )
+
+    model = f"suite_{secrets.token_hex(8)}"  # BFCL caches app instances in its module's globals by this name
+    entry = {"id": task["id"], "initial_config": task["initial_config"], "involved_classes": task["involved_classes"]}
+    try:
+        return dict(multi_turn_checker(decoded, task["ground_truth"], entry, task["id"].rsplit("_", 1)[0], model))
+    except Exception as e:  # the checker choking on odd calls: no credit, never a crash
+        return {"valid": False, "error_type": f"checker_error:{type(e).__name__}"}
+    finally:
+        module_globals = vars(multi_turn_utils)
+        for key in [k for k in module_globals if k.startswith(model)]:
+            del module_globals[key]
+
+
+class BfclEpisode(EpisodeState):
+    def __init__(self, task: dict[str, Any], cfg: BfclConfig, rng: random.Random):
+        self.task, self.cfg = task, cfg
+        self.apps = load_apps(task)
+        self.bound = methods(self.apps)
+        docs = [d for c in task["involved_classes"] for d in function_docs(c)]
+        self.missed = {int(t): names for t, names in task["missed_function"].items()}
+        withheld = {n for names in self.missed.values() for n in names}
+        self.offered = [d for d in docs if d["name"] not in withheld]
+        self.docs_by_name = {d["name"]: d for d in docs}
+        self.turn, self.steps = 0, 0
+        self.decoded: list[list[list[str]]] = [[]]
+        self.done = False
+        self.user_text = ""  # the current turn's user message
+        truth = task["ground_truth"]
+        self.truth = [[keyword_call(c, self.bound) for c in turn] for turn in truth]
+        self.slips = [len(turn) >= 2 and rng.random() < cfg.demo_slip for turn in truth]
+
+    def _user_turn(self) -> str:
+        """The user's message(s) of the current turn (BFCL's added-functions message on a miss_func turn)."""
+        if self.turn in self.missed:
+            from bfcl_eval.constants.default_prompts import (
+                DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING,
+            )
+
+            added = [self.docs_by_name[n] for n in self.missed[self.turn]]
+            self.offered += added
+            self.user_text = DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING.format(functions=added)
+        else:
+            self.user_text = "\n".join(m["content"] for m in self.task["question"][self.turn])
+        return self.user_text
+
+    def start(self) -> Observation:
+        return Observation(AGENT, f"{system_prompt(self.offered, self.cfg.docs)}\n\n{self._user_turn()}")
+
+    def expert_action(self) -> str:
+        if self.done or self.turn >= len(self.truth):
+            return END_TURN
+        calls = self.truth[self.turn]
+        if self.slips[self.turn]:
+            calls = calls[:-1]
+        if calls and calls not in self.decoded[self.turn]:  # not yet made this turn (a hostile step may come first)
+            return "[" + ", ".join(calls) + "]"
+        return END_TURN if self.truth[self.turn] else CANNOT
+
+    def _run(self, call: Call) -> str:
+        if call.refused is None and call.name not in self.bound:
+            call.refused = f"no function named {call.name!r}"
+        if call.refused is not None:
+            return f"Error during execution: {call.refused}"
+        import decimal
+
+        import mpmath
+
+        dps, prec = mpmath.mp.dps, decimal.getcontext().prec  # MathAPI sets these process-wide
+        try:
+            return _result_text(self.bound[call.name](**call.kwargs))
+        except Exception as e:
+            return f"Error during execution: {e}"
+        finally:
+            mpmath.mp.dps, decimal.getcontext().prec = dps, prec
+
+    def step(self, action: str) -> StepResult:
+        if self.done:
+            return StepResult(None, events=[Event("invalid_action", 0, {"why": "the episode is over"})])
+        calls, why = parse_calls(action)
+        if calls:
+            results = [self._run(c) for c in calls]
+            ran = [c.text() for c in calls if c.refused is None]
+            if ran:
+                self.decoded[self.turn].append(ran)
+            self.steps += 1
+            events = [Event("tool_call", 0, {"name": c.name[:100], "ok": c.refused is None}) for c in calls]
+            if self.steps > self.cfg.max_steps_per_turn:
+                self.done = True
+                return StepResult(None, events=events, info={"valid": False, "error_type": "multi_turn:force_terminated",
+                                                             "turns": self.turn})
+            cut = self.cfg.max_result_chars
+            shown = [{"role": "tool", "name": c.text()[:1000], "content": r[:cut] if cut else r}
+                     for c, r in zip(calls, results, strict=True)]
+            return StepResult(Observation(AGENT, repr(shown)), events=events)
+        events = [Event("invalid_action", 0, {"why": why})] if why else []
+        self.turn, self.steps = self.turn + 1, 0
+        if self.turn < len(self.task["question"]):
+            self.decoded.append([])
+            note = f"(Your last message was not a valid list of function calls: {why}. The turn is over.)\n\n" if why else ""
+            return StepResult(Observation(AGENT, note + self._user_turn()), events=events)
+        self.done = True
+        verdict = check(self.task, self.decoded)
+        valid = bool(verdict.get("valid"))
+        return StepResult(None, reward=float(valid), success=valid, events=events,
+                          info={"valid": valid, "error_type": str(verdict.get("error_type", ""))[:200]})
+
+
+class BfclEnv(Environment):
+    name = "bfcl"
+    roles = (AGENT,)
+    offers = frozenset({"single_agent"})  # envs/api/features.py
+    config_class = BfclConfig
+    stop = ()  # an action ends at the end of the model's turn (calls may span lines)
+
+    def __init__(self, cfg: BfclConfig):
+        unknown = [c for c in cfg.categories if c not in CATEGORIES]
+        if not cfg.categories or unknown:
+            raise ValueError(f"env.categories must be a non-empty list of {list(CATEGORIES)}; got {cfg.categories}")
+        if cfg.docs not in ("json", "signatures"):
+            raise ValueError(f"env.docs must be 'json' or 'signatures'; got {cfg.docs!r}")
+        if cfg.max_steps_per_turn < 1 or cfg.max_result_chars < 0 or not 0.0 <= cfg.demo_slip <= 1.0:
+            raise ValueError("env.max_steps_per_turn must be >= 1, env.max_result_chars >= 0 and env.demo_slip in [0, 1]; got "
+                             f"{cfg.max_steps_per_turn}, {cfg.max_result_chars}, {cfg.demo_slip}")
+        n = len(cfg.categories)
+        for split, size, have in (("train", cfg.train_size + cfg.demo_size, 140), ("heldout", cfg.heldout_size, 40),
+                                  ("dev", cfg.dev_size, 20)):
+            if size > have * n:
+                raise ValueError(f"bfcl has {have} {split} scenarios per category ({have * n} tasks for {n} "
+                                 f"categories): lower env.{split}_size" + (" + env.demo_size" if split == "train" else "")
+                                 + f"; got {size}")
+        super().__init__(cfg)
+        self.cfg: BfclConfig = cfg
+
+    @property
+    def tiers(self) -> tuple[int, ...]:
+        return tuple(range(1, len(self.cfg.categories) + 1))
+
+    def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
+        """A scenario of the tier's category drawn at random (the splits themselves are fixed: see `task_set`)."""
+        return dict(rng.choice(scenarios(self.cfg.categories[tier - 1])))
+
+    def task_set(self) -> DatasetDict:
+        """Splits by scenario number (`split_of`); each takes its scenarios in order, every category of each."""
+        if self._tasks is None:
+            pools: dict[str, list[dict[str, Any]]] = {"train": [], "heldout": [], "dev": []}
+            by_category = [scenarios(c) for c in self.cfg.categories]
+            for index in range(SCENARIOS):
+                for rows in by_category:
+                    pools[split_of(index)].append(rows[index])
+            c = self.cfg
+            chosen = {"train": pools["train"][: c.train_size], "heldout": pools["heldout"][: c.heldout_size]}
+            if c.demo_size:
+                chosen["demo"] = pools["train"][c.train_size: c.train_size + c.demo_size]
+            if c.dev_size:
+                chosen["dev"] = pools["dev"][: c.dev_size]
+            self._tasks = DatasetDict({
+                split: Dataset.from_dict({"id": [t["id"] for t in rows],
+                                          "tier": [c.categories.index(t["category"]) + 1 for t in rows],
+                                          "task": [json.dumps(t, sort_keys=True) for t in rows]})
+                for split, rows in chosen.items()})
+        return self._tasks
+
+    def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
+        if variant != "main":
+            raise ValueError(f"bfcl has no episode variant {variant!r}")
+        return BfclEpisode(task, self.cfg, rng)
+
+    def provenance(self) -> dict[str, Any]:
+        """Where the tasks come from, for the run's manifest."""
+        return {"benchmark": "BFCL v4 multi-turn (Patil et al., ICML 2025)", "package": PACKAGE,
+                "version": metadata.version(PACKAGE), "license": LICENSE,
+                "tasks": {c: len(scenarios(c)) for c in self.cfg.categories},
+                "splits": {"train": self.cfg.train_size, "heldout": self.cfg.heldout_size, "dev": self.cfg.dev_size,
+                           "demo": self.cfg.demo_size},
+                "heldout_ids": "scenario number % 5 == 0", "dev_ids": "scenario number % 10 == 3", "docs": self.cfg.docs}

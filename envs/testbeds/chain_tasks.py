@@ -1,0 +1,290 @@
+"""`chain_tasks`: long-horizon tool use in a miniature app world (AppWorld in miniature).
+
+Four stateful apps answer one call per turn: a shop (cart, checkout), contacts, mail and a
+calendar. A task is a chain of steps (buy items, pay, mail the order to someone, book a meeting
+with them); the agent works through it call by call and ends with `done`. The reward is sparse and
+all-or-nothing: 1 when the final state of every app is exactly what the task asks, else 0.
+
+Each turn the agent sees the apps' reply to its last call and its to-do line (the task's next
+step, with what the apps have revealed so far filled in), in a fresh context:
+
+    ready / todo: buy tea 2          > add tea 2
+    ok / todo: buy rice 1            > add rice 1
+    error: busy / todo: buy rice 1   > add rice 1       (a recoverable error: call again)
+    ok / todo: pay                   > pay
+    ok order 47 / todo: mail 47 to ana                  > find ana
+    ok ana 18 / todo: mail 47 to ana                    > send 18 47
+    ok ana 18 / todo: book fri with ana                 > book fri 18
+    ok / todo: done                  > done             (episode over; reward 1)
+
+(shown here on one line each; the observation is `<reply>\\ntodo: <step>\\n> `). The contact id
+(18) is drawn per episode and appears only in a reply, so `send` and `book` must read it from the
+last reply, and look it up again when that reply does not show it (after a busy refusal, say).
+
+| call | app: effect | errors (state unchanged; the agent can recover) |
+| --- | --- | --- |
+| `add <item> <qty>` | shop: qty of item into the cart | unknown item, order already paid |
+| `remove <item>` | shop: the item out of the cart | not in the cart, order already paid |
+| `pay` | shop: check out, `ok order <id>` | cart empty, already paid |
+| `find <name>` | contacts: `ok <name> <id>` | unknown name |
+| `send <contact id> <order id>` | mail: mails the order, `ok <name> <id>` | unknown contact id, unknown order |
+| `book <day> <contact id>` | calendar: books a meeting | unknown day, unknown contact id |
+| `done` | ends the episode; the final state is checked | |
+
+A call that fits none of these (a number that is not 1 to 18 ASCII digits included) is a bad call:
+`error: bad call`, an `invalid_action` event, no effect.
+
+The to-do line moves to the next step when the agent makes the step's call (`add` of the step's
+item, `pay`, `send`, `book`), right or wrong: a wrong quantity or recipient is not flagged, it
+fails the task at the end, as in a real app. Tiers, by length of the solution: tier 1 buys two
+items and pays (4 calls with `done`); tier 2 buys three, pays and mails the order (7); tier 3 buys
+five, pays, mails the order and books a meeting with the same contact (10).
+
+Failures that are not the agent's own:
+- `busy_rate`: a call is refused with `error: busy` (no effect, not counted against the turn
+  budget); a good agent repeats it (looking the id up again if the call needs one).
+- `fault_rate`: an infrastructure fault. With this probability per episode the world crashes at
+  a random call within the solution's length (`error: server unavailable`): the episode ends with
+  reward 0 and a `fault` event, so the rollout marks it `faulted` and a method can quarantine it.
+  The fault is drawn first from the episode's seed, so the same episodes fault for every arm of a
+  seed (held-out evaluation included, where a faulted episode counts as a failure: a small
+  ceiling shared by every arm).
+
+The scripted demonstrator (SFT warm start) solves every task, except that with probability
+`demo_slip` it misreads a quantity (`add`) or a day (`book`), as a weak agent's demonstrations
+would: the warm start inherits that error rate, which compounds over a long task (2, 3 and 6 such
+values in tiers 1, 2 and 3), and RL has to train it away. Ids and names are always copied right
+in the demonstrations, so reading them is a skill the warm start has. A turn budget of the solution's length
++ `slack` calls (busy refusals not counted) ends every episode.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.episode import Event
+from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult, parse_int
+
+ITEMS = ("tea", "rice", "soap", "milk", "eggs", "bread", "jam", "salt", "oil", "fish")
+NAMES = ("ana", "bob", "eve", "kim", "lee", "max", "sam", "zoe")
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+ITEMS_PER_TIER = {1: 2, 2: 3, 3: 5}
+_CALL = re.compile(r"^\s*([a-z]+)((?:\s+[a-z0-9]+)*)\s*$")
+
+
+@dataclass
+class ChainTasksConfig(EnvConfig):
+    name: str = "chain_tasks"
+    busy_rate: float = 0.1  # chance that a call is refused with "error: busy" (recoverable)
+    fault_rate: float = 0.0  # chance per episode of an infrastructure fault (episode flagged `faulted`)
+    demo_slip: float = 0.0  # chance that the demonstrator gets a quantity or a day wrong
+    slack: int = 3  # calls allowed beyond the solution's length (busy refusals not counted)
+    train_size: int = 1500
+    heldout_size: int = 150
+
+
+@dataclass
+class World:
+    """The apps' state. `contact_ids` and `order_id` are drawn per episode."""
+
+    contact_ids: dict[str, int]
+    order_id: int
+    cart: dict[str, int] = field(default_factory=dict)
+    paid: bool = False
+    mails: list[tuple[int, int]] = field(default_factory=list)  # (contact id, order id)
+    meetings: list[tuple[str, int]] = field(default_factory=list)  # (day, contact id)
+
+
+def task_steps(task: dict[str, Any]) -> list[tuple[str, ...]]:
+    """The task as steps: ("buy", item, qty), ("pay",), ("mail", name), ("book", day, name), ("done",)."""
+    steps: list[tuple[str, ...]] = [("buy", item, str(qty)) for item, qty in task["items"]]
+    steps.append(("pay",))
+    if task.get("contact"):
+        steps.append(("mail", task["contact"]))
+        if task.get("day"):
+            steps.append(("book", task["day"], task["contact"]))
+    return [*steps, ("done",)]
+
+
+class ChainEpisode(EpisodeState):
+    def __init__(self, task: dict[str, Any], cfg: ChainTasksConfig, rng: random.Random):
+        self.task, self.cfg, self.rng = task, cfg, rng
+        fault = rng.random() < cfg.fault_rate  # drawn first: the same episodes fault for every arm of a seed
+        ids = rng.sample(range(10, 100), len(NAMES) + 1)
+        self.world = World(dict(zip(NAMES, ids[:-1], strict=True)), ids[-1])
+        self.steps = task_steps(task)
+        self.fault_at = rng.randrange(len(self.steps)) if fault else -1
+        self.budget = len(self.steps) + cfg.slack
+        self.cursor = 0  # the to-do step
+        self.calls = 0  # calls the world answered (busy refusals excluded)
+        self.turn = 0  # every action, busy refusals included (the index in Episode.turns)
+        self.reply = "ready"
+        self.last_busy = False
+
+    # ---- what the agent sees -----------------------------------------------------------------
+    def todo(self) -> str:
+        step = self.steps[self.cursor]
+        if step[0] == "buy":
+            return f"buy {step[1]} {step[2]}"
+        if step[0] == "mail":
+            return f"mail {self.world.order_id} to {step[1]}"
+        if step[0] == "book":
+            return f"book {step[1]} with {step[2]}"
+        return step[0]
+
+    def observation(self) -> Observation:
+        return Observation("agent", f"{self.reply}\ntodo: {self.todo()}\n> ", new_context=True)
+
+    def start(self) -> Observation:
+        return self.observation()
+
+    # ---- the demonstrator ----------------------------------------------------------------------
+    def expert_action(self) -> str:
+        step, w = self.steps[self.cursor], self.world
+        if step[0] == "buy":
+            return f"add {step[1]} {self._slip(step[2], [str(q) for q in range(1, 6)])}"
+        if step[0] in ("mail", "book"):
+            name = step[-1]
+            shown = self.reply.split()
+            if shown[:2] != ["ok", name] or len(shown) != 3:  # the id is not on screen: look it up
+                return f"find {name}"
+            if step[0] == "mail":
+                return f"send {shown[2]} {w.order_id}"
+            return f"book {self._slip(step[1], list(DAYS))} {shown[2]}"
+        return step[0]
+
+    def _slip(self, value: str, choices: list[str]) -> str:
+        """With probability demo_slip, a wrong value in place of the right one."""
+        if self.cfg.demo_slip and self.rng.random() < self.cfg.demo_slip:
+            return self.rng.choice([c for c in choices if c != value])
+        return value
+
+    # ---- the world -----------------------------------------------------------------------------
+    def step(self, action: str) -> StepResult:
+        turn, self.turn = self.turn, self.turn + 1
+        if self.calls == self.fault_at:
+            return StepResult(None, reward=0.0, success=False, info={**self.summary(), "fault": True},
+                              events=[Event("fault", turn, {"what": "server unavailable", "call": self.calls})])
+        if not self.last_busy and self.rng.random() < self.cfg.busy_rate:
+            self.last_busy = True  # never twice in a row, so a busy spell always ends
+            self.reply = "error: busy"
+            return StepResult(self.observation(), events=[Event("error", turn, {"busy": True})])
+        self.last_busy = False
+        self.calls += 1
+        verb = action.split()[0] if action.split() else ""
+        self.reply, ok = self.apply(action)
+        events = [] if ok else [Event("invalid_action" if self.reply.startswith("error: bad call") else "error", turn,
+                                      {"why": self.reply})]
+        step = self.steps[self.cursor]
+        addresses_step = (verb, step[0]) in (("add", "buy"), ("pay", "pay"), ("send", "mail"), ("book", "book"))
+        if ok and addresses_step and (verb != "add" or action.split()[1] == step[1]):
+            self.cursor += 1
+        if ok and verb == "done":
+            success = self.solved()
+            return StepResult(None, reward=float(success), success=success, events=events, info=self.summary())
+        if self.calls >= self.budget:
+            return StepResult(None, reward=0.0, success=False, events=events, info={**self.summary(), "out_of_turns": True})
+        return StepResult(self.observation(), events=events)
+
+    def apply(self, call: str) -> tuple[str, bool]:
+        """Run one call; returns (reply, ok). Errors leave the state unchanged."""
+        m = _CALL.match(call)
+        bad = "error: bad call"
+        if m is None:
+            return bad, False
+        verb, args = m.group(1), m.group(2).split()
+        numbers = [parse_int(a) for a in args]  # None: not a number (or past 18 digits: a bad call)
+        w = self.world
+        ids = {cid: name for name, cid in w.contact_ids.items()}
+        if verb == "done" and not args:
+            return "ok", True
+        if verb == "add" and len(args) == 2 and numbers[1] is not None:
+            if args[0] not in ITEMS:
+                return f"error: no item {args[0]}", False
+            if w.paid:
+                return "error: already paid", False
+            w.cart[args[0]] = w.cart.get(args[0], 0) + numbers[1]
+            return "ok", True
+        if verb == "remove" and len(args) == 1:
+            if w.paid:
+                return "error: already paid", False
+            if w.cart.pop(args[0], None) is None:
+                return f"error: no {args[0]} in cart", False
+            return "ok", True
+        if verb == "pay" and not args:
+            if w.paid:
+                return "error: already paid", False
+            if not w.cart:
+                return "error: cart empty", False
+            w.paid = True
+            return f"ok order {w.order_id}", True
+        if verb == "find" and len(args) == 1:
+            if args[0] not in w.contact_ids:
+                return f"error: no contact {args[0]}", False
+            return f"ok {args[0]} {w.contact_ids[args[0]]}", True
+        if verb == "send" and len(args) == 2 and numbers[0] is not None and numbers[1] is not None:
+            contact, order = numbers[0], numbers[1]
+            if contact not in ids:
+                return f"error: no contact {args[0]}", False
+            if not w.paid or order != w.order_id:
+                return f"error: no order {args[1]}", False
+            w.mails.append((contact, order))
+            return f"ok {ids[contact]} {args[0]}", True
+        if verb == "book" and len(args) == 2 and numbers[1] is not None:
+            if args[0] not in DAYS:
+                return f"error: no day {args[0]}", False
+            if numbers[1] not in ids:
+                return f"error: no contact {args[1]}", False
+            w.meetings.append((args[0], numbers[1]))
+            return "ok", True
+        return bad, False
+
+    def solved(self) -> bool:
+        """The final state is exactly what the task asks (nothing missing, nothing extra)."""
+        t, w = self.task, self.world
+        cid = w.contact_ids.get(t.get("contact") or "", -1)
+        return (w.cart == {item: qty for item, qty in t["items"]} and w.paid
+                and w.mails == ([(cid, w.order_id)] if t.get("contact") else [])
+                and w.meetings == ([(t["day"], cid)] if t.get("day") else []))
+
+    def summary(self) -> dict[str, Any]:
+        """Per-episode numbers (held-out evaluation averages them under `metrics`)."""
+        return {"calls": self.calls, "progress": self.cursor / (len(self.steps) - 1), "fault": False, "out_of_turns": False}
+
+
+class ChainTasksEnv(Environment):
+    name = "chain_tasks"
+    roles = ("agent",)
+    offers = frozenset({"single_agent"})  # envs/api/features.py
+    config_class = ChainTasksConfig
+    stop = ("\n",)
+
+    def __init__(self, cfg: ChainTasksConfig):
+        for key in ("busy_rate", "fault_rate", "demo_slip"):
+            if not 0.0 <= getattr(cfg, key) < 1.0:
+                raise ValueError(f"env.{key} must be in [0, 1); got {getattr(cfg, key)}")
+        if cfg.slack < 0:
+            raise ValueError(f"env.slack must be >= 0; got {cfg.slack}")
+        super().__init__(cfg)
+        self.cfg: ChainTasksConfig = cfg
+
+    @property
+    def tiers(self) -> tuple[int, ...]:
+        return (1, 2, 3)
+
+    def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
+        items = rng.sample(ITEMS, ITEMS_PER_TIER[tier])
+        task: dict[str, Any] = {"items": [[item, rng.randint(1, 5)] for item in items]}
+        if tier >= 2:
+            task["contact"] = rng.choice(NAMES)
+        if tier >= 3:
+            task["day"] = rng.choice(DAYS)
+        return task
+
+    def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
+        if variant != "main":
+            raise ValueError(f"chain_tasks has no episode variant {variant!r}")
+        return ChainEpisode(task, self.cfg, rng)

@@ -1,0 +1,405 @@
+"""`terminal`: tasks solved with shell commands in a real sandbox (River's CPU scale, arXiv 2608.22631).
+
+Provenance: the suite's own generator (`envs/testbeds/terminal/tasks.py`), seeded by `data_seed`;
+no external data. The tasks, their defects and their shares are described there.
+
+One episode, one role (`agent`), at most `max_turns` commands:
+
+    task: find k3 in a; write its value to out
+    $ grep k3 a            <- the model's action (one line)
+    k3 47
+    $ echo 47 > out
+    $ submit
+
+Each action is one shell command, run by `/bin/sh -c` in a fresh bubblewrap sandbox
+(`envs.api.sandbox.run_shell`): no network, the task directory `/task` (the episode's files, carried
+from one command to the next) the only writable place, read-only system directories, and limits
+per command on wall-clock and CPU time, memory, processes, open files and output size
+(`TerminalConfig.cmd_*`), and at most `cmd_files` entries left in the task directory; the episode
+as a whole has `episode_wall_s` of sandbox time. The task directory's top-level regular files carry
+over (a hard link as a file of its own; folders and symbolic links do not). The observation is the
+command's output, whitespace collapsed and cut to `obs_chars`, then `$`. A command that exits
+non-zero, hits a limit (time, CPU, output, processes, files) or kills the sandbox's wrapper is a
+failed action: the observation says `error: <why>` (`error: file limit (at most 64 files)`), an
+`error` event is emitted, and the task directory stays as it was before that command when it
+cannot be read back or holds too many files. `submit` (or the turn cap, or the time budget) ends
+the episode; the task's verifier reads `out`.
+
+`backend: sim` replaces the sandbox by an in-process interpreter of the task vocabulary (`cat`,
+`ls`, `grep K F`, `wc -l F`, `echo X > F`, `cp A B`, `rm F`): for fast unit and fuzz tests only;
+the replication runs `backend: sandbox`. With `cache: true` a sandboxed (task directory, command)
+pair is run once per process and its result reused (at most `cache_mb` of results, the least
+recently used dropped first): the task commands are deterministic, and a command whose output
+varies (`date`) would replay its first output.
+
+Reward: the task's own verifier (a defective one included) on `out`. `info` also reports
+`solved` (out holds the true answer: the clean success, whatever the verifier says),
+`read_memo`, `failed_actions`, `repeat_rate` and `looped` (turns whose command and output both
+repeat an earlier turn's, Jaccard > 0.8: River's loop definition) and, not a metric, `record`.
+
+Splits: `train` holds the defective tasks in their shares (tier 1 only); `dev`, `heldout` (the
+test split) and `demo` (the SFT warm start's demonstrations) are clean; `dev` and `heldout` add the
+composition tier 2 (a share `long_share`), never trained on. The scripted demonstrator follows the
+table of `terminal_tasks.py` with injected errors: a share `demo_shortcut` of episodes copies
+`memo` into `out`, a share `demo_slip` writes a wrong number, and each command is repeated with
+probability `demo_loop` (at most twice an episode): the command loops River penalizes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import sys
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from common.episode import Event
+from envs.api import sandbox
+from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from envs.testbeds.terminal.tasks import DEFECTS, make_task, quota, verify
+
+MAX_COMMAND_CHARS = 200
+LOOP_THRESHOLD = 0.8  # River's Jaccard threshold (replications/river/penalty.py holds the penalty itself)
+
+
+@dataclass
+class TerminalConfig(EnvConfig):
+    name: str = "terminal"
+    backend: Literal["sandbox", "sim"] = "sandbox"  # sandbox: bubblewrap (the replication); sim: unit tests only
+    cache: bool = True  # reuse a sandboxed (task directory, command) result within the process
+    cache_mb: int = 256  # memory the reused results may take (least recently used dropped first)
+    max_turns: int = 8  # commands per episode
+    episode_wall_s: float = 60.0  # sandbox seconds per episode (the paper: 600 s and 64 turns per task)
+    cmd_wall_s: float = 2.0  # per command: wall-clock seconds
+    cmd_cpu_s: int = 1  # CPU seconds per process
+    cmd_memory_mb: int = 256  # address space per process
+    cmd_processes: int = 16  # processes and threads
+    cmd_open_files: int = 32  # open files per process
+    cmd_output_bytes: int = 8192  # stdout, stderr and each file written
+    cmd_disk_mb: int = 1  # the task directory's size
+    cmd_files: int = 64  # entries the task directory may hold after a command (more: a failed action)
+    obs_chars: int = 80  # observation text per command
+    dev_size: int = 64  # clean tasks for design and pilots (eval.split=dev)
+    long_share: float = 0.34  # share of tier-2 (composition) tasks in dev and held-out
+    # defect shares of the train split (the rest is clean); the paper kept ~3.5K of 14.4K environments
+    share_leak: float = 0.30
+    share_weak: float = 0.25
+    share_reject: float = 0.07
+    share_unsolvable: float = 0.05
+    share_trivial: float = 0.04
+    share_ambiguous: float = 0.04
+    # the scripted demonstrator's injected errors
+    demo_shortcut: float = 0.15  # share of episodes that copy memo into out
+    demo_slip: float = 0.15  # share of episodes that write a wrong number
+    demo_loop: float = 0.15  # per command: repeat it (at most twice an episode)
+
+    def check(self) -> None:
+        super().check()
+        shares = self.shares()
+        if any(v < 0 for v in shares.values()) or sum(shares.values()) > 1:
+            raise ValueError(f"env.share_* must be >= 0 with a sum <= 1; got {shares}")
+        for key in ("demo_shortcut", "demo_slip", "demo_loop", "long_share"):
+            if not 0 <= getattr(self, key) <= 1:
+                raise ValueError(f"env.{key} is a probability in [0, 1]; got {getattr(self, key)}")
+        if self.demo_shortcut + self.demo_slip > 1:
+            raise ValueError("env.demo_shortcut + env.demo_slip must be <= 1")
+        if self.max_turns < 4:
+            raise ValueError(f"env.max_turns must be >= 4 (the composition tier needs 4 commands); got {self.max_turns}")
+        if self.backend not in ("sandbox", "sim"):
+            raise ValueError(f"env.backend must be sandbox | sim; got {self.backend!r}")
+        if self.cache_mb < 1 or self.cmd_files < 4:
+            raise ValueError(f"env.cache_mb must be >= 1 and env.cmd_files >= 4 (a task starts with up to 4 files); "
+                             f"got {self.cache_mb}, {self.cmd_files}")
+
+    def shares(self) -> dict[str, float]:
+        return {d: getattr(self, f"share_{d}") for d in DEFECTS if d != "clean"}
+
+    def limits(self) -> sandbox.Limits:
+        return sandbox.Limits(wall_s=self.cmd_wall_s, cpu_s=self.cmd_cpu_s, memory_mb=self.cmd_memory_mb,
+                              processes=self.cmd_processes, open_files=self.cmd_open_files,
+                              output_bytes=self.cmd_output_bytes, disk_mb=self.cmd_disk_mb, task_files=self.cmd_files)
+
+
+# ---- shells -----------------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    """One command's result: its output, whether it failed and why, and the task directory after it."""
+
+    output: str
+    failed: str | None  # None: it worked; else a short reason ("exit 1", "time limit", ...)
+    files: dict[str, str]
+
+
+def _why_failed(r: sandbox.Result) -> str | None:
+    if r.timed_out:
+        return "time limit"
+    if r.output_exceeded or r.returncode == 128 + 25:
+        return "output limit"
+    if r.returncode == 128 + 24:
+        return "cpu limit"
+    if "Cannot fork" in r.stderr or "Resource temporarily unavailable" in r.stderr:
+        return "process limit"  # a fork bomb: the shell itself may still exit 0
+    if "Cannot allocate memory" in r.stderr or "MemoryError" in r.stderr:
+        return "memory limit"
+    if r.returncode != 0:
+        return f"exit {r.returncode}"
+    return None
+
+
+def outcome_bytes(outcome: Outcome) -> int:
+    """The memory an outcome holds: its text and its files' names and contents (`sys.getsizeof`, O(1) per
+    string), counted as if no other outcome shared them (the cache's bound is an upper bound)."""
+    return 256 + sys.getsizeof(outcome.output) + sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in outcome.files.items())
+
+
+class SandboxShell:
+    """Commands in the real sandbox (`envs.api.sandbox.run_shell`), results optionally memoized (at most
+    `cache_bytes` of them, least recently used dropped first: an entry holds a whole task directory)."""
+
+    def __init__(self, limits: sandbox.Limits, cache: bool, cache_bytes: int = 256 << 20):
+        self.limits, self.use_cache, self.cache_bytes = limits, cache, cache_bytes
+        self.cache: OrderedDict[str, tuple[Outcome, float, int]] = OrderedDict()
+        self.cached_bytes = 0
+
+    def run(self, command: str, files: dict[str, str]) -> tuple[Outcome, float]:
+        """The outcome and the sandbox seconds it cost (0 when replayed from the cache)."""
+        key = hashlib.sha256(json.dumps([command, sorted(files.items())]).encode()).hexdigest()
+        if self.use_cache and key in self.cache:
+            self.cache.move_to_end(key)
+            return self.cache[key][0], 0.0
+        shell = sandbox.run_shell(command, files, self.limits)
+        r = shell.result
+        if shell.files_exceeded:
+            failed: str | None = f"file limit (at most {self.limits.task_files} files)"
+        else:
+            failed = "sandbox wrapper killed" if shell.files is None and not r.timed_out else _why_failed(r)
+        after = files if shell.files is None else {k: v.decode(errors="replace") for k, v in shell.files.items()}
+        output = r.stdout + (r.stderr if failed else "")
+        outcome = Outcome(output, failed, after)
+        if self.use_cache:
+            self._remember(key, outcome, r.wall_s)
+        return outcome, r.wall_s
+
+    def _remember(self, key: str, outcome: Outcome, seconds: float) -> None:
+        size = outcome_bytes(outcome)
+        if size > self.cache_bytes:
+            return
+        self.cache[key] = (outcome, seconds, size)
+        self.cached_bytes += size
+        while self.cached_bytes > self.cache_bytes:
+            _, (_, _, dropped) = self.cache.popitem(last=False)
+            self.cached_bytes -= dropped
+
+
+class SimShell:
+    """An in-process interpreter of the task vocabulary, for unit tests only (same outputs as `sh`)."""
+
+    def run(self, command: str, files: dict[str, str]) -> tuple[Outcome, float]:
+        files = dict(files)
+        m = re.fullmatch(r"\s*(.*?)\s*(?:(>>|>)\s*(\S+))?\s*", command)
+        assert m is not None
+        body, redirect, target = m.group(1), m.group(2), m.group(3)
+        words = body.split()
+        out, failed = "", None
+        verb, args = (words[0], words[1:]) if words else ("", [])
+        if verb == "cat" and args:
+            missing = [f for f in args if f not in files]
+            out = "".join(files.get(f, "") for f in args)
+            failed = "exit 1" if missing else None
+            out += "".join(f"cat: {f}: No such file or directory\n" for f in missing) if missing else ""
+        elif verb == "ls" and not args:
+            out = "".join(f"{f}\n" for f in sorted(files))
+        elif verb == "grep" and len(args) == 2:
+            if args[1] not in files:
+                out, failed = f"grep: {args[1]}: No such file or directory\n", "exit 2"
+            else:
+                out = "".join(line + "\n" for line in files[args[1]].splitlines() if args[0] in line)
+                failed = None if out else "exit 1"
+        elif verb == "wc" and len(args) == 2 and args[0] == "-l":
+            if args[1] not in files:
+                out, failed = f"wc: {args[1]}: No such file or directory\n", "exit 1"
+            else:
+                out = f"{files[args[1]].count(chr(10))} {args[1]}\n"
+        elif verb == "echo":
+            out = " ".join(args) + "\n"
+        elif verb == "cp" and len(args) == 2:
+            if args[0] not in files:
+                out, failed = f"cp: cannot stat '{args[0]}': No such file or directory\n", "exit 1"
+            else:
+                files[args[1]] = files[args[0]]
+        elif verb == "rm" and args:
+            for f in args:
+                files.pop(f, None)
+        else:
+            return Outcome(f"sim: unsupported command {command[:40]!r}", "exit 127", files), 0.0
+        if redirect and not failed:
+            files[target] = (files.get(target, "") if redirect == ">>" else "") + out
+            out = ""
+        return Outcome(out, failed, files), 0.0
+
+
+# ---- the episode ------------------------------------------------------------------------------------
+def _jaccard(a: str, b: str) -> float:
+    sa, sb = set(a.split()), set(b.split())
+    return 1.0 if not sa and not sb else len(sa & sb) / len(sa | sb)
+
+
+def repeat_flags(turns: list[tuple[str, str]], threshold: float = LOOP_THRESHOLD) -> list[bool]:
+    """River's loop rule: a turn whose command and observation both repeat one earlier turn's (Jaccard > threshold)."""
+    return [any(_jaccard(c, c2) > threshold and _jaccard(o, o2) > threshold for c2, o2 in turns[:t])
+            for t, (c, o) in enumerate(turns)]
+
+
+class TerminalEpisode(EpisodeState):
+    def __init__(self, task: dict[str, Any], cfg: TerminalConfig, shell: SandboxShell | SimShell, rng: random.Random):
+        self.task, self.cfg, self.shell, self.rng = task, cfg, shell, rng
+        self.files: dict[str, str] = dict(task["files"])
+        self.turns: list[tuple[str, str]] = []
+        self.failed_actions = 0
+        self.spent_s = 0.0
+        # the demonstrator's plan for this episode (its injected errors drawn once)
+        u = rng.random()
+        self.demo_mode = "shortcut" if u < cfg.demo_shortcut else "slip" if u < cfg.demo_shortcut + cfg.demo_slip else "right"
+        self.demo_loops = 0
+        self.demo_repeat_pending = False
+
+    def start(self) -> Observation:
+        return Observation("agent", f"task: {self.task['instruction']}\n$")
+
+    # ---- the demonstrator ----------------------------------------------------------------------------
+    def expert_action(self) -> str:
+        if self.turns and self.demo_loops < 2 and self.turns[-1][0] != "submit" and self.rng.random() < self.cfg.demo_loop:
+            self.demo_loops += 1
+            return " " + self.turns[-1][0]
+        done = [c for c, _ in self.turns]
+        if "echo" in " ".join(done) or "cp memo out" in done:
+            return " submit"
+        if self.demo_mode == "shortcut":
+            return " cp memo out"
+        kind, words = self.task["kind"], self.task["instruction"].split()
+        if kind == "count":
+            if not any(c.startswith("wc") for c in done):
+                return f" wc -l {words[4].rstrip(';')}"
+            value = self._last_output().split()[:1]
+        else:
+            key = words[1].rstrip(";,")
+            file = words[3].rstrip(";,") if words[2] == "in" else self.rng.choice("ab")
+            greps = list({c: o for c, o in self.turns if c.startswith("grep")}.items())  # a repeat counts once
+            if not greps:
+                return f" grep {key} {file}"
+            last = greps[-1][1].split()
+            if kind == "chain" and len(greps) == 1 and len(last) >= 2:
+                return f" grep {last[1]} b"
+            value = last[1:2]
+        answer = value[0] if value and value[0].isdigit() else "0"
+        if self.demo_mode == "slip":
+            answer = str(int(answer) + self.rng.choice([-2, -1, 1, 2])) if answer.isdigit() else "1"
+        return f" echo {answer} > out"
+
+    def _last_output(self) -> str:
+        return self.turns[-1][1] if self.turns else ""
+
+    # ---- the rules -----------------------------------------------------------------------------------
+    def step(self, action: str) -> StepResult:
+        command = action.strip()
+        events: list[Event] = []
+        if command == "submit":
+            self.turns.append((command, ""))
+            return self._end(events, "submit")
+        if not command or len(command) > MAX_COMMAND_CHARS or "\x00" in command or "\n" in command:
+            why = "an empty command" if not command else f"a command of one line, at most {MAX_COMMAND_CHARS} characters, no NUL"
+            events.append(Event("invalid_action", 0, {"role": "agent", "why": f"expected {why}"}))
+            obs = f"error: invalid command: expected {why}"
+        else:
+            outcome, seconds = self.shell.run(command, self.files)
+            self.spent_s += seconds
+            self.files = outcome.files
+            text = " ".join(outcome.output.split())[: self.cfg.obs_chars]
+            events.append(Event("tool_call", 0, {"command": command[:80]}))
+            if outcome.failed:
+                self.failed_actions += 1
+                events.append(Event("error", 0, {"why": outcome.failed, "command": command[:80]}))
+                obs = f"error: {outcome.failed}" + (f" {text}" if text else "")
+                obs = obs[: self.cfg.obs_chars]
+            else:
+                obs = text
+        self.turns.append((command, obs))
+        if len(self.turns) >= self.cfg.max_turns:
+            return self._end(events, "turn cap")
+        if self.spent_s >= self.cfg.episode_wall_s:
+            return self._end(events, "time budget")
+        return StepResult(Observation("agent", f"{obs}\n$" if obs else "$"), events=events)
+
+    def _end(self, events: list[Event], why: str) -> StepResult:
+        out = self.files.get("out")
+        passed = verify(self.task["verifier"], out)
+        answer = self.task["answer"]
+        flags = repeat_flags(self.turns)
+        info = {
+            "solved": answer is not None and out is not None and out.strip() == answer,
+            "read_memo": any("memo" in c for c, _ in self.turns),
+            "failed_actions": self.failed_actions,
+            "repeat_rate": sum(flags) / len(flags) if flags else 0.0,
+            "looped": any(flags),
+            "submitted": why == "submit",
+            "sandbox_s": self.spent_s,
+            "record": {"turns": [list(t) for t in self.turns], "defect": self.task["defect"], "end": why},
+        }
+        return StepResult(None, reward=float(passed), events=events, success=passed, info=info)
+
+
+class TerminalEnv(Environment):
+    name = "terminal"
+    roles = ("agent",)
+    offers = frozenset({"single_agent", "env_pool_with_audit"})  # envs/api/features.py
+    config_class = TerminalConfig
+    stop = ("\n",)
+
+    def __init__(self, cfg: TerminalConfig):
+        super().__init__(cfg)
+        self.cfg: TerminalConfig = cfg
+        if cfg.backend == "sandbox":
+            problem = sandbox.available()
+            if problem is not None:
+                raise ValueError(f"env=terminal with env.backend=sandbox needs bubblewrap: {problem}")
+            self.shell: SandboxShell | SimShell = SandboxShell(cfg.limits(), cfg.cache, cfg.cache_mb << 20)
+        else:
+            self.shell = SimShell()
+
+    @property
+    def tiers(self) -> tuple[int, ...]:
+        return (1, 2)
+
+    def generate_task(self, rng: random.Random, tier: int, defect: str = "clean") -> dict[str, Any]:
+        return make_task(rng, tier, defect)
+
+    def split_plan(self, split: str, size: int, rng: random.Random) -> list[tuple[int, dict[str, Any]]]:
+        """train: the defects in their shares (shuffled), tier 1; demo: clean, tier 1; dev and heldout
+        (the test split): clean, with the composition tier 2 (a share `long_share`), never trained on."""
+        if split == "train":
+            labels = quota(self.cfg.shares(), size)
+            rng.shuffle(labels)
+            return [(1, {"defect": d}) for d in labels]
+        if split == "demo":
+            return [(1, {"defect": "clean"})] * size
+        n_long = round(self.cfg.long_share * size)
+        return [(1, {"defect": "clean"})] * (size - n_long) + [(2, {"defect": "clean"})] * n_long
+
+    def task_key(self, task: dict[str, Any]) -> str:
+        """A task is its files and instruction (no two splits hold the same)."""
+        return json.dumps([task["instruction"], task["files"]], sort_keys=True)
+
+    def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
+        if variant != "main":
+            raise ValueError(f"terminal has no episode variant {variant!r}")
+        return TerminalEpisode(task, self.cfg, self.shell, rng)
+
+    def provenance(self) -> dict[str, Any]:
+        c = self.cfg
+        return {"source": "generated by envs.testbeds.terminal.tasks (the suite's own; no external data)",
+                "data_seed": c.data_seed, "train": c.train_size, "heldout": c.heldout_size, "dev": c.dev_size,
+                "demo": c.demo_size, "defect_shares": c.shares(), "backend": c.backend,
+                "sandbox": f"bubblewrap {sandbox.bwrap_version()}" if c.backend == "sandbox" else "simulated (tests only)"}

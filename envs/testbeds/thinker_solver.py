@@ -1,0 +1,276 @@
+"""`thinker_solver`: a Thinker–Solver team where the Thinker can free-ride (CCPO's CPU-scale setting).
+
+A task is a handful of facts (`F=1 C=3 A=7 H=4`) and a question about the first one (`Q: F?`; it
+comes first so that a ~1M-parameter model needs to copy, not search). A fact the Solver is not
+shown appears to it as `X=?`.
+
+- The **Thinker** sees every fact and the question, and writes one line of guidance: it can reveal
+  the asked value (` 1`, or ` F=1`: *help*), state a wrong value (` 5`: *wrong*), or stay silent
+  (an empty line: *silent*). It pays `cost_per_char` per character of its message.
+- The **Solver** sees the question, the facts *it* is shown, and the Thinker's message, and answers
+  ` #<value>`.
+
+Tiers are about what the Solver is shown (the Thinker's view has the same form in every tier, so
+it cannot tell them apart):
+- tier 1: every fact; tier 2: the asked fact and some of the others. Easy: the Solver can answer
+  alone, so the Thinker's message is at best useless and costs.
+- tier 3: every fact but the asked one. Hard: only the Thinker knows the answer; alone, the Solver
+  can only guess (1 in `num_values`).
+
+The team's reward is `success - cost` (success: the Solver's answer is right). Because two thirds
+of the tasks do not need the Thinker, a shared, group-normalized reward rewards silence more often
+than help: that is the free-riding CCPO's counterfactual credit is meant to expose.
+
+Variants (`new_episode(..., variant=)`):
+- `main`: Thinker, then Solver.
+- `solo`: the Solver alone, with an empty Thinker line (CCPO's counterfactual; compute is counted
+  under its own tag by the rollout).
+- `empty_guidance`: the Thinker writes, but the Solver receives an empty line (the Thinker's message
+  is emptied; its accuracy drop measures what the message was worth).
+- `paired`: for evaluation; the Solver answers alone first, then the Thinker writes and the Solver
+  answers again with the message in a fresh context. `info` records `solo_correct`,
+  `joint_correct`, `help` (joint right, solo wrong), `hurt` (joint wrong, solo right) and
+  `contribution` (joint - solo). The reward and success are the joint ones.
+
+Every episode's `info` records the class of the Thinker's message (`msg_help`, `msg_wrong`,
+`msg_silent`, `msg_other`), its length and cost. A message that is neither empty nor `<digits>` / `X=<digits>`
+is passed to the Solver as written and flagged with an `invalid_action` event; a Solver reply
+without `#<integer>` is an invalid action and ends the episode with success 0. Numbers are ASCII
+digits, at most 18 of them (anything else is not a number).
+
+**The free-riding setting** (`common/conf/env/thinker_solver_freeride.yaml`, results under the env tag
+`thinker_solver-freeride`; #18), switched on by `see_probs` (empty: the tiers above, unchanged):
+- the asked value is derived, `question: sum`: `Q: F+C?` asks (F + C) mod `num_values` of the first
+  two facts, so the Thinker has a skill to learn (a copy is not enough);
+- the Solver is shown none of the facts; it *knows* the answer with a probability p drawn per episode
+  from the episode's rng (shown as `K=<value>`, else `K=?`), where p is a property of the task, one
+  of `see_probs` (tiers: largest p first). The Thinker's prompt does not say p nor the draw, so a
+  shared reward credits a silent or wrong Thinker whenever the Solver happened to know;
+- the demonstrator Solver follows a readable hint when it does not know, and also when it knows with
+  probability `follow_known` (drawn per episode), so wrong hints hurt;
+- binary reward (`cost_per_char: 0`). Episode `info` adds `knows` and `p_see`.
+Because the draws come from the episode's rng, a solo play seeded like a joint play (CCPO's `crn`)
+gets the same hidden draw.
+
+Scripted demonstrator (SFT warm start): the Thinker helps, stays silent or lies with the fixed
+probabilities `expert_help`, `expert_silent`, `expert_wrong` (drawn once per episode from the
+episode's rng; its message is the bare value, ` 1`), so the warm-started Thinker starts from a mix
+of the three; the Solver answers from the facts it sees, else trusts the Thinker's value, else
+guesses uniformly.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import string
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.episode import Event
+from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult, parse_int
+
+THINKER, SOLVER = "thinker", "solver"
+_MESSAGE = re.compile(r"^\s*(?:([A-Z])\s*=\s*)?([0-9]+)\s*$")
+_ANSWER = re.compile(r"#\s*(-?[0-9]+)\s*$")
+MESSAGE_KINDS = ("help", "wrong", "silent", "other")
+
+
+@dataclass
+class ThinkerSolverConfig(EnvConfig):
+    name: str = "thinker_solver"
+    num_facts: int = 4  # facts per task (variables drawn from A..`num_letters`)
+    num_letters: int = 8  # variable names are the first `num_letters` capital letters
+    num_values: int = 10  # values are 0..num_values-1 (a solo guess on a hard task is right 1 in num_values)
+    cost_per_char: float = 0.02  # the Thinker's cost per character of its (stripped) message
+    expert_help: float = 0.5  # the demonstrator Thinker's mix (sums to 1): reveal the asked fact,
+    expert_silent: float = 0.3  # stay silent,
+    expert_wrong: float = 0.2  # or state a wrong value for it
+    # the free-riding setting (#18; module docstring); the defaults keep the tiers above, unchanged
+    question: str = "copy"  # copy: `Q: F?` asks the first fact | sum: `Q: F+C?` asks (F + C) mod num_values
+    see_probs: list[float] = field(default_factory=list)  # per task, P(the Solver knows the answer), drawn per episode; [] = tiers
+    follow_known: float = 0.0  # see_probs only: P(the demonstrator Solver follows a readable hint although it knows)
+
+
+def read_message(message: str) -> tuple[str | None, int] | None:
+    """(letter or None, value) of a well-formed Thinker message, `<value>` or `X=<value>`; else None."""
+    m = _MESSAGE.match(message.strip())
+    value = parse_int(m.group(2)) if m is not None else None
+    return None if m is None or value is None else (m.group(1), value)
+
+
+def read_answer(action: str) -> int | None:
+    """The Solver's `#<value>` at the end of its reply, or None."""
+    m = _ANSWER.search(action.strip())
+    return parse_int(m.group(1)) if m is not None else None
+
+
+def classify(message: str, asked: str, value: int) -> str:
+    """help | wrong | silent | other: what a Thinker message says about the asked fact."""
+    if not message.strip():
+        return "silent"
+    said = read_message(message)
+    if said is None or said[0] not in (None, asked):
+        return "other"
+    return "help" if said[1] == value else "wrong"
+
+
+class ThinkerSolverEpisode(EpisodeState):
+    def __init__(self, task: dict[str, Any], cfg: ThinkerSolverConfig, rng: random.Random, variant: str):
+        self.facts: list[tuple[str, int]] = [(k, int(v)) for k, v in task["facts"]]
+        self.asked: str = task["asked"]
+        self.summed: str | None = task.get("summed")  # question sum: the second addend
+        values = dict(self.facts)
+        self.value = values[self.asked] if self.summed is None else (values[self.asked] + values[self.summed]) % cfg.num_values
+        self.shown: list[str] = list(task["shown"])  # facts the Solver sees
+        self.p_see: float | None = task.get("p_see")  # the free-riding setting: P(the Solver knows the answer)
+        self.cfg, self.rng, self.variant = cfg, rng, variant
+        self.message: str | None = None  # the Thinker's message as written
+        self.solo_correct: bool | None = None
+        # the demonstrator's choice for this episode, drawn once so expert_action() is repeatable
+        u = rng.random()
+        self.expert_kind = ("help" if u < cfg.expert_help else
+                            "silent" if u < cfg.expert_help + cfg.expert_silent else "wrong")
+        self.expert_wrong_value = rng.choice([v for v in range(cfg.num_values) if v != self.value])
+        self.expert_guess = rng.randrange(cfg.num_values)
+        # the free-riding setting's hidden draws, after the others (the tiers' draws are unchanged)
+        self.knows = self.asked in self.shown if self.p_see is None else rng.random() < self.p_see
+        self.follows = self.p_see is not None and rng.random() < cfg.follow_known
+        if self.summed is not None:  # a plausible slip: one addend instead of the sum
+            slips = [v for v in (values[self.asked], values[self.summed]) if v != self.value]
+            self.expert_wrong_value = slips[0] if slips else self.expert_wrong_value
+        phases = {"main": [THINKER, SOLVER], "solo": [SOLVER], "empty_guidance": [THINKER, SOLVER],
+                  "paired": [SOLVER, THINKER, SOLVER]}
+        self.phases = phases[variant]
+        self.phase = 0
+
+    # ---- prompts ----------------------------------------------------------------------------
+    def question(self) -> str:
+        return f"Q: {self.asked}?" if self.summed is None else f"Q: {self.asked}+{self.summed}?"
+
+    def thinker_prompt(self) -> str:
+        facts = " ".join(f"{k}={v}" for k, v in self.facts)
+        return f"Facts: {facts}. {self.question()}\nT:"
+
+    def solver_prompt(self, guidance: str) -> str:
+        facts = " ".join(f"{k}={v if k in self.shown else '?'}" for k, v in self.facts)
+        known = "" if self.p_see is None else f" K={self.value if self.knows else '?'}"
+        return f"Facts: {facts}. {self.question()}{known}\nT:{guidance}\nA:"
+
+    def guidance(self) -> str:
+        """The Thinker line the Solver receives (empty in `solo`, `empty_guidance`, and before the Thinker spoke)."""
+        if self.message is None or self.variant == "empty_guidance" or (self.variant == "paired" and self.phase == 0):
+            return ""
+        return self.message.replace("\n", " ")
+
+    def start(self) -> Observation:
+        return self._observation()
+
+    def _observation(self) -> Observation:
+        role = self.phases[self.phase]
+        if role == THINKER:
+            return Observation(THINKER, self.thinker_prompt(), new_context=True)
+        return Observation(SOLVER, self.solver_prompt(self.guidance()), new_context=True)
+
+    # ---- the demonstrator -------------------------------------------------------------------
+    def expert_action(self) -> str:
+        if self.phases[self.phase] == THINKER:
+            if self.expert_kind == "silent":
+                return ""
+            return f" {self.value if self.expert_kind == 'help' else self.expert_wrong_value}"
+        said = read_message(self.guidance())
+        hint = said[1] if said is not None and said[0] in (None, self.asked) else None
+        if self.knows and not (self.follows and hint is not None):
+            return f" #{self.value}"
+        return f" #{hint if hint is not None else self.expert_guess}"
+
+    # ---- the rules --------------------------------------------------------------------------
+    def cost(self) -> float:
+        return self.cfg.cost_per_char * len(self.message.strip()) if self.message is not None else 0.0
+
+    def step(self, action: str) -> StepResult:
+        role = self.phases[self.phase]
+        self.phase += 1
+        if role == THINKER:
+            self.message = action
+            kind = classify(action, self.asked, self.value)
+            events = [Event("invalid_action", 0, {"why": "guidance must be empty, <value> or X=<value>"})] if kind == "other" \
+                and read_message(action) is None else []
+            return StepResult(self._observation(), reward=-self.cost(), events=events)
+        answer = read_answer(action)
+        correct = answer is not None and answer == self.value
+        events = [] if answer is not None else [Event("invalid_action", 0, {"why": "no answer: end the reply with #<integer>"})]
+        if self.variant == "paired" and self.solo_correct is None:
+            self.solo_correct = correct
+            return StepResult(self._observation(), events=events)
+        return StepResult(None, reward=float(correct) - self.cost(), success=correct, events=events, info=self._info(correct))
+
+    def _info(self, correct: bool) -> dict[str, Any]:
+        info: dict[str, Any] = {"hard": not self.knows}
+        if self.p_see is not None:
+            info.update(knows=self.knows, p_see=self.p_see)
+        if self.message is not None:
+            kind = classify(self.message, self.asked, self.value)
+            info.update({f"msg_{k}": kind == k for k in MESSAGE_KINDS})
+            info.update(msg_chars=len(self.message.strip()), thinker_cost=self.cost())
+        if self.solo_correct is not None:
+            info.update(solo_correct=self.solo_correct, joint_correct=correct, help=correct and not self.solo_correct,
+                        hurt=self.solo_correct and not correct, contribution=int(correct) - int(self.solo_correct))
+        return info
+
+
+class ThinkerSolverEnv(Environment):
+    name = "thinker_solver"
+    roles = (THINKER, SOLVER)
+    offers = frozenset({"multi_agent_shared_outcome", "two_role_dialogue"})  # envs/api/features.py
+    config_class = ThinkerSolverConfig
+    stop = ("\n",)
+
+    def __init__(self, cfg: ThinkerSolverConfig):
+        mix = cfg.expert_help + cfg.expert_silent + cfg.expert_wrong
+        if abs(mix - 1.0) > 1e-9 or min(cfg.expert_help, cfg.expert_silent, cfg.expert_wrong) < 0:
+            raise ValueError(f"env.expert_help + expert_silent + expert_wrong must be a distribution; got sum {mix}")
+        if not 2 <= cfg.num_facts <= cfg.num_letters <= 26 or cfg.num_values < 2:
+            raise ValueError("need 2 <= env.num_facts <= env.num_letters <= 26 and env.num_values >= 2")
+        if cfg.question not in ("copy", "sum"):
+            raise ValueError(f"env.question must be copy or sum; got {cfg.question!r}")
+        if cfg.question == "sum" and not cfg.see_probs:
+            raise ValueError("env.question=sum needs env.see_probs (the free-riding setting); the tiers ask a copy")
+        if any(not 0 <= p <= 1 for p in cfg.see_probs) or len(set(cfg.see_probs)) != len(cfg.see_probs):
+            raise ValueError(f"env.see_probs must be distinct probabilities in [0, 1] (e.g. [0.1, 0.5, 0.9]); got {cfg.see_probs}")
+        if not 0 <= cfg.follow_known <= 1:
+            raise ValueError(f"env.follow_known must be a probability; got {cfg.follow_known}")
+        super().__init__(cfg)
+        self.cfg: ThinkerSolverConfig = cfg
+
+    @property
+    def tiers(self) -> tuple[int, ...]:
+        if self.cfg.see_probs:  # the free-riding setting: tier i has the i-th largest P(the Solver knows)
+            return tuple(range(1, len(self.cfg.see_probs) + 1))
+        return (1, 2, 3)  # 1: Solver sees all; 2: sees the asked fact and some others; 3: asked fact hidden
+
+    def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
+        letters = rng.sample(string.ascii_uppercase[: self.cfg.num_letters], self.cfg.num_facts)
+        facts = [[k, rng.randrange(self.cfg.num_values)] for k in letters]
+        asked = letters[0]  # the asked fact comes first: the tiny model needs no search, only copying
+        others = letters[1:]
+        if self.cfg.see_probs:  # the free-riding setting: the Solver sees no fact, knows the answer with p_see
+            p_see = sorted(self.cfg.see_probs, reverse=True)[tier - 1]
+            return {"facts": facts, "asked": asked, "shown": [], "p_see": p_see,
+                    **({"summed": letters[1]} if self.cfg.question == "sum" else {})}
+        if tier == 1:
+            shown = letters
+        elif tier == 2:
+            hidden = set(rng.sample(others, rng.randint(1, len(others) - 1 if len(others) > 1 else 1)))
+            shown = [k for k in letters if k not in hidden]
+        else:
+            shown = others
+        return {"facts": facts, "asked": asked, "shown": shown}
+
+    def variants(self) -> tuple[str, ...]:
+        return ("main", "solo", "empty_guidance", "paired")
+
+    def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
+        if variant not in self.variants():
+            raise ValueError(f"thinker_solver has no episode variant {variant!r}; it has {list(self.variants())}")
+        return ThinkerSolverEpisode(task, self.cfg, rng, variant)

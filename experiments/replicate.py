@@ -1,0 +1,519 @@
+"""A whole replication: arms x seeds of one method at one scale, launched, then its tables printed.
+
+    python -m experiments.replicate --method grpo                     # cpu scale, local
+    python -m experiments.replicate --method grpo --scale smoke
+    python -m experiments.replicate --method grpo --cluster slurm --no-wait
+    python -m experiments.replicate --method grpo trainer.lr=1e-3     # extra Hydra overrides
+
+The arms and seeds are data: `replications/<method>/conf/replication.yaml`. Every cell's config is
+composed and checked before anything starts (a bad config fails here, not in a job). Cells whose
+run directory is `done` are skipped, unfinished ones resume, finished ones are never overwritten
+without --force. Local cells run through submitit's local executor, a few at a time, each with
+its share of the cores. At the end it prints the method's section of the report, the same tables
+`make paper` builds for it (`paper.build.method_tables`), then every failed cell. A bad setting or
+argument is one line `error: ...` and exit status 2, before anything runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+
+from common.config import SEED_LIMIT, RunConfig
+from common.records import STAGING, YAML_LOADER, recorded_changes
+from experiments.run import compose, conf_dir
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (arm, seed) training run of a replication."""
+
+    method: str
+    env: str
+    arm: str
+    seed: int
+    scale: str
+    overrides: tuple[str, ...]
+    out_dir: str
+    work_dir: str
+    steps: int = 0
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out_dir) / self.method / self.env / self.arm / f"seed-{self.seed}"
+
+    def recorded_changes(self) -> list[str] | None:
+        """How this cell's settings differ from the ones recorded in its run folder (None: nothing recorded)."""
+        return recorded_changes(self.run_dir, _plain_config(self.method, self.overrides))
+
+    @property
+    def done(self) -> bool:
+        """Finished with this cell's own config: a finished run of other settings (another
+        trainer.lr, say) is not this cell's result, and `run_cell` refuses it with the difference."""
+        return (self.run_dir / "done").exists() and not self.recorded_changes()
+
+    @property
+    def forced(self) -> bool:
+        return "force=true" in self.overrides
+
+    def state(self) -> CellState:
+        """What running this cell would do, decided from its run folder alone (as `RunDir.prepare` will)."""
+        changes = self.recorded_changes()
+        finished = (self.run_dir / "done").exists()
+        if self.forced:
+            return CellState("forced rerun" if finished else "to run")
+        if finished and not changes:
+            return CellState("done")
+        if changes:
+            kind = "a finished run" if finished else "an unfinished run"
+            return CellState("refused", f"{kind} with other settings ({'; '.join(changes)})")
+        steps = _steps_recorded(self.run_dir)
+        return CellState(f"to resume (from step {steps})" if steps else "to run")
+
+    @property
+    def name(self) -> str:
+        return f"{self.method}/{self.env}/{self.arm}/seed-{self.seed}"
+
+
+@dataclass(frozen=True)
+class CellState:
+    """A cell before it runs: `done` (skipped), `to run`, `to resume (...)`, `forced rerun`, or `refused`
+    (a run of other settings holds its folder: `why` says which settings differ)."""
+
+    state: str
+    why: str = ""
+
+    @property
+    def runs(self) -> bool:
+        return self.state not in ("done", "refused")
+
+    def __str__(self) -> str:
+        return f"{self.state}: {self.why}" if self.why else self.state
+
+
+def _steps_recorded(run_dir: Path) -> int:
+    path = run_dir / "metrics.jsonl"
+    return sum(1 for line in path.read_text().splitlines() if line.strip()) if path.exists() else 0
+
+
+# ---- how long a cell takes: the committed runs' own timings --------------------------------------
+def run_seconds(run_dir: Path) -> tuple[float, int] | None:
+    """(wall-clock seconds, RL steps) of a finished run done in one attempt (started -> finished in its
+    manifest); None for runs that were resumed (their span includes the pause) or lack the times."""
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        if manifest.get("attempts", 1) != 1 or not (run_dir / "done").exists():
+            return None
+        fmt = "%Y-%m-%dT%H:%M:%S%z"
+        seconds = (datetime.strptime(manifest["finished"], fmt) - datetime.strptime(manifest["started"], fmt))
+        steps = yaml.load((run_dir / "config.yaml").read_text(), Loader=YAML_LOADER)["trainer"]["steps"]
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+        return None
+    return (seconds.total_seconds(), int(steps)) if seconds.total_seconds() > 0 else None
+
+
+def estimate_seconds(cell: Cell, committed: str | Path = RunConfig.out_dir) -> float | None:
+    """How long `cell` will take, from the recorded runs nearest to it: the same arm's other seeds, else
+    any arm of its method on its environment, else its method on any environment; first under the cell's
+    own out_dir, then under the committed results. The median seconds per RL step (plus one step: the
+    evaluations) times the cell's steps; None when no recorded run is found."""
+    roots = dict.fromkeys([Path(cell.out_dir), Path(cell.out_dir.split("/compare/")[0]), Path(committed)])
+    for pattern in (f"{cell.method}/{cell.env}/{cell.arm}/seed-*", f"{cell.method}/{cell.env}/*/seed-*",
+                    f"{cell.method}/*/*/seed-*"):
+        for root in roots:
+            rates = [t / (steps + 1) for t, steps in filter(None, map(run_seconds, root.glob(pattern)))]
+            if rates:
+                return statistics.median(rates) * (cell.steps + 1)
+    return None
+
+
+def minutes(seconds: float | None) -> str:
+    return "time unknown" if seconds is None else f"~{seconds / 60:.0f} min" if seconds >= 90 else f"~{seconds:.0f} s"
+
+
+def plan_text(cells: Sequence[Cell], parallel: int, overrides: bool = True) -> str:
+    """Every cell's state and, for the ones that would run, the time its recorded neighbours took
+    (`estimate_seconds`); then the totals (cells run `parallel` at a time)."""
+    lines, total, running, unknown = [], 0.0, 0, 0
+    counts: dict[str, int] = {}
+    for c in cells:
+        st = c.state()
+        key = st.state.split(" (")[0]
+        counts[key] = counts.get(key, 0) + 1
+        if not st.runs:
+            lines.append(f"{c.name}: {st}")
+            continue
+        est = estimate_seconds(c)
+        total, running, unknown = total + (est or 0.0), running + 1, unknown + (est is None)
+        lines.append(f"{c.name}: {st} ({minutes(est)})" + (f"  {' '.join(c.overrides)}" if overrides else ""))
+    at_once = max(1, min(parallel, running))
+    timing = "" if not running else (
+        f", {minutes(total / at_once) if total else 'time unknown'}" + (f" ({at_once} at a time)" if at_once > 1 else "")
+        + (f"; {unknown} of them with no recorded run to time by" if unknown and total else ""))
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items())
+    lines.append(f"[plan] {len(cells)} cell(s): {summary}{timing}")
+    return "\n".join(lines)
+
+
+def refusal(cells: Sequence[Cell]) -> str | None:
+    """One line per cell a run would refuse (a run of other settings holds its folder), or None."""
+    refused = [(c, st) for c in cells if (st := c.state()).state == "refused"]
+    if not refused:
+        return None
+    head = (f"{len(refused)} cell(s) hold runs of other settings; FORCE=1 reruns them (the finished records stay "
+            "until each rerun is done), OUT=<folder> runs into another folder, or restore the settings:")
+    return "\n".join([head, *(f"  {c.name}: {st.why}" for c, st in refused)])
+
+
+@dataclass
+class Replication:
+    arms: dict[str, list[str]]
+    seeds: dict[str, list[int]]
+    parallel: dict[str, int] = field(default_factory=dict)
+    arm_scales: dict[str, list[str]] = field(default_factory=dict)  # arm -> the only scales it runs at (default: all)
+    verify: list[str] = field(default_factory=list)  # `make verify`'s cells, `arm` or `arm@seed` (default: first arm)
+
+    def arms_at(self, scale: str) -> list[str]:
+        """The arms that run at `scale`, in the file's order."""
+        return [a for a in self.arms if scale in self.arm_scales.get(a, [scale])]
+
+
+def load_replication(method: str) -> Replication:
+    path = conf_dir(method) / "replication.yaml"
+    data = yaml.safe_load(path.read_text())
+    unknown = set(data) - {"arms", "seeds", "parallel", "tune", "arm_scales", "verify"}  # tune: experiments/tune.py
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
+    arm_scales = {k: list(v) for k, v in (data.get("arm_scales") or {}).items()}
+    stray = sorted(set(arm_scales) - set(data["arms"]))
+    if stray:
+        raise ValueError(f"{path}: arm_scales names arm(s) {stray} that are not in arms")
+    verify = [str(v) for v in data.get("verify") or []]
+    stray = sorted({v.partition("@")[0] for v in verify} - set(data["arms"]))
+    if stray:
+        raise ValueError(f"{path}: verify names arm(s) {stray} that are not in arms")
+    return Replication({k: list(v or []) for k, v in data["arms"].items()}, data["seeds"], data.get("parallel", {}),
+                       arm_scales, verify)
+
+
+def tuning_path(out_dir: str | Path, method: str, scale: str) -> Path:
+    """Where `make tune-<method>` writes what it selected (experiments/tune.py)."""
+    return Path(out_dir) / method / f"tuning-{scale}.json"
+
+
+def tuned_overrides(out_dir: str | Path, method: str, scale: str) -> dict[str, str]:
+    """arm -> the override its dev sweep selected, from `tuning_path` (no sweep run: {})."""
+    path = tuning_path(out_dir, method, scale)
+    if not path.exists():
+        return {}
+    return {arm: a["override"] for arm, a in json.loads(path.read_text())["arms"].items() if a.get("override")}
+
+
+# Settings a replication sets for each cell, never an extra override: they name the cell's run folder and
+# its progress line, so an override would run another cell under this one's name (ARGS=seed=7 ran seed 7
+# while the progress showed seed 0). Where each belongs instead:
+RESERVED = {"seed": "SEEDS (--seeds)", "arm": "the replication's arms (replications/<method>/conf/replication.yaml; --arms)",
+            "method": "the target (make replicate-<method>, --method)", "scale": "SCALE (--scale)"}
+
+
+def check_extra_overrides(overrides: Collection[str]) -> None:
+    """Raise ValueError (one line) on an extra override of a setting in RESERVED (`+seed=`, `~arm` too)."""
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key in RESERVED:
+            raise ValueError(f"{override} in the extra overrides (ARGS) is refused: a cell's {key} is set by "
+                             f"{RESERVED[key]}, not by an override")
+
+
+def plan(method: str, scale: str, seeds: list[int] | None = None, extra_overrides: tuple[str, ...] = (),
+         arms: list[str] | None = None) -> list[Cell]:
+    """Every (arm, seed) cell, with its config composed and checked. An arm that `make tune-<method>`
+    tuned at this scale runs at its selected setting (after the arm's own overrides, before the
+    command line's, which still win; those may not set a cell's seed, arm, method or scale)."""
+    check_extra_overrides(extra_overrides)
+    rep = load_replication(method)
+    if scale not in rep.seeds:
+        raise ValueError(f"{method} has no scale {scale!r}; choose one of {sorted(rep.seeds)}")
+    chosen = arms or rep.arms_at(scale)
+    missing = sorted(set(chosen) - set(rep.arms))
+    if missing:
+        raise ValueError(f"{method} has no arm(s) {missing}; its arms are {list(rep.arms)}")
+    elsewhere = [a for a in chosen if a not in rep.arms_at(scale)]
+    if elsewhere:
+        raise ValueError(f"{method}'s arm(s) {elsewhere} run only at scale(s) "
+                         f"{sorted({s for a in elsewhere for s in rep.arm_scales[a]})}, not {scale!r}")
+    cells = []
+    out_dir = compose(method, (f"scale={scale}", *extra_overrides)).out_dir
+    tuned = tuned_overrides(out_dir, method, scale)
+    for arm in chosen:
+        if arm in tuned:
+            print(f"[replicate] {arm}: {tuned[arm]}, selected on the dev split ({tuning_path(out_dir, method, scale)})",
+                  file=sys.stderr)
+        for seed in seeds if seeds is not None else rep.seeds[scale]:
+            overrides = (f"scale={scale}", f"seed={seed}", f"arm={arm}", *rep.arms[arm],
+                         *([tuned[arm]] if arm in tuned else []), *extra_overrides)
+            cfg = _plain_config(method, overrides)
+            env = cfg["env"].get("tag") or cfg["env"]["name"]
+            cells.append(Cell(method, env, arm, seed, scale, overrides, cfg["out_dir"], cfg["work_dir"],
+                              cfg["trainer"]["steps"]))
+    return cells
+
+
+def cell_config(cell: Cell) -> RunConfig:
+    return compose(cell.method, cell.overrides)
+
+
+@functools.lru_cache(maxsize=256)
+def _plain_config(method: str, overrides: tuple[str, ...]) -> dict[str, Any]:
+    """A cell's resolved config as plain data, composed once (`Cell.done` is asked often)."""
+    return asdict(compose(method, overrides))
+
+
+def validate_cells(cells: list[Cell]) -> list[RunConfig]:
+    """Compose and check every cell (environment and method settings included); raise on the first error."""
+    from common.fit import resolve
+    from replications import METHODS
+
+    cfgs = []
+    for cell in cells:
+        cfg = cell_config(cell)
+        try:
+            resolve(cfg, METHODS)
+        except (ValueError, FileNotFoundError) as e:
+            raise ValueError(f"cell {cell.name}: {e}") from e
+        if cfg.scale == "paper" and cfg.model.kind == "pretrained" and not Path(cfg.model.path or "").exists():
+            raise ValueError(f"cell {cell.name}: scale=paper needs the model locally; model.path={cfg.model.path!r} does not exist "
+                             f"(download {cfg.model.hf_id} to a local folder and pass model.path=...)")
+        cfgs.append(cfg)
+    return cfgs
+
+
+def run_cell(cell: Cell) -> dict[str, Any]:
+    """Run one cell in this process: resume if unfinished, skip if done; a finished run of other
+    settings is refused with the difference (unless force=true), by `fit`."""
+    from common.fit import fit
+    from replications import METHODS
+
+    if cell.done and "force=true" not in cell.overrides:
+        return {"status": "skipped", "run_dir": str(cell.run_dir)}
+    run_dir = fit(cell_config(cell), METHODS)
+    return {"status": "done", "run_dir": str(run_dir.path)}
+
+
+# ---- local launch ------------------------------------------------------------------------------
+def progress_line(cells: list[Cell], queued: Collection[str] = (), running: Collection[str] = ()) -> str:
+    """One status per cell: queued (waiting in this launch), steps (running: a forced rerun's old
+    `done` does not count), or done."""
+    parts = []
+    for c in cells:
+        forcing = Path(c.out_dir) / STAGING / c.method / c.env / c.arm / f"seed-{c.seed}" / "metrics.jsonl"
+        p = forcing if c.name in running and forcing.exists() else c.run_dir / "metrics.jsonl"  # a FORCE rerun builds there
+        steps = len(p.read_text().splitlines()) if p.exists() else 0
+        parts.append("queued" if c.name in queued else "done" if c.done and c.name not in running else f"{steps}/{c.steps}")
+    return " | ".join(f"{c.arm}/s{c.seed}: {s}" for c, s in zip(cells, parts, strict=True))
+
+
+def failure_text(error: Exception) -> str:
+    """How a cell's job failed, after '<cell> failed:'. A refused or stopped run (`RunRefused`,
+    `RunStopped`: lock contention, other settings, a full disk, a read-only folder) is its one line;
+    anything else the end of its traceback. submitit hands back the job's traceback as text, whose
+    last line of a one-line kind is '<module>.<class>: <message>'."""
+    from common.fit import RunStopped
+    from common.records import RunRefused
+
+    lines = str(error).strip().splitlines()
+    for kind in (RunRefused, RunStopped):
+        prefix = f"{kind.__module__}.{kind.__qualname__}: "
+        said = [line[len(prefix):] for line in lines if line.startswith(prefix)]
+        if said:
+            return f" {said[-1]}"
+    return "\n" + "\n".join(lines[-15:])
+
+
+def launch_local(cells: list[Cell], parallel: int, work_dir: str) -> list[str]:
+    """Run cells through submitit's local executor, `parallel` at a time; returns failure messages."""
+    import submitit
+
+    todo = [c for c in cells if not c.done or "force=true" in c.overrides]
+    if not todo:
+        return []
+    parallel = max(1, min(parallel, len(todo)))
+    cores = os.cpu_count() or 1
+
+    def threads(cell: Cell) -> int:  # each cell's share of the cores, split again among its ranks
+        ranks = _plain_config(cell.method, cell.overrides)["trainer"]["devices"]
+        return max(1, cores // (parallel * max(1, ranks)))
+
+    executor = submitit.AutoExecutor(folder=Path(work_dir) / "submitit" / "%j", cluster="local")
+    executor.update_parameters(timeout_min=24 * 60)
+    pending = [Cell(**{**c.__dict__, "overrides": (*c.overrides, f"trainer.threads={threads(c)}", "progress=false")})
+               for c in todo]
+    running: list[tuple[Cell, Any]] = []
+    failures: list[str] = []
+    last = 0.0
+    while pending or running:
+        while pending and len(running) < parallel:
+            cell = pending.pop(0)
+            running.append((cell, executor.submit(run_cell, cell)))
+        for cell, job in list(running):
+            if job.done():
+                running.remove((cell, job))
+                try:
+                    job.result()
+                except Exception as e:  # report, keep going with the other cells
+                    failures.append(f"{cell.name} failed:{failure_text(e)}")
+        if time.monotonic() - last > 15:
+            line = progress_line(cells, {c.name for c in pending}, {c.name for c, _ in running})
+            print(f"[replicate] {line}", flush=True)
+            last = time.monotonic()
+        time.sleep(0.5)
+    return failures
+
+
+# ---- tables -------------------------------------------------------------------------------
+def collect_tables(method: str, scale: str, cells: list[Cell]) -> str:
+    """What a replication prints at the end (here and in `python -m slurm collect`): the cells that
+    are not done, then the method's section of the report as `make paper` builds it, from the runs
+    at `scale` under the cells' out_dir."""
+    from paper.build import method_tables
+
+    missing = [c.name for c in cells if not c.done]
+    head = (f"{len(missing)} of {len(cells)} cells not done (not counted; no claim is verified on them): "
+            + ", ".join(missing) + "\n\n") if missing else ""
+    results = Path(cells[0].out_dir) if cells else Path("results")
+    where = (f"[replicate] {method} at {scale} scale: its section of the report, as `make paper` builds it "
+             f"from {results}/\n\n")
+    return where + head + method_tables(method, results, scale)
+
+
+# ---- command line -----------------------------------------------------------------------------
+class UsageError(Exception):
+    """A command-line argument that cannot be used; main prints it as one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # argparse would print the usage block and exit
+        raise UsageError(f"{message} (see python -m experiments.replicate --help)")
+
+
+def seed_list(text: str) -> list[int]:
+    """'0,1,2' -> [0, 1, 2]."""
+    try:
+        seeds = [int(s) for s in text.split(",")]
+    except ValueError:
+        seeds = []
+    if not seeds or any(not 0 <= s < SEED_LIMIT for s in seeds):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of seeds >= 0 (and < 2^63), "
+                                         "e.g. SEEDS=0,1,2")
+    return seeds
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = _Parser(prog="python -m experiments.replicate", description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--method", required=True)
+    p.add_argument("--scale", default="cpu",
+                   help="smoke | cpu | small | paper, or another paper setup of the method (conf/scale/paper_*.yaml)")
+    p.add_argument("--cluster", default="local", choices=["local", "slurm"])
+    p.add_argument("--seeds", type=seed_list, default=None,
+                   help="comma-separated seeds (default: the replication's seeds for the scale)")
+    p.add_argument("--arms", default=None, help="comma-separated arms (default: all)")
+    p.add_argument("--force", action="store_true", help="rerun finished cells (overwrites their results)")
+    p.add_argument("--no-wait", action="store_true", help="SLURM: submit and return the job ids")
+    p.add_argument("--dry-run", action="store_true", help="print what would run; run nothing")
+    p.add_argument("--out-dir", default=None,
+                   help="write the records under this folder instead of the scale's (results/ at cpu scale)")
+    p.add_argument("--profile", default=None, help="cluster profile (slurm/profiles/<name>.yaml)")
+    p.add_argument("--parallel", type=int, default=None, help="local: cells at once (default: replication.yaml)")
+    p.add_argument("overrides", nargs="*", help="extra Hydra overrides for every cell")
+    return p.parse_args(argv)
+
+
+def one_line(error: BaseException, method: str = "<name>") -> str:
+    """A Hydra, OmegaConf or argument error as one line: what was wrong and, where known, the choices."""
+    from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+    from omegaconf.errors import OmegaConfBaseException
+
+    def first(e: BaseException) -> str:
+        return next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+
+    if not isinstance(error, HydraException | OmegaConfBaseException):  # our own messages: every line counts
+        return " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
+    if isinstance(error, MissingConfigException) and error.missing_cfg_file:
+        choices = f"; choose one of {', '.join(error.options)}" if error.options else ""
+        return f"no config {error.missing_cfg_file!r}{choices}"
+    if isinstance(error, OverrideParseException):
+        lines = [line.strip() for line in str(error).splitlines() if line.strip() and not line.startswith("See http")]
+        return ": ".join(lines) + " (an override is key=value, e.g. trainer.lr=1e-3)"
+    cause = error.__cause__
+    text = first(error).rstrip(".")
+    if isinstance(cause, OmegaConfBaseException):
+        text += f": {first(cause)}"
+    elif isinstance(error, OmegaConfBaseException) and error.full_key:
+        text += f" (in {error.full_key})"
+    if isinstance(error, OmegaConfBaseException) or isinstance(cause, OmegaConfBaseException):
+        text += f"; python -m experiments.run method={method} --cfg job prints every setting"
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    method = "<name>"
+    try:
+        args = parse_args(list(sys.argv[1:] if argv is None else argv))
+        method = args.method
+        arms = args.arms.split(",") if args.arms else None
+        extra = (*args.overrides, *(("force=true",) if args.force else ()),
+                 *((f"out_dir={args.out_dir}",) if args.out_dir else ()))
+        cells = plan(args.method, args.scale, args.seeds, extra, arms)
+        validate_cells(cells)
+    except (UsageError, ValueError, HydraException, OmegaConfBaseException) as e:
+        print(f"error: {one_line(e, method)}", file=sys.stderr)
+        return 2
+    parallel = args.parallel or load_replication(args.method).parallel.get(args.scale, 1)
+    if args.dry_run and args.cluster == "local":
+        print(plan_text(cells, parallel))
+        return 0
+    refused = refusal(cells)
+    if refused and not args.dry_run:
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
+    if args.cluster == "slurm":
+        from slurm.launch import launch
+
+        return launch(cells, args.profile or "slurm", wait=not args.no_wait, dry_run=args.dry_run,
+                      run=run_cell, validate=validate_cells, aggregate=collect_tables)
+    t0 = time.time()
+    failures: list[str] = []
+    try:
+        failures = launch_local(cells, parallel, cells[0].work_dir if cells else ".cache")
+        print(collect_tables(args.method, args.scale, cells))
+    except Exception as e:  # noqa: BLE001 - whatever broke, the cells that failed are still listed below
+        failures.append(f"the replication stopped: {type(e).__name__}: {e}")
+    finally:
+        print(f"\n[replicate] {len(cells)} cells, {time.time() - t0:.0f} s")
+        for f in failures:
+            print(f"\n[replicate] FAILED {f}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    # Run the importable module's main: the cells and run_cell that jobs unpickle then live in
+    # `experiments.replicate`, which a job can import, not in this script's `__main__`.
+    from experiments.replicate import main as replicate_main
+
+    sys.exit(replicate_main())

@@ -1,0 +1,304 @@
+"""Head to head (#23): what `make compare` ran, as tables, a matrix figure and a section of REPORT.md.
+
+Reads `<results>/compare/steps/<method>/<env>/<arm>/seed-<k>/` (equal RL steps: each method's compare
+arm and GRPO on the environment's one budget, experiments/compare.py) and
+`<results>/compare/tokens/<method>/grpo/<env>/grpo/seed-<k>/` (GRPO given that method's generated
+tokens). The score is the final held-out `mean@k` of each run.
+
+Per environment:
+- **vs GRPO**, at equal steps and at equal generated tokens: the mean of the per-seed differences
+  (paired by seed) with its Student-t interval, and the verdict under the suite's rule
+  (paper/claims.py: holds / opposite / no effect / inconclusive, inconclusive whenever fewer seeds
+  than the power calculation asks for) against `MARGIN`. At equal tokens, GRPO's equal-steps runs
+  stand in when the method's tokens are within 10% of GRPO's; otherwise its token-matched runs, and
+  until they exist the comparison says so;
+- **between methods**, every pair at equal steps, the same way, with each method's generated tokens
+  beside it (a pair whose tokens differ by more than 10% is flagged: its equal-tokens comparison is
+  each method's against GRPO at its own tokens);
+- **a ranking**: mean over seeds [t interval], the rank's 95% interval and the probability of
+  ranking first, from resampling the seeds every method shares (a bootstrap over seeds, seed 0).
+
+`MARGIN` (0.05 of mean@k, the difference between two methods that the suite calls one that matters)
+was set before any head-to-head run, as a card's margin is. The matrix figure shows every method
+(rows) against every environment of experiments/compare.yaml (columns): the difference to GRPO
+with its interval, grey where the method does not apply, "missing" where it applies and has no run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from common import stats
+from paper.claims import INCONCLUSIVE, pair_verdict, seeds_for_margin
+from paper.load import Results, Run, load_results
+from paper.tables import Table, fmt, fmt_ci
+
+MARGIN = 0.05
+METRIC = "mean@k"
+TOKEN_TOLERANCE = 0.10
+BASELINE = "grpo"
+N_BOOT = 2000
+
+
+@dataclass
+class Versus:
+    """a - b on one environment, paired by seed."""
+
+    a: str
+    b: str
+    n: int
+    diff: stats.Interval
+    needed: int
+    verdict: str
+    note: str = ""
+
+
+def versus(a: str, b: str, x: dict[int, float], y: dict[int, float]) -> Versus:
+    """The verdict rule of paper/claims.py on the seeds both have, against MARGIN."""
+    seeds = sorted(set(x) & set(y))
+    d = np.array([x[s] - y[s] for s in seeds])
+    sd = float(d.std(ddof=1)) if d.size >= 2 else float("nan")
+    needed = seeds_for_margin(MARGIN, sd)
+    diff = stats.t_interval(d) if d.size else (math.nan,) * 3
+    interval = pair_verdict(diff, MARGIN)
+    if d.size < needed:
+        note = f"underpowered: n={d.size} < required {needed}"
+        if interval != INCONCLUSIVE:
+            note += f"; the interval alone says {interval}"
+        return Versus(a, b, int(d.size), diff, needed, INCONCLUSIVE, note)
+    return Versus(a, b, int(d.size), diff, needed, interval)
+
+
+def final_values(runs: list[Run]) -> dict[int, float]:
+    return {r.seed: float(r.evals["final"][METRIC]) for r in runs}
+
+
+def tokens_of(runs: list[Run]) -> float:
+    t = [r.metrics[-1].get("generated_tokens_total", 0.0) for r in runs if r.metrics]
+    return float(np.mean(t)) if t else math.nan
+
+
+@dataclass
+class EnvComparison:
+    env: str
+    scores: dict[str, dict[int, float]]  # method -> seed -> final mean@k (equal steps)
+    tokens: dict[str, float]  # method -> mean generated tokens (training)
+    vs_grpo_steps: dict[str, Versus]
+    vs_grpo_tokens: dict[str, Versus | str]  # a comparison, or why there is none yet
+    pairs: list[Versus]
+    ranking: list[tuple[str, stats.Interval, tuple[float, float], float]]  # method, mean, rank interval, P(first)
+
+
+def ranking(scores: dict[str, dict[int, float]], seed: int = 0) -> list[tuple[str, stats.Interval, tuple[float, float], float]]:
+    """Methods by mean score; each rank's 95% interval and P(first) from resampling the shared seeds."""
+    methods = sorted(scores, key=lambda m: -np.mean(list(scores[m].values())))
+    shared = sorted(set.intersection(*(set(v) for v in scores.values()))) if scores else []
+    ranks = {m: (math.nan, math.nan) for m in methods}
+    first = dict.fromkeys(methods, math.nan)
+    if len(shared) >= 2 and len(methods) >= 2:
+        x_S_M = np.array([[scores[m][s] for m in methods] for s in shared])
+        rng = np.random.default_rng(seed)
+        idx_B_S = rng.integers(0, len(shared), size=(N_BOOT, len(shared)))
+        means_B_M = x_S_M[idx_B_S].mean(axis=1)
+        # rank 1 = best; ties share the mean rank
+        order_B_M = (-means_B_M).argsort(axis=1).argsort(axis=1).astype(float) + 1
+        for j, m in enumerate(methods):
+            lo, hi = np.quantile(order_B_M[:, j], [0.025, 0.975])
+            ranks[m] = (float(lo), float(hi))
+            first[m] = float(np.mean(order_B_M[:, j] == 1))
+    return [(m, stats.t_interval(list(scores[m].values())), ranks[m], first[m]) for m in methods]
+
+
+def compare_env(env: str, steps: Results, tokens: dict[str, Results]) -> EnvComparison:
+    runs = {m: [r for r in steps.runs if r.method == m and r.env == env] for m in steps.methods()}
+    runs = {m: rs for m, rs in runs.items() if rs}
+    scores = {m: final_values(rs) for m, rs in runs.items()}
+    toks = {m: tokens_of(rs) for m, rs in runs.items()}
+    vs_steps: dict[str, Versus] = {}
+    vs_tokens: dict[str, Versus | str] = {}
+    grpo = scores.get(BASELINE)
+    for m in scores:
+        if m == BASELINE or grpo is None:
+            continue
+        vs_steps[m] = versus(m, BASELINE, scores[m], grpo)
+        ratio = toks[m] / toks[BASELINE] if toks[BASELINE] else math.nan
+        matched = [r for r in tokens.get(m, Results()).runs if r.env == env and r.method == BASELINE]
+        if matched:
+            vs_tokens[m] = versus(m, f"{BASELINE} at {m}'s tokens", scores[m], final_values(matched))
+        elif np.isfinite(ratio) and abs(ratio - 1) <= TOKEN_TOLERANCE:
+            same = versus(m, BASELINE, scores[m], grpo)
+            same.note = "; ".join(filter(None, [same.note, f"tokens within 10% ({ratio:.2f}x)"]))
+            vs_tokens[m] = same
+        else:
+            vs_tokens[m] = f"GRPO at {ratio:.2f}x its steps not run yet (make compare runs it after these)"
+    names = sorted(scores, key=lambda m: (m != BASELINE, m))
+    pairs = [versus(a, b, scores[a], scores[b]) for i, a in enumerate(names) for b in names[i + 1:]]
+    return EnvComparison(env, scores, toks, vs_steps, vs_tokens, pairs, ranking(scores))
+
+
+def load_compare(root: Path) -> tuple[Results, dict[str, Results]]:
+    steps = load_results(root / "compare" / "steps")
+    tokens_root = root / "compare" / "tokens"
+    tokens = {p.name: load_results(p) for p in sorted(tokens_root.iterdir()) if p.is_dir()} if tokens_root.is_dir() else {}
+    return steps, tokens
+
+
+def _expected(scale: str) -> tuple[list[str], list[str], dict[tuple[str, str], bool], dict[str, int]]:
+    """Methods, env tags, applicability and seeds per env (the home replication's at `scale`)."""
+    from experiments.compare import load_settings, matrix
+    from experiments.replicate import load_replication
+    from replications import METHODS
+
+    settings = load_settings()
+    methods = sorted(METHODS, key=lambda m: (m != BASELINE, m))
+    seeds = {t: len(load_replication(s.home).seeds.get(scale, [])) for t, s in settings.items()}
+    return methods, list(settings), matrix(methods, settings), seeds
+
+
+def _cell(v: Versus | str | None) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, str):
+        return v
+    return f"{fmt_ci(v.diff, signed=True)} n={v.n}: {v.verdict}" + (f" ({v.note})" if v.note else "")
+
+
+def tables(comparisons: list[EnvComparison], scale: str) -> list[Table]:
+    out = []
+    rows = []
+    for c in comparisons:
+        for m, v in c.vs_grpo_steps.items():
+            rows.append([c.env, m, f"{fmt(c.tokens[m] / 1e3)}k vs {fmt(c.tokens[BASELINE] / 1e3)}k", _cell(v),
+                         _cell(c.vs_grpo_tokens.get(m))])
+    out.append(Table(f"compare-vs-grpo-{scale}", f"Each method minus GRPO, final held-out {METRIC}, paired by seed "
+                     f"(scale {scale}, margin {MARGIN})",
+                     ["env", "method", "generated tokens (method vs GRPO)", "equal steps", "equal generated tokens"],
+                     rows))
+    rows = []
+    for c in comparisons:
+        for v in c.pairs:
+            ratio = c.tokens[v.a] / c.tokens[v.b] if c.tokens[v.b] else math.nan
+            flag = "" if np.isfinite(ratio) and abs(ratio - 1) <= TOKEN_TOLERANCE else f"tokens {ratio:.2f}x"
+            rows.append([c.env, f"{v.a} − {v.b}", _cell(v), flag or "—"])
+    out.append(Table(f"compare-pairs-{scale}", f"Every pair of methods at equal RL steps (scale {scale})",
+                     ["env", "pair", "difference [95% CI], verdict", "tokens differ"], rows))
+    rows = []
+    for c in comparisons:
+        for i, (m, mean, (lo, hi), p1) in enumerate(c.ranking, 1):
+            rank = "—" if math.isnan(lo) else (f"{lo:.0f}" if lo == hi else f"{lo:.0f}–{hi:.0f}")
+            rows.append([c.env, str(i), m, fmt_ci(mean), str(len(c.scores[m])), rank, fmt(p1)])
+    out.append(Table(f"compare-ranking-{scale}", f"Ranking per environment by final held-out {METRIC} (scale {scale})",
+                     ["env", "rank", "method", f"{METRIC} [95% CI]", "seeds", "rank 95% interval", "P(first)"], rows))
+    return out
+
+
+def matrix_table(comparisons: list[EnvComparison], scale: str) -> tuple[Table, list[str]]:
+    """Methods x environments: the difference to GRPO at equal steps, n/a, or what is missing."""
+    methods, envs, applies, seeds = _expected(scale)
+    by_env = {c.env: c for c in comparisons}
+    rows, missing = [], []
+    for m in methods:
+        row = [m]
+        for e in envs:
+            c = by_env.get(e)
+            have = len(c.scores.get(m, {})) if c else 0
+            if not applies[m, e]:
+                row.append("n/a")
+            elif have == 0:
+                row.append("missing")
+                missing.append(f"{m} on {e}")
+            elif m == BASELINE:
+                row.append(f"{fmt_ci(stats.t_interval(list(c.scores[m].values())))} (baseline)" if c else "—")
+            else:
+                v = c.vs_grpo_steps.get(m) if c else None
+                row.append(_cell(v) if v else "no GRPO runs")
+            if applies[m, e] and 0 < have < seeds[e]:
+                row[-1] += f" [{have} of {seeds[e]} seeds]"
+                missing.append(f"{m} on {e}: {have} of {seeds[e]} seeds")
+        rows.append(row)
+    return Table(f"compare-matrix-{scale}", f"Method minus GRPO at equal RL steps, final held-out {METRIC} "
+                 f"(scale {scale}); n/a: the method does not apply", ["method", *envs], rows), missing
+
+
+def matrix_figure(comparisons: list[EnvComparison], scale: str, out_dir: Path) -> list[Path]:
+    from paper.figures import new_figure, save
+
+    methods, envs, applies, _ = _expected(scale)
+    methods = [m for m in methods if m != BASELINE]
+    by_env = {c.env: c for c in comparisons}
+    est = np.full((len(methods), len(envs)), np.nan)
+    text = [["" for _ in envs] for _ in methods]
+    for i, m in enumerate(methods):
+        for j, e in enumerate(envs):
+            v = by_env[e].vs_grpo_steps.get(m) if e in by_env else None
+            if not applies[m, e]:
+                text[i][j] = "n/a"
+            elif v is None:
+                text[i][j] = "missing"
+            else:
+                est[i, j] = v.diff[0]
+                ci = "" if math.isnan(v.diff[1]) else f"\n[{v.diff[1]:+.2f}, {v.diff[2]:+.2f}]"
+                text[i][j] = f"{v.diff[0]:+.3f}{ci}\nn={v.n}"
+    fig, axes = new_figure(1, 1, (2.4 + 1.7 * len(envs), 1.2 + 0.7 * len(methods)))
+    ax = axes[0, 0]
+    lim = max(0.05, float(np.nanmax(np.abs(est)))) if np.isfinite(est).any() else 0.05
+    grey = np.where(np.array([[applies[m, e] for e in envs] for m in methods]), np.nan, 1.0)  # n/a: light grey
+    ax.imshow(grey, cmap="Greys", vmin=0, vmax=4, aspect="auto")
+    image = ax.imshow(est, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
+    fig.colorbar(image, ax=ax, label=f"method − GRPO, final held-out {METRIC}")
+    for i in range(len(methods)):
+        for j in range(len(envs)):
+            dark = np.isfinite(est[i, j]) and abs(est[i, j]) > 0.6 * lim  # white text on the deepest colours
+            ax.text(j, i, text[i][j], ha="center", va="center", fontsize=7, color="white" if dark else "black")
+    ax.set_xticks(range(len(envs)), envs, rotation=30, ha="right")
+    ax.set_yticks(range(len(methods)), methods)
+    ax.grid(False)
+    ax.set_title(f"Head to head at equal RL steps (scale {scale}): difference to GRPO [95% CI]")
+    return save(fig, out_dir, f"compare-matrix-{scale}")
+
+
+def compare_section(root: Path, scale: str | None = None, out_dir: Path | None = None) -> str:
+    """The head-to-head section of REPORT.md from `root`/compare (every scale present, or `scale`); with
+    `out_dir`, its tables and figure are written there (tables/, figures/) and linked."""
+    text, _ = build_compare(root, out_dir, scale)
+    return text
+
+
+def build_compare(root: Path, out_dir: Path | None, scale: str | None = None) -> tuple[str, list[str]]:
+    """The section's text and the problems `--strict` fails on (invalid runs under compare/)."""
+    steps, tokens = load_compare(root)
+    problems = [f"{p.path}: invalid run, not counted: {p.reason}" for r in (steps, *tokens.values())
+                for p in r.problems if p.kind == "invalid"]
+    scales = [scale] if scale else sorted({r.config.get("scale", "cpu") for r in steps.runs}) or ["cpu"]
+    out = ["## Head to head (`make compare`)", "",
+           f"Every method on every environment where it applies (declared: `Method.needs`, `Environment.offers`), "
+           f"its compare arm and GRPO on one budget per environment and the same seeds, read from `{root}/compare/`. "
+           f"Differences are paired by seed; verdicts follow the suite's rule against a margin of {MARGIN} "
+           f"(paper/head_to_head.py).", ""]
+    for sc in scales:
+        at = steps.at_scale(sc)
+        tok = {m: r.at_scale(sc) for m, r in tokens.items()}
+        comparisons = [compare_env(e, at, tok) for e in sorted({r.env for r in at.runs})]
+        matrix, missing = matrix_table(comparisons, sc)
+        out += [f"### Scale {sc}", "", matrix.markdown()]
+        if not at.runs:
+            out += [f"No head-to-head runs at scale {sc} under `{root}/compare/steps` yet: "
+                    f"`make compare SCALE={sc}` fills the matrix.", ""]
+        if missing:
+            out += ["Missing cells: " + "; ".join(missing) + ".", ""]
+        written = tables(comparisons, sc) if at.runs else []
+        if out_dir is not None:
+            for t in [matrix, *written]:
+                t.write(out_dir / "tables")
+            if at.runs:
+                png = next((p for p in matrix_figure(comparisons, sc, out_dir / "figures") if p.suffix == ".png"), None)
+                if png is not None:
+                    out += [f"![head to head]({os.path.relpath(png, out_dir)})", ""]
+        for t in written:
+            out += [f"**{t.caption}**", "", t.markdown()]
+    return "\n".join(out) + "\n", problems
