@@ -4,7 +4,8 @@ A `Turn` is one action of one role: the exact prompt token ids the model saw, th
 ids as sampled, and the behaviour log-probabilities of those tokens. Nothing here is ever
 re-tokenized: training recomputes log-probabilities on exactly these ids.
 
-An `Episode` is one play of one task: its turns in order, the terminal reward, and the typed
+A `Task` is one task of an environment's split, typed: its id, tier and content (`data`, what the
+environment plays). An `Episode` is one play of one task: its turns in order, the terminal reward, and the typed
 events the environment emitted (tool calls, tool results, errors, provenance). Credit is not
 stored here: a method returns it as a value (`common.credit.Credit`) and the core turns it into
 per-token advantages (`common.credit.Advantages`) after the play. A `Group` is the
@@ -13,12 +14,43 @@ G episodes of one task that share group statistics (GRPO and the methods built o
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
 EventKind = Literal["tool_call", "tool_result", "error", "provenance", "invalid_action", "fault", "info"]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task of a split. `spec` is the row's content exactly as the environment wrote it (JSON);
+    `data` is it parsed, what `Environment.new_episode` plays."""
+
+    id: str
+    tier: int
+    spec: str
+
+    @property
+    def data(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.spec)
+        return data
+
+    def with_data(self, **extra: Any) -> Task:
+        """The same task with `extra` fields added to its content (a method's own per-episode input)."""
+        return Task(self.id, self.tier, json.dumps({**self.data, **extra}, sort_keys=True))
+
+    @classmethod
+    def of(cls, row: Task | Mapping[str, Any]) -> Task:
+        """A split's row (`{"id", "tier", "task"}`, as `Environment.task_set()` holds them) as a Task."""
+        return row if isinstance(row, Task) else cls(str(row["id"]), int(row["tier"]), str(row["task"]))
+
+
+def tasks_of(rows: Iterable[Task | Mapping[str, Any]]) -> list[Task]:
+    """The rows of a split (a `datasets.Dataset`, or any rows) as Tasks, in order."""
+    return [Task.of(r) for r in rows]
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from common.episode import Episode, Group
+from common.episode import Episode, Group, Task
 
 if TYPE_CHECKING:
     from common.method import Method
@@ -79,7 +79,7 @@ def eval_split(env: Environment, split: str) -> Any:
     return tasks[split]
 
 
-def evaluate(method: Method, rollout: Rollout, tasks: list[dict[str, Any]], step: int,
+def evaluate(method: Method, rollout: Rollout, tasks: list[Task], step: int,
              variant: str = "main") -> dict[str, Any]:
     """Held-out evaluation through the method's own play (`mode="eval"`): k = `eval.k` episodes of
     every task, the same environment seeds at every evaluation. What the method plays besides its

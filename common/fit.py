@@ -12,7 +12,7 @@ import torch
 from filelock import FileLock, Timeout
 
 from common.config import RunConfig, build_dataclass, check_machine, check_run_config
-from common.method import Method
+from common.method import Method, RunView
 from common.records import RunDir, RunRefused
 from envs.api.base import Environment
 from envs.api.protocols import describe
@@ -39,7 +39,7 @@ def resolve(cfg: RunConfig, methods: dict[str, type[Method]]) -> Resolved:
     if method_name not in methods:
         raise ValueError(f"unknown method method.name={method_name!r}; choose one of {sorted(methods)}")
     method_cls = methods[method_name]
-    method = method_cls(build_dataclass(method_cls.Config, dict(cfg.method), "method"), cfg, env)
+    method = method_cls(build_dataclass(method_cls.Config, dict(cfg.method), "method"), RunView.of(cfg, env))
     method.validate()
     for protocol in method.env_protocols():
         if not isinstance(env, protocol):

@@ -34,23 +34,49 @@ only those values, so a typo fails before anything runs.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from common.credit import Advantages, Credit, get_estimator
-from common.episode import Episode, Group
+from common.episode import Episode, Group, Task
 
 if TYPE_CHECKING:
     import torch
-    from datasets import Dataset
 
-    from common.config import RunConfig
+    from common.config import ModelConfig, RunConfig, SFTConfig
     from common.loss import LossBatch
     from common.rollout import Rollout
     from envs.api.base import Environment
 
 Mode = Literal["train", "eval"]
+
+
+@dataclass(frozen=True)
+class RunView:
+    """What a method knows of the run besides its own settings: the environment and the few run settings
+    a method's hooks read (never the whole `RunConfig`). Built by `RunView.of` in `common.fit.resolve`."""
+
+    env: Environment
+    scale: str  # smoke | cpu | small | paper (or a method's own paper_* scale)
+    seed: int
+    steps: int  # trainer.steps: RL steps (0: a training-free method)
+    tasks_per_step: int  # trainer.tasks_per_step
+    group_size: int  # trainer.group_size: episodes per task in training
+    eval_k: int  # eval.k: episodes per task in evaluation
+    kl_placement: str  # trainer.kl.placement: none | reward | loss
+    world_size: int  # trainer.devices x trainer.num_nodes
+    engine: str  # engine.name: hf | vllm
+    work_dir: str  # caches a method may keep (a filter's audit, agents' warm starts)
+    model: ModelConfig  # the base model (a method that builds models of its own: InFlowOp's agents)
+    sft: SFTConfig  # the warm start's settings (likewise)
+
+    @classmethod
+    def of(cls, cfg: RunConfig, env: Environment) -> RunView:
+        t = cfg.trainer
+        return cls(env, cfg.scale, cfg.seed, t.steps, t.tasks_per_step, t.group_size, cfg.eval.k, t.kl.placement,
+                   t.devices * t.num_nodes, cfg.engine.name, cfg.work_dir, cfg.model, cfg.sft)
 
 
 @dataclass
@@ -79,10 +105,10 @@ class Method:
     # after the method
     compare_arm: ClassVar[str | None] = None
 
-    def __init__(self, cfg: MethodConfig, run: RunConfig, env: Environment):
+    def __init__(self, cfg: MethodConfig, run: RunView):
         self.cfg = cfg
         self.run = run
-        self.env = env
+        self.env = run.env
         self.estimator = get_estimator(cfg.estimator)
 
     # ---- before the run ---------------------------------------------------------------------------
@@ -106,17 +132,17 @@ class Method:
         return ()
 
     # ---- one step ---------------------------------------------------------------------------------
-    def tasks(self, pool: Dataset, step: int, rng: random.Random) -> list[dict[str, Any]]:
-        """This step's tasks (rows of the train split)."""
-        n = self.run.trainer.tasks_per_step
+    def tasks(self, pool: Sequence[Task], step: int, rng: random.Random) -> list[Task]:
+        """This step's tasks (from the train split)."""
+        n = self.run.tasks_per_step
         idx = [rng.randrange(len(pool)) for _ in range(n)]
         return [pool[i] for i in idx]
 
-    def group_size(self, task: dict[str, Any], mode: Mode = "train") -> int:
+    def group_size(self, task: Task, mode: Mode = "train") -> int:
         """Episodes per task: `trainer.group_size` in training, `eval.k` in evaluation."""
-        return self.run.trainer.group_size if mode == "train" else self.run.eval.k
+        return self.run.group_size if mode == "train" else self.run.eval_k
 
-    def play(self, rollout: Rollout, tasks: list[dict[str, Any]], step: int, mode: Mode = "train",
+    def play(self, rollout: Rollout, tasks: list[Task], step: int, mode: Mode = "train",
              variant: str = "main") -> list[Group]:
         """The episodes of this step (or of an evaluation); extra (counterfactual) plays go in
         `Group.extra` under their tag. `variant` plays an environment variant instead."""

@@ -17,15 +17,15 @@ action (`Episode.faulted`, an `invalid_action` and a `fault` event saying why), 
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from common.chat import ChatFormat, demonstrated_action_ids, observation_text
 from common.engines.base import Engine, Request, SamplingParams
-from common.episode import Episode, Event, Group, Turn
+from common.episode import Episode, Event, Group, Task, Turn, tasks_of
 from envs.api.base import Environment, EpisodeState, Observation, StepResult, StepTimeLimit, cpu_time_limit
 
 MAX_ROUNDS = 512  # an environment that runs longer than this has a bug
@@ -41,7 +41,7 @@ def derive_seed(*parts: Any) -> int:
 class PlaySpec:
     """One episode to play."""
 
-    task: dict[str, Any]  # a task-set row: {"id", "tier", "task" (JSON)}
+    task: Task
     variant: str = "main"  # environment variant (counterfactual plays)
     tag: str = "main"  # compute-accounting tag
     trainable: bool = True  # False: scored for credit but never trained on
@@ -86,7 +86,7 @@ class Rollout:
         return [e.ids for e in backend.encode_batch(texts, add_special_tokens=False)]
 
     # ---- the public entry points --------------------------------------------------------------
-    def play_groups(self, tasks: list[dict[str, Any]], sizes: list[int], step: int, mode: str = "train",
+    def play_groups(self, tasks: Sequence[Task | Mapping[str, Any]], sizes: list[int], step: int, mode: str = "train",
                     variant: str = "main", tag: str = "main", trainable: bool | None = None,
                     seed_tag: str | None = None, demonstrator: Environment | None = None) -> list[Group]:
         """`sizes[i]` episodes of `tasks[i]`, played together; one Group per task.
@@ -109,12 +109,13 @@ class Rollout:
             salt, acct = f"train/{tag}", tag
             trainable = tag == "main" if trainable is None else trainable
         salt += self.rank_salt
+        tasks = tasks_of(tasks)
         episode_salt = f"train/{seed_tag}{self.rank_salt}" if seed_tag is not None and mode != "eval" else None
         specs = [PlaySpec(t, variant, acct, trainable) for t, n in zip(tasks, sizes, strict=True) for _ in range(n)]
         episodes = self.play(specs, step, salt=salt, episode_salt=episode_salt, demonstrator=demonstrator)
         groups, k = [], 0
         for task, n in zip(tasks, sizes, strict=True):
-            groups.append(Group(task["id"], task["tier"], episodes[k : k + n]))
+            groups.append(Group(task.id, task.tier, episodes[k : k + n]))
             k += n
         return groups
 
@@ -131,8 +132,9 @@ class Rollout:
         live: list[_Live] = []
         for k, spec in enumerate(specs):
             rng = random.Random(derive_seed(self.seed, step, episode_salt or salt, k))
-            state = env.new_episode(json.loads(spec.task["task"]), rng, spec.variant)
-            episode = Episode(spec.task["id"], spec.task["tier"], tag=spec.tag, counts_for_training=spec.trainable)
+            task = Task.of(spec.task)
+            state = env.new_episode(task.data, rng, spec.variant)
+            episode = Episode(task.id, task.tier, tag=spec.tag, counts_for_training=spec.trainable)
             live.append(_Live(state, episode, state.start(), {}, env.cfg.step_cpu_s))
         episodes = [slot.episode for slot in live]
         for round_idx in range(MAX_ROUNDS):

@@ -49,7 +49,7 @@ from common.chat import ChatFormat
 from common.config import RunConfig
 from common.credit import BROADCAST, Advantages, AgentOf, to_advantages
 from common.engines.base import Engine, SamplingParams
-from common.episode import Episode, Group, step_episodes
+from common.episode import Episode, Group, step_episodes, tasks_of
 from common.evaluate import eval_split, evaluate, summarize_groups
 from common.loss import LossBatch, kl_estimate, policy_loss
 from common.method import Method
@@ -99,10 +99,9 @@ class RLModule(L.LightningModule):
         self.rollout = Rollout(env, engine, policy.tokenizer, policy.role_adapter, policy.trainable_adapters, self.params,
                                max_length, cfg.seed, chat)
         self.eval_rollout = Rollout(env, engine, policy.tokenizer, policy.role_adapter, [], eval_params, max_length, cfg.seed, chat)
-        self.train_pool = env.task_set()["train"]
-        evaluated = eval_split(env, cfg.eval.split)
-        n_eval = cfg.eval.max_tasks or len(evaluated)
-        self.eval_tasks = [evaluated[i] for i in range(min(n_eval, len(evaluated)))]
+        self.train_pool = tasks_of(env.task_set()["train"])
+        evaluated = tasks_of(eval_split(env, cfg.eval.split))
+        self.eval_tasks = evaluated[: cfg.eval.max_tasks or len(evaluated)]
         self.next_step = 0
         self.evals: dict[str, Any] = {"history": []}
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
+from common.config import RunConfig
 from common.credit import Advantages, to_advantages
 from common.episode import Group, Turn, step_episodes
+from common.method import RunView
 
 
 class ByTurn:
@@ -22,6 +25,11 @@ class ByTurn:
 
     def tokens(self, turn: Turn) -> list[float]:
         return self.advantages.tokens(self.keys[id(turn)], turn)
+
+
+def run_view(env: Any, scale: str = "cpu", **fields: Any) -> RunView:
+    """What a method sees of a default run (`RunConfig()`) at `scale`, with `fields` changed (e.g. group_size=8)."""
+    return dataclasses.replace(RunView.of(RunConfig(scale=scale), env), **fields)
 
 
 def credit_advantages(method: Any, groups: list[Group], step: int = 0) -> tuple[ByTurn, dict[str, float]]:

@@ -29,18 +29,16 @@ success rates); `tasks` can leave out the hardest tier (an ablation).
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from datasets import Dataset
 
-from common.config import RunConfig
 from common.credit import Credit
-from common.episode import Episode, Group
-from common.method import Method, MethodConfig, Mode
+from common.episode import Episode, Group, Task, tasks_of
+from common.method import Method, MethodConfig, Mode, RunView
 from common.rollout import PlaySpec, Rollout, derive_seed
-from envs.api.base import Environment
 from replications.canopy.signal import group_size, signal_check, signal_metrics, signal_probability  # noqa: F401
 
 
@@ -63,15 +61,15 @@ class Canopy(Method):
                        "method.paper_data=/local/folder")
     cfg: CanopyConfig
 
-    def __init__(self, cfg: CanopyConfig, run: RunConfig, env: Environment):
-        super().__init__(cfg, run, env)
-        self.n: int | None = None if cfg.coverage is not None else run.trainer.group_size
+    def __init__(self, cfg: CanopyConfig, run: RunView):
+        super().__init__(cfg, run)
+        self.n: int | None = None if cfg.coverage is not None else run.group_size
         self.pilot: dict[str, float] = {}
         self._pool_index: list[int] | None = None
 
     def validate(self) -> None:
         super().validate()
-        c, cap = self.cfg, self.run.trainer.group_size
+        c, cap = self.cfg, self.run.group_size
         if c.coverage is not None and not 0.0 < c.coverage < 1.0:
             raise ValueError(f"method.coverage must be in (0, 1), or null for a fixed trainer.group_size; got {c.coverage}")
         if c.coverage is None and any(getattr(c, k) != getattr(CanopyConfig, k) for k in ("pilot_tasks", "pilot_samples", "min_group")):
@@ -84,18 +82,18 @@ class Canopy(Method):
         if c.drop_hardest_tier and len(self.env.tiers) < 2:
             raise ValueError(f"method.drop_hardest_tier needs an environment with 2+ tiers; {self.env.name} has {self.env.tiers}")
 
-    def tasks(self, pool: Dataset, step: int, rng: random.Random) -> list[dict[str, Any]]:
+    def tasks(self, pool: Sequence[Task], step: int, rng: random.Random) -> list[Task]:
         if not self.cfg.drop_hardest_tier:
             return super().tasks(pool, step, rng)
         if self._pool_index is None:
-            self._pool_index = [i for i, tier in enumerate(pool["tier"]) if tier != max(self.env.tiers)]
-        return [pool[self._pool_index[rng.randrange(len(self._pool_index))]] for _ in range(self.run.trainer.tasks_per_step)]
+            self._pool_index = [i for i, task in enumerate(pool) if task.tier != max(self.env.tiers)]
+        return [pool[self._pool_index[rng.randrange(len(self._pool_index))]] for _ in range(self.run.tasks_per_step)]
 
-    def group_size(self, task: dict[str, Any], mode: Mode = "train") -> int:
+    def group_size(self, task: Task, mode: Mode = "train") -> int:
         assert mode == "eval" or self.n is not None, "the pilot sizes the group before the first step"
         return super().group_size(task, mode) if mode == "eval" else int(self.n)  # type: ignore[arg-type]
 
-    def play(self, rollout: Rollout, tasks: list[dict[str, Any]], step: int, mode: Mode = "train",
+    def play(self, rollout: Rollout, tasks: list[Task], step: int, mode: Mode = "train",
              variant: str = "main") -> list[Group]:
         if mode == "train" and self.n is None:
             self.n = self.size_groups(rollout)
@@ -103,9 +101,9 @@ class Canopy(Method):
 
     def size_groups(self, rollout: Rollout) -> int:
         """The pilot: play the warm start on hardest-tier train tasks; n from its success rate."""
-        c, cap = self.cfg, self.run.trainer.group_size
-        pool = self.env.task_set()["train"]
-        index = [i for i, tier in enumerate(pool["tier"]) if tier == max(self.env.tiers)]
+        c, cap = self.cfg, self.run.group_size
+        pool = tasks_of(self.env.task_set()["train"])
+        index = [i for i, task in enumerate(pool) if task.tier == max(self.env.tiers)]
         picks = random.Random(derive_seed(self.run.seed, "pilot")).sample(index, min(c.pilot_tasks, len(index)))
         specs = [PlaySpec(pool[i], tag="pilot", trainable=False) for i in picks for _ in range(c.pilot_samples)]
         episodes = [e for e in rollout.play(specs, step=-1, salt="pilot") if not e.faulted]

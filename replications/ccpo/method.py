@@ -44,12 +44,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from common.config import RunConfig
 from common.credit import Credit
-from common.episode import Group, info_means
-from common.method import Method, MethodConfig, Mode
+from common.episode import Group, Task, info_means
+from common.method import Method, MethodConfig, Mode, RunView
 from common.rollout import Rollout
-from envs.api.base import Environment
 from replications.ccpo.counterfactual import V1Credit, v2_rewards, vote_counterfactuals  # noqa: F401  (public API of this module too)
 
 
@@ -79,10 +77,10 @@ class CCPO(Method):
     paper_data_hint = "download MATH (hendrycks/competition_math) to a local folder and pass method.paper_data=..."
     cfg: CCPOConfig
 
-    def __init__(self, cfg: CCPOConfig, run: RunConfig, env: Environment):
+    def __init__(self, cfg: CCPOConfig, run: RunView):
         if cfg.estimator == "auto":
             cfg.estimator = "drgrpo" if cfg.credit == "v2" else "grpo"
-        super().__init__(cfg, run, env)
+        super().__init__(cfg, run)
         self.v1 = V1Credit(cfg.ema_decay, cfg.min_samples, cfg.alpha, cfg.eta, cfg.eps)
 
     def validate(self) -> None:
@@ -104,7 +102,7 @@ class CCPO(Method):
         if c.alternate_every < 0:
             raise ValueError(f"method.alternate_every must be >= 0; got {c.alternate_every}")
 
-    def play(self, rollout: Rollout, tasks: list[dict[str, Any]], step: int, mode: Mode = "train",
+    def play(self, rollout: Rollout, tasks: list[Task], step: int, mode: Mode = "train",
              variant: str = "main") -> list[Group]:
         """G joint plays per task and, paired by index, G solo plays of the Solver (scored, never
         trained; compute tag `solo`). Evaluation plays them in every arm: the Solver's own skill."""

@@ -25,10 +25,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from common.config import RunConfig
 from common.credit import BROADCAST, Credit
-from common.episode import Group
-from common.method import Method, MethodConfig, Mode
+from common.episode import Group, Task
+from common.method import Method, MethodConfig, Mode, RunView
 from common.rollout import Rollout
 from envs.api.base import Environment
 
@@ -44,8 +43,8 @@ class GRPOConfig(MethodConfig):
 class GRPO(Method):
     Config = GRPOConfig
 
-    def __init__(self, cfg: GRPOConfig, run: RunConfig, env: Environment):
-        super().__init__(cfg, run, env)
+    def __init__(self, cfg: GRPOConfig, run: RunView):
+        super().__init__(cfg, run)
         self.cfg: GRPOConfig = cfg
         self._demonstrator: Environment | None = None
 
@@ -65,7 +64,7 @@ class GRPO(Method):
             self._demonstrator = type(self.env)(dataclasses.replace(self.env.cfg, **self.cfg.demonstrator_env))
         return self._demonstrator
 
-    def play(self, rollout: Rollout, tasks: list[dict[str, Any]], step: int, mode: Mode = "train",
+    def play(self, rollout: Rollout, tasks: list[Task], step: int, mode: Mode = "train",
              variant: str = "main") -> list[Group]:
         if mode != "train" or self.demonstrator is None:
             return super().play(rollout, tasks, step, mode, variant)

@@ -40,12 +40,10 @@ from typing import Literal
 
 import numpy as np
 
-from common.config import RunConfig
 from common.credit import BROADCAST, Advantages, Credit, episode_offsets
 from common.episode import Episode, Group, info_means
-from common.method import Method, MethodConfig
+from common.method import Method, MethodConfig, RunView
 from common.rollout import derive_seed
-from envs.api.base import Environment
 from replications.iapo.graph import (  # noqa: F401  (public API of this module too)
     Annotator,
     InfluenceGraph,
@@ -97,8 +95,8 @@ class IAPO(Method):
     paper_data_hint = ""
     cfg: IAPOConfig
 
-    def __init__(self, cfg: IAPOConfig, run: RunConfig, env: Environment):
-        super().__init__(cfg, run, env)
+    def __init__(self, cfg: IAPOConfig, run: RunView):
+        super().__init__(cfg, run)
         self._annotator: Annotator | None = None
 
     def validate(self) -> None:
@@ -115,7 +113,7 @@ class IAPO(Method):
             raise ValueError(f"method.clip must be > 0 and method.beta_plus >= 0; got {c.clip}, {c.beta_plus}")
         if c.credit == "broadcast" and (c.beta_plus != IAPOConfig.beta_plus or c.clip != IAPOConfig.clip):
             raise ValueError("method.beta_plus and method.clip have no effect with method.credit=broadcast (GRPO); drop them")
-        if c.credit != "broadcast" and run.trainer.kl.placement == "reward":
+        if c.credit != "broadcast" and run.kl_placement == "reward":
             raise ValueError("method.credit=iapo/shuffled returns advantages, so trainer.kl.placement=reward has no effect; "
                              "use trainer.kl.placement=loss or none")
         if c.annotator == "llm":

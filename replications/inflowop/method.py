@@ -47,8 +47,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from common.episode import Episode, Group, Turn
-from common.method import Method, MethodConfig, Mode
+from common.episode import Episode, Group, Task, Turn, tasks_of
+from common.method import Method, MethodConfig, Mode, RunView
 from envs.testbeds.braid import DOMAINS, BraidEnv, BraidTask
 from replications.inflowop.agents import (
     POOL,
@@ -74,9 +74,7 @@ from replications.inflowop.plan import (
 )
 
 if TYPE_CHECKING:
-    from common.config import RunConfig
     from common.rollout import Rollout
-    from envs.api.base import Environment
 
 __all__ = ["InFlowOp", "InFlowOpConfig", "Subtask", "Weights", "best_agent", "classify", "coalesce", "cost",
            "greedy_split", "latency", "model_agent", "pool_of", "prepare", "reliability", "solve", "warm_up"]
@@ -208,8 +206,8 @@ class InFlowOp(Method):
                        "local folder and pass method.paper_data=<folder> (and model.path=<backbone>); not implemented yet")
     cfg: InFlowOpConfig
 
-    def __init__(self, cfg: InFlowOpConfig, run: RunConfig, env: Environment):
-        super().__init__(cfg, run, env)
+    def __init__(self, cfg: InFlowOpConfig, run: RunView):
+        super().__init__(cfg, run)
         self.profile = Profile()
         self.agent_records: dict[str, dict[str, Any]] = {}  # policy agents' warm starts (cached or trained)
         self.competence: dict[str, dict[str, dict[str, float]]] = {}  # policy agents' measured competence (dev split)
@@ -225,8 +223,8 @@ class InFlowOp(Method):
             raise ValueError(f"scale=paper needs {self.paper_data_hint}")
         if not isinstance(self.env, BraidEnv):
             raise ValueError(f"inflowop plans DAGs of typed operations: set env=braid (got env={self.env.name})")
-        if self.run.trainer.steps != 0:
-            raise ValueError(f"inflowop is training-free: set trainer.steps=0 (got {self.run.trainer.steps})")
+        if self.run.steps != 0:
+            raise ValueError(f"inflowop is training-free: set trainer.steps=0 (got {self.run.steps})")
         c = self.cfg
         if c.beta < 0 or c.gamma < 0 or c.max_repairs < 0 or c.warmup_tasks < 0 or c.prior_strength <= 0:
             raise ValueError("method.beta, gamma, max_repairs, warmup_tasks must be >= 0 and prior_strength > 0")
@@ -241,10 +239,10 @@ class InFlowOp(Method):
         if min(c.agent_steps, c.agent_batch_size, c.agent_demos, c.agent_max_tokens, c.play_batch) < 1 or c.agent_lr <= 0:
             raise ValueError("method.agent_steps, agent_batch_size, agent_demos, agent_max_tokens, play_batch must be >= 1 "
                              "and agent_lr > 0")
-        if models and self.run.engine.name != "hf":
-            raise ValueError(f"policy agents are adapters of the HF engine's policy: set engine=hf (got {self.run.engine.name})")
+        if models and self.run.engine != "hf":
+            raise ValueError(f"policy agents are adapters of the HF engine's policy: set engine=hf (got {self.run.engine})")
 
-    def play(self, rollout: Rollout, tasks: list[dict[str, Any]], step: int, mode: Mode = "train",
+    def play(self, rollout: Rollout, tasks: list[Task], step: int, mode: Mode = "train",
              variant: str = "main") -> list[Group]:
         """The held-out evaluation: warm up the profiles (profile arms), then solve every task
         `eval.k` times in order, each with its own seeded randomness; one Group per task."""
@@ -258,27 +256,26 @@ class InFlowOp(Method):
         names = {m.name for m in models}
         profile = Profile() if spec["profiles"] else None
         if profile is not None and self.cfg.warmup_tasks:
-            train = self.env.task_set()["train"]
+            train = tasks_of(self.env.task_set()["train"])
             rows = [train[i] for i in _task_rng(seed, "warmup").sample(range(len(train)), min(self.cfg.warmup_tasks, len(train)))]
-            warm_up([BraidTask.parse(_json(r["task"])) for r in rows], profile, _task_rng(seed, "warmup-runs"), models, answer,
-                    batch)
-        plays = [(row, BraidTask.parse(_json(row["task"])), j) for row in tasks for j in range(self.group_size(row, mode))]
-        episodes: dict[str, list[Episode]] = {row["id"]: [] for row in tasks}
+            warm_up([BraidTask.parse(r.data) for r in rows], profile, _task_rng(seed, "warmup-runs"), models, answer, batch)
+        plays = [(row, BraidTask.parse(row.data), j) for row in tasks for j in range(self.group_size(row, mode))]
+        episodes: dict[str, list[Episode]] = {row.id: [] for row in tasks}
         for start in range(0, len(plays), batch):
             chunk = plays[start:start + batch]
             runs, planned = [], []
             for row, task, j in chunk:  # planned from the profile as it stands before the chunk runs
-                executor, plan = prepare(task, self.cfg, profile, _task_rng(seed, f"{row['id']}/{j}"), models)
+                executor, plan = prepare(task, self.cfg, profile, _task_rng(seed, f"{row.id}/{j}"), models)
                 runs.append(executor.steps(plan))
                 planned.append({"policy_share_planned": sum(s.agent in names for s in plan) / len(plan)} if models else {})
             for (row, task, _), trace, before in zip(chunk, drive(runs, answer), planned, strict=True):
                 info = record(task, trace, models) | before | extra
                 turns = [Turn(role="agent", adapter=None, prompt_ids=[], action_ids=[], logprobs=[], text=line,
                               trainable=False) for line in trace.log if line.startswith("call")]
-                episodes[row["id"]].append(Episode(row["id"], row["tier"], turns=turns, reward=float(info["success"]),
+                episodes[row.id].append(Episode(row.id, row.tier, turns=turns, reward=float(info["success"]),
                                                    success=bool(info["success"]), info=info, counts_for_training=False))
         self.profile = profile or Profile()
-        return [Group(row["id"], row["tier"], episodes[row["id"]]) for row in tasks]
+        return [Group(row.id, row.tier, episodes[row.id]) for row in tasks]
 
     def _policy_pool(self, rollout: Rollout, models: list[ModelAgent]) -> tuple[Answer, dict[str, float]]:
         """Warm-start (or load) the policy agents' adapters, measure their competence on the dev
@@ -301,7 +298,7 @@ class InFlowOp(Method):
                                         rollout.chat)
         answer = Answerer(rollout.engine, rollout.tokenizer, SamplingParams(temperature=c.agent_temperature,
                           max_new_tokens=c.agent_max_tokens, stop=self.env.stop), self.run.seed, rollout.chat)
-        dev = [BraidTask.parse(_json(r["task"])) for r in self.env.task_set()["dev"]]
+        dev = [BraidTask.parse(t.data) for t in tasks_of(self.env.task_set()["dev"])]
         self.competence = measure_competence(dev, (), models, answer)
         return answer, {f"competence_{agent}_{cat}": row["accuracy"]
                         for agent, table in self.competence.items() for cat, row in table.items()}
@@ -312,9 +309,3 @@ class InFlowOp(Method):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.profile = Profile({tuple(k.split("|", 1)): list(v) for k, v in state.get("profile", {}).items()})  # type: ignore[misc]
 
-
-def _json(text: str) -> dict[str, Any]:
-    import json
-
-    task: dict[str, Any] = json.loads(text)
-    return task

@@ -29,6 +29,7 @@ import dataclasses
 import hashlib
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -36,16 +37,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from common.credit import BROADCAST, Credit
-from common.episode import Group
-from common.method import Method, MethodConfig
+from common.episode import Group, Task, tasks_of
+from common.method import Method, MethodConfig, RunView
 from replications.river.filter import FilterReport, audit_rates, random_subset, river_filter
 from replications.river.penalty import jaccard, repeated_turns, repetition_penalty
 
 if TYPE_CHECKING:
-    from datasets import Dataset
 
-    from common.config import RunConfig
-    from envs.api.base import Environment, Observation
+    from envs.api.base import Observation
 
 __all__ = ["River", "RiverConfig", "jaccard", "repeated_turns", "repetition_penalty"]
 
@@ -79,8 +78,8 @@ class River(Method):
                        "are not public (no code or data released): stage them in a local folder and pass method.paper_data=<folder>")
     cfg: RiverConfig
 
-    def __init__(self, cfg: RiverConfig, run: RunConfig, env: Environment):
-        super().__init__(cfg, run, env)
+    def __init__(self, cfg: RiverConfig, run: RunView):
+        super().__init__(cfg, run)
         self._pool: list[int] | None = None
         self.report: FilterReport | None = None
         self.pool_stats: dict[str, float] = {}
@@ -105,7 +104,6 @@ class River(Method):
         """River's filter over the train split, computed once and cached under work_dir (it plays the
         oracle in the real sandbox: tens of seconds), keyed by everything it depends on."""
         if self.report is None:
-            rows = self.env.task_set()["train"]
             key = json.dumps([dataclasses.asdict(self.env.cfg), self.cfg.audit_agreement, self.cfg.audit_flag_precision,
                               self.cfg.audit_clean_precision, self.cfg.oracle_tries, self.cfg.filter_seed],
                              sort_keys=True, default=str)
@@ -113,7 +111,7 @@ class River(Method):
             if path.exists():
                 self.report = FilterReport(**json.loads(path.read_text()))
             else:
-                tasks = [json.loads(r["task"]) for r in rows]
+                tasks = [t.data for t in tasks_of(self.env.task_set()["train"])]
                 rates = audit_rates(self.cfg.audit_agreement, self.cfg.audit_flag_precision, self.cfg.audit_clean_precision)
                 self.report = river_filter(tasks, self._oracle(), rates, self.cfg.filter_seed, self.cfg.oracle_tries)
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,16 +149,17 @@ class River(Method):
                 if not kept:
                     raise ValueError("River's filter kept no train task: raise env.train_size")
                 self._pool = kept if self.cfg.pool == "river" else random_subset(n_train, len(kept), self.cfg.filter_seed)
-            defects = [json.loads(self.env.task_set()["train"][i]["task"])["defect"] for i in self._pool]
+            train = tasks_of(self.env.task_set()["train"])
+            defects = [train[i].data["defect"] for i in self._pool]
             self.pool_stats = {"pool_size": float(len(defects)),
                                "pool_defective": float(np.mean([d != "clean" for d in defects])),
                                "pool_shortcut": float(np.mean([d in ("leak", "weak") for d in defects]))}
         return self._pool
 
-    def tasks(self, pool: Dataset, step: int, rng: random.Random) -> list[dict[str, Any]]:
+    def tasks(self, pool: Sequence[Task], step: int, rng: random.Random) -> list[Task]:
         """`trainer.tasks_per_step` tasks drawn uniformly, with replacement, from this arm's pool."""
         indices = self.pool(len(pool))
-        return [pool[indices[rng.randrange(len(indices))]] for _ in range(self.run.trainer.tasks_per_step)]
+        return [pool[indices[rng.randrange(len(indices))]] for _ in range(self.run.tasks_per_step)]
 
     # ---- credit -----------------------------------------------------------------------------------
     def credit(self, groups: list[Group], step: int) -> Credit:

@@ -36,11 +36,9 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-from common.config import RunConfig
 from common.credit import Advantages, Credit, episode_offsets
 from common.episode import Episode, Group
-from common.method import Method, MethodConfig
-from envs.api.base import Environment
+from common.method import Method, MethodConfig, RunView
 from envs.api.protocols import CounterfactualReplay
 from replications.sharp.shapley import (  # noqa: F401  (the formulas are public API of this module too)
     agent_rewards,
@@ -74,8 +72,8 @@ class SHARP(Method):
                        "method.paper_data=<folder> (and model.path=<local Qwen3-8B>)")
     cfg: SHARPConfig
 
-    def __init__(self, cfg: SHARPConfig, run: RunConfig, env: Environment):
-        super().__init__(cfg, run, env)
+    def __init__(self, cfg: SHARPConfig, run: RunView):
+        super().__init__(cfg, run)
         self.rescores_total = 0
 
     def validate(self) -> None:

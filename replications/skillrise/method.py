@@ -34,27 +34,23 @@ under `extra/curate` (what the documents are: abstract, concrete, empty).
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from common.credit import Credit
-from common.episode import Episode, Group
-from common.method import Method, MethodConfig, Mode
+from common.episode import Episode, Group, Task
+from common.method import Method, MethodConfig, Mode, RunView
 from common.rollout import PlaySpec
 from replications.skillrise.chain import curate_rewards, current_task_rewards, grouped_advantages
 
 if TYPE_CHECKING:
     import random
 
-    from datasets import Dataset
-
-    from common.config import RunConfig
     from common.rollout import Rollout
-    from envs.api.base import Environment
 
 __all__ = ["SkillRise", "SkillRiseConfig", "curate_rewards", "current_task_rewards", "grouped_advantages"]
 
@@ -84,22 +80,22 @@ class Slot:
     chain: int
 
 
-def chains_of(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Consecutive rows of one family in rising plan length form one chain; a row of another family, or
+def chains_of(tasks: list[Task]) -> list[list[Task]]:
+    """Consecutive tasks of one family in rising plan length form one chain; a task of another family, or
     one whose plan is not longer than the last, starts the next chain (the same family may come twice).
 
-    >>> fam = lambda f, t: {"id": f"{f}{t}", "tier": t, "task": json.dumps({"family": f})}
-    >>> [[r["id"] for r in c] for c in chains_of([fam("a", 2), fam("a", 3), fam("b", 2), fam("b", 3), fam("b", 2)])]
+    >>> fam = lambda f, t: Task(f"{f}{t}", t, json.dumps({"family": f}))
+    >>> [[t.id for t in c] for c in chains_of([fam("a", 2), fam("a", 3), fam("b", 2), fam("b", 3), fam("b", 2)])]
     [['a2', 'a3'], ['b2', 'b3'], ['b2']]
     """
-    chains: list[list[dict[str, Any]]] = []
+    chains: list[list[Task]] = []
     last: tuple[str, int] | None = None
-    for row in rows:
-        family = json.loads(row["task"])["family"]
-        if last is None or family != last[0] or row["tier"] <= last[1]:
+    for task in tasks:
+        family = task.data["family"]
+        if last is None or family != last[0] or task.tier <= last[1]:
             chains.append([])
-        chains[-1].append(row)
-        last = (family, row["tier"])
+        chains[-1].append(task)
+        last = (family, task.tier)
     return chains
 
 
@@ -109,11 +105,11 @@ class SkillRise(Method):
     paper_data_hint = ""
     cfg: SkillRiseConfig
 
-    def __init__(self, cfg: SkillRiseConfig, run: RunConfig, env: Environment):
-        super().__init__(cfg, run, env)
-        self.chain_length = len(env.tiers)  # K: one task per plan length
-        self._families: tuple[int, list[list[int]]] | None = None  # (id of the pool, row indices per family)
-        self._slots: dict[int, Slot] = {}  # id(episode) -> its slot, for the step being credited
+    def __init__(self, cfg: SkillRiseConfig, run: RunView):
+        super().__init__(cfg, run)
+        self.chain_length = len(self.env.tiers)  # K: one task per plan length
+        self._families: tuple[Sequence[Task], list[list[int]]] | None = None  # (the pool, its indices per family)
+        self._slots: list[tuple[int, int, Literal["solve", "curate"]]] = []  # (family, position, role) per group played
 
     @property
     def chains(self) -> bool:
@@ -142,63 +138,61 @@ class SkillRise(Method):
             return
         if self.chain_length < 2:
             raise ValueError(f"a chain needs at least 2 tasks (the environment's plan lengths); {self.env.name} has tiers {self.env.tiers}")
-        if run.trainer.devices * run.trainer.num_nodes > 1:
+        if run.world_size > 1:
             raise ValueError("method.arm=skillrise/current plays whole chains in one process: use trainer.devices=1, trainer.num_nodes=1")
-        if run.trainer.kl.placement == "reward":
+        if run.kl_placement == "reward":
             raise ValueError("the chain arms return advantages, so trainer.kl.placement=reward has no effect; use loss or none")
 
     # ---- tasks ------------------------------------------------------------------------------------
-    def families(self, pool: Dataset) -> list[list[int]]:
-        """Row indices of each family of `pool`, each family's rows by plan length (cached per pool)."""
-        if self._families is None or self._families[0] != id(pool):
+    def families(self, pool: Sequence[Task]) -> list[list[int]]:
+        """Indices of each family's tasks in `pool`, each family's by plan length (cached per pool)."""
+        if self._families is None or self._families[0] is not pool:
             by_family: dict[str, list[tuple[int, int]]] = defaultdict(list)
-            for i, row in enumerate(pool):
-                by_family[json.loads(row["task"])["family"]].append((row["tier"], i))
-            self._families = (id(pool), [[i for _, i in sorted(v)] for v in by_family.values()])
+            for i, task in enumerate(pool):
+                by_family[task.data["family"]].append((task.tier, i))
+            self._families = (pool, [[i for _, i in sorted(v)] for v in by_family.values()])
         return self._families[1]
 
-    def tasks(self, pool: Dataset, step: int, rng: random.Random) -> list[dict[str, Any]]:
+    def tasks(self, pool: Sequence[Task], step: int, rng: random.Random) -> list[Task]:
         """Chain arms: `trainer.tasks_per_step` distinct families at random, each family's K rows in
         chain order; grpo: as many single tasks (drawn as GRPO draws them)."""
         if not self.chains:
             return super().tasks(pool, step, rng)
         fams = self.families(pool)
-        if self.run.trainer.tasks_per_step > len(fams):
-            raise ValueError(f"trainer.tasks_per_step={self.run.trainer.tasks_per_step} families per step, but the train split "
+        if self.run.tasks_per_step > len(fams):
+            raise ValueError(f"trainer.tasks_per_step={self.run.tasks_per_step} families per step, but the train split "
                              f"has {len(fams)}: raise env.train_size or lower trainer.tasks_per_step")
-        picked = rng.sample(fams, self.run.trainer.tasks_per_step)
+        picked = rng.sample(fams, self.run.tasks_per_step)
         return [pool[i] for fam in picked for i in fam]
 
-    def group_size(self, task: dict[str, Any], mode: Mode = "train") -> int:
+    def group_size(self, task: Task, mode: Mode = "train") -> int:
         """grpo: `trainer.group_size` x K episodes per task in training, so task plays match the chains."""
         if mode == "train" and not self.chains:
-            return self.run.trainer.group_size * self.chain_length
+            return self.run.group_size * self.chain_length
         return super().group_size(task, mode)
 
     # ---- play -------------------------------------------------------------------------------------
-    def play(self, rollout: Rollout, tasks: list[dict[str, Any]], step: int, mode: Mode = "train",
+    def play(self, rollout: Rollout, tasks: list[Task], step: int, mode: Mode = "train",
              variant: str = "main") -> list[Group]:
         if not self.chains or variant != "main":
             return super().play(rollout, tasks, step, mode, variant)
         return self.play_chains(rollout, tasks, step, mode)
 
-    def play_chains(self, rollout: Rollout, tasks: list[dict[str, Any]], step: int, mode: Mode) -> list[Group]:
+    def play_chains(self, rollout: Rollout, tasks: list[Task], step: int, mode: Mode) -> list[Group]:
         """N chains per family of `tasks` (rows grouped by family, in plan-length order), position by
         position. Training returns one group per (family, position, role); evaluation returns the solve
         groups with their curate plays under `extra["curate"]`."""
         families = chains_of(tasks)
-        n = self.run.trainer.group_size if mode == "train" else self.run.eval.k
+        n = self.run.group_size if mode == "train" else self.run.eval_k
         docs = [[""] * n for _ in families]
         solve: dict[tuple[int, int], Group] = {}
         curate: dict[tuple[int, int], Group] = {}
-        self._slots = {}
         for p in range(max(len(f) for f in families)):
             live = [(f, fam[p]) for f, fam in enumerate(families) if p < len(fam)]
             specs = [self._spec(row, mode, "main", skill=docs[f][c]) for f, row in live for c in range(n)]
             episodes = self._play(rollout, specs, step, mode, f"solve{p}")
             for j, (f, row) in enumerate(live):
-                solve[f, p] = Group(row["id"], row["tier"], episodes[j * n:(j + 1) * n])
-                self._mark(solve[f, p], f, p, "solve")
+                solve[f, p] = Group(row.id, row.tier, episodes[j * n:(j + 1) * n])
             live = [(f, row) for f, row in live if p + 1 < len(families[f])]
             if not live:
                 continue
@@ -206,17 +200,18 @@ class SkillRise(Method):
                      for f, row in live for c in range(n)]
             episodes = self._play(rollout, specs, step, mode, f"curate{p}")
             for j, (f, row) in enumerate(live):
-                curate[f, p] = Group(f"{row['id']}/curate", row["tier"], episodes[j * n:(j + 1) * n])
-                self._mark(curate[f, p], f, p, "curate")
+                curate[f, p] = Group(f"{row.id}/curate", row.tier, episodes[j * n:(j + 1) * n])
                 docs[f] = [str(e.info.get("skill", "")) for e in curate[f, p].episodes]
         if mode == "eval":
             for key, g in curate.items():
                 solve[key].extra["curate"] = g.episodes
             return [solve[key] for key in sorted(solve)]
+        self._slots = [(*key, role) for key in sorted(solve) for role in ("solve", "curate")  # type: ignore[misc]
+                       if role == "solve" or key in curate]
         return [g for key in sorted(solve) for g in ([solve[key]] + ([curate[key]] if key in curate else []))]
 
-    def _spec(self, row: dict[str, Any], mode: Mode, variant: str, **extra: Any) -> PlaySpec:
-        task = {"id": row["id"], "tier": row["tier"], "task": json.dumps({**json.loads(row["task"]), **extra}, sort_keys=True)}
+    def _spec(self, task: Task, mode: Mode, variant: str, **extra: Any) -> PlaySpec:
+        task = task.with_data(**extra)
         tag = ("eval" if variant == "main" else "eval/curate") if mode == "eval" else ("main" if variant == "main" else "curate")
         return PlaySpec(task, variant, tag, trainable=mode == "train")
 
@@ -224,10 +219,6 @@ class SkillRise(Method):
         """`Rollout.play` with the seeds `play_groups` would use, one salt per chain position and role."""
         salt = ("eval/main/chain/" if mode == "eval" else "train/chain/") + what + rollout.rank_salt
         return rollout.play(specs, -1 if mode == "eval" else step, salt=salt)
-
-    def _mark(self, group: Group, family: int, position: int, role: Literal["solve", "curate"]) -> None:
-        for c, e in enumerate(group.episodes):
-            self._slots[id(e)] = Slot(family, position, role, c)
 
     # ---- credit -----------------------------------------------------------------------------------
     def credit(self, groups: list[Group], step: int) -> Credit:
@@ -237,7 +228,9 @@ class SkillRise(Method):
         metrics = self.play_metrics(groups)
         if not self.chains:
             return Credit.outcome(groups, metrics)
-        slots = [[self._slots[id(e)] for e in g.episodes] for g in groups]
+        if len(self._slots) != len(groups):
+            raise ValueError(f"SkillRise credits the {len(self._slots)} chain groups it played last; got {len(groups)} groups")
+        slots = [[Slot(f, p, role, c) for c in range(len(g.episodes))] for g, (f, p, role) in zip(groups, self._slots, strict=True)]
         solve_reward: dict[tuple[int, int, int], float] = {}  # (family, chain, position) -> r_p
         for g, ss in zip(groups, slots, strict=True):
             for e, s in zip(g.episodes, ss, strict=True):

@@ -18,7 +18,7 @@ from common.credit import Credit
 from common.engines.base import Engine, Request, Sample, SamplingParams
 from common.episode import Group
 from common.evaluate import evaluate
-from common.method import Method, MethodConfig
+from common.method import Method, MethodConfig, RunView
 from common.rollout import Rollout
 from envs.api.base import (
     EnvConfig,
@@ -115,7 +115,7 @@ def test_an_episode_that_runs_out_of_context_is_flagged_truncated():
     long, short = groups[0].episodes[0], groups[1].episodes[0]
     assert long.truncated and long.reward == 0.0 and not long.success and len(long.turns) == 1
     assert not short.truncated and short.reward == 1.0
-    summary = evaluate(Method(MethodConfig(), RunConfig(), _Env(EnvConfig())), rollout(_Echo(), 12),
+    summary = evaluate(Method(MethodConfig(), RunView.of(RunConfig(), _Env(EnvConfig()))), rollout(_Echo(), 12),
                        [{"id": "a", "tier": 1, "task": task(0, turns=3)["task"]}, {"id": "b", "tier": 1, "task": task(1)["task"]}], 0)
     assert summary["truncated_rate"] == 0.5  # over every episode, not only those that set a flag
 
@@ -123,8 +123,9 @@ def test_an_episode_that_runs_out_of_context_is_flagged_truncated():
 def test_a_truncated_episode_trains_unless_the_method_drops_it():
     groups = rollout(_Echo(), max_length=12).play_groups([task(0, turns=3)], [1], step=0)
     ep = groups[0].episodes[0]
-    assert not Method(MethodConfig(), RunConfig(), _Env(EnvConfig())).excluded(ep)
-    assert Method(MethodConfig(train_truncated=False), RunConfig(), _Env(EnvConfig())).excluded(ep)
+    view = RunView.of(RunConfig(), _Env(EnvConfig()))
+    assert not Method(MethodConfig(), view).excluded(ep)
+    assert Method(MethodConfig(train_truncated=False), view).excluded(ep)
 
 
 def test_an_exception_inside_the_environment_is_a_faulted_invalid_action():
@@ -135,7 +136,7 @@ def test_an_exception_inside_the_environment_is_a_faulted_invalid_action():
         assert kinds == ["invalid_action", "fault"] and "RuntimeError: the environment has a bug" in ep.events[0].data["error"]
         assert ep.events[0].turn == 1 and ep.info["env_error"] == 1
     assert all(not e.faulted and e.reward == 1.0 for e in groups[1].episodes)  # the other episodes go on
-    assert Method(MethodConfig(), RunConfig(), _Env(EnvConfig())).excluded(groups[0].episodes[0])
+    assert Method(MethodConfig(), RunView.of(RunConfig(), _Env(EnvConfig()))).excluded(groups[0].episodes[0])
 
 
 def test_a_step_past_its_cpu_time_limit_is_a_faulted_invalid_action():
@@ -213,7 +214,7 @@ class _WithCounterfactual(Method):
 def test_evaluation_goes_through_the_methods_play_with_fixed_seeds():
     run = RunConfig()
     run.eval.k = 3
-    method = _WithCounterfactual(MethodConfig(), run, _Env(EnvConfig()))
+    method = _WithCounterfactual(MethodConfig(), RunView.of(run, _Env(EnvConfig())))
     r = rollout(_Echo())
     tasks = [{"id": f"h{i}", "tier": 1, "task": task(i)["task"]} for i in range(4)]
     result = evaluate(method, r, tasks, step=7)
@@ -229,7 +230,7 @@ def test_evaluation_goes_through_the_methods_play_with_fixed_seeds():
 
 
 def test_the_default_credit_is_a_value_broadcast_per_episode():
-    method = Method(MethodConfig(), RunConfig(), _Env(EnvConfig()))
+    method = Method(MethodConfig(), RunView.of(RunConfig(), _Env(EnvConfig())))
     groups = rollout(_Echo()).play_groups([task(0), task(1, raise_at=1)], [2, 2], step=0)
     credit = method.credit(groups, step=0)
     assert isinstance(credit, Credit) and credit.kind == "reward"

@@ -10,7 +10,7 @@ from common.config import RunConfig
 from common.credit import Advantages
 from common.engines.base import SamplingParams
 from common.engines.hf import HFEngine
-from common.method import Method, MethodConfig
+from common.method import Method, MethodConfig, RunView
 from common.policy import Policy
 from common.records import RunDir
 from common.rollout import Rollout
@@ -24,7 +24,7 @@ def module(tiny_parts, tmp_path):
     cfg.trainer.lr = 5e-3
     policy = Policy(copy.deepcopy(base), tok, copy.deepcopy(model_cfg), env.roles)
     engine = HFEngine(policy)
-    m = RLModule(cfg, Method(MethodConfig(), cfg, env), env, policy, engine, RunDir(tmp_path / "run", tmp_path / "ck"))
+    m = RLModule(cfg, Method(MethodConfig(), RunView.of(cfg, env)), env, policy, engine, RunDir(tmp_path / "run", tmp_path / "ck"))
     opt = m.configure_optimizers()
     m.optimizers = lambda: opt  # outside a Lightning Trainer: plain optimizer and backward
     m.manual_backward = lambda loss: loss.backward()

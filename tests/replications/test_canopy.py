@@ -10,7 +10,7 @@ import pytest
 
 from common.batch import build_rows
 from common.credit import grpo
-from common.episode import Episode, Group, Turn
+from common.episode import Episode, Group, Turn, tasks_of
 from common.fit import resolve
 from experiments.run import compose
 from replications import METHODS
@@ -127,15 +127,15 @@ def test_signal_counts_and_the_check_against_the_formula():
 # ---- the hooks ---------------------------------------------------------------------------------
 def test_dropping_the_hardest_tier():
     m = canopy("method.drop_hardest_tier=true")
-    pool = m.env.task_set()["train"]
+    pool = tasks_of(m.env.task_set()["train"])
     tasks = m.tasks(pool, step=0, rng=random.Random(0))
-    assert len(tasks) == m.run.trainer.tasks_per_step and {t["tier"] for t in tasks} <= {1, 2}
-    assert 3 in {t["tier"] for t in canopy().tasks(pool, step=0, rng=random.Random(1)) + canopy().tasks(pool, 1, random.Random(2))}
+    assert len(tasks) == m.run.tasks_per_step and {t.tier for t in tasks} <= {1, 2}
+    assert 3 in {t.tier for t in canopy().tasks(pool, step=0, rng=random.Random(1)) + canopy().tasks(pool, 1, random.Random(2))}
 
 
 def test_fixed_group_size_and_resume_state():
     fixed = canopy("method.coverage=null", "trainer.group_size=4")
-    assert fixed.n == 4 and fixed.group_size({}) == 4 and fixed.group_size({}, "eval") == fixed.run.eval.k
+    assert fixed.n == 4 and fixed.group_size({}) == 4 and fixed.group_size({}, "eval") == fixed.run.eval_k
     sized = canopy()
     assert sized.n is None  # the pilot sizes it before the first step
     sized.load_state_dict({"n": 7, "pilot": {"pilot_success": 0.1}})

@@ -9,7 +9,7 @@ from common.batch import build_rows
 from common.config import build_dataclass
 from common.episode import Episode, Group, Turn
 from replications.ccpo.method import CCPO, CCPOConfig, V1Credit, v2_rewards, vote_counterfactuals
-from tests.helpers import credit_advantages
+from tests.helpers import credit_advantages, run_view
 
 
 # ---- v2 -----------------------------------------------------------------------------------------
@@ -99,12 +99,8 @@ class _Env:
         return ("main", "solo")
 
 
-class _Run:
-    scale = "cpu"
-
-
 def method(**kw):
-    m = CCPO(build_dataclass(CCPOConfig, kw, "method"), _Run(), _Env())
+    m = CCPO(build_dataclass(CCPOConfig, kw, "method"), run_view(_Env()))
     m.validate()
     return m
 
@@ -293,7 +289,7 @@ def test_credit_vote_through_the_method():
         def variants(self):
             return ("main", "without0", "without1", "without2")
 
-    m = CCPO(build_dataclass(CCPOConfig, {"credit": "vote"}, "method"), _Run(), _Voting())
+    m = CCPO(build_dataclass(CCPOConfig, {"credit": "vote"}, "method"), run_view(_Voting()))
     m.validate()
     assert m.trainable_roles(3) is None
 
@@ -311,7 +307,7 @@ def test_credit_vote_through_the_method():
     assert [adv.scalar(e.turns[2]) for e in eps] == [0.0, 0.0]  # never pivotal: no signal
     assert metrics["vote_pivotal_rate"] == pytest.approx(2 / 6)
     with pytest.raises(ValueError, match="without"):
-        CCPO(build_dataclass(CCPOConfig, {"credit": "vote"}, "method"), _Run(), _Env()).validate()
+        CCPO(build_dataclass(CCPOConfig, {"credit": "vote"}, "method"), run_view(_Env())).validate()
 
 
 # ---- paired counterfactuals (crn) --------------------------------------------------------------------
@@ -331,13 +327,7 @@ def _freeride_plays(crn: bool):
                                                see_probs=[0.5], follow_known=0.3, cost_per_char=0.0))
     rollout = Rollout(env, None, _CharTokenizer(), {"thinker": "scripted", "solver": "scripted"}, [], None, 10_000, seed=7)
 
-    class _Run:
-        scale = "cpu"
-
-        class trainer:  # noqa: N801
-            group_size = 8
-
-    m = CCPO(build_dataclass(CCPOConfig, {"credit": "v1", "crn": crn}, "method"), _Run(), env)
+    m = CCPO(build_dataclass(CCPOConfig, {"credit": "v1", "crn": crn}, "method"), run_view(env, group_size=8))
     m.validate()
     tasks = list(env.task_set()["train"])[:6]
     return m.play(rollout, tasks, step=3)

@@ -11,7 +11,7 @@ from common.warmstart import demonstrations
 from envs.testbeds.arith import ArithConfig, ArithEnv
 from experiments.replicate import load_replication, plan
 from replications.grpo.method import GRPO, GRPOConfig
-from tests.helpers import ByTurn
+from tests.helpers import ByTurn, run_view
 
 
 def test_rft_keeps_the_successes_with_weight_one_and_nothing_else():
@@ -55,9 +55,8 @@ def test_demonstrator_plays_are_the_warm_starts_tokens_teacher_forced(tiny_parts
 
 def test_clean_sft_credit_is_advantage_one_on_every_demonstrated_token(tiny_parts):
     env, tok, noisy, clean, rollout = _clean_setup(tiny_parts)
-    from common.config import RunConfig
 
-    method = GRPO(GRPOConfig(update="clean_sft", demonstrator_env={"demo_shortcut": 0.0}), RunConfig(), noisy)
+    method = GRPO(GRPOConfig(update="clean_sft", demonstrator_env={"demo_shortcut": 0.0}), run_view(noisy))
     method.validate()
     tasks = [noisy.task_set()["train"][i] for i in range(2)]
     groups = method.play(rollout, tasks, step=0, mode="train")  # the NoModel engine proves nothing was sampled
@@ -69,12 +68,11 @@ def test_clean_sft_credit_is_advantage_one_on_every_demonstrated_token(tiny_part
 
 def test_clean_sft_settings_are_checked_before_the_run(tiny_parts):
     _, _, noisy, _, _ = _clean_setup(tiny_parts)
-    from common.config import RunConfig
 
     with pytest.raises(ValueError, match=r"unknown arith setting\(s\) \['shortcut'\]"):
-        GRPO(GRPOConfig(update="clean_sft", demonstrator_env={"shortcut": 0.0}), RunConfig(), noisy).validate()
+        GRPO(GRPOConfig(update="clean_sft", demonstrator_env={"shortcut": 0.0}), run_view(noisy)).validate()
     with pytest.raises(ValueError, match="read only with method.update=clean_sft"):
-        GRPO(GRPOConfig(demonstrator_env={"demo_shortcut": 0.0}), RunConfig(), noisy).validate()
+        GRPO(GRPOConfig(demonstrator_env={"demo_shortcut": 0.0}), run_view(noisy)).validate()
 
 
 def test_the_supervised_arms_run_at_cpu_scale_only():

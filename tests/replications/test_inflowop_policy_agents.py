@@ -13,6 +13,8 @@ import torch
 from common.config import ModelConfig, RunConfig, SFTConfig
 from common.engines.base import SamplingParams
 from common.engines.hf import HFEngine
+from common.episode import tasks_of
+from common.method import RunView
 from common.policy import Policy
 from common.warmstart import warm_started_base
 from envs.testbeds.braid import OPS, BraidConfig, BraidEnv, BraidTask, Node, apply_op, render
@@ -193,8 +195,8 @@ def test_play_with_policy_agents_measures_competence_and_batches_generation(tmp_
     cfg = InFlowOpConfig(policy_agents=["list", "num"], agent_steps=2, agent_batch_size=4, agent_demos=8, warmup_tasks=4,
                          play_batch=8, agent_max_tokens=8)
     run = replace(RunConfig(), model=TINY, work_dir=str(tmp_path), seed=0)
-    method = InFlowOp(cfg, run, env)
-    tasks = list(env.task_set()["heldout"])
+    method = InFlowOp(cfg, RunView.of(run, env))
+    tasks = tasks_of(env.task_set()["heldout"])
     groups = method.play(FakeRollout(HFEngine(policy), policy.tokenizer), tasks, 0, mode="eval")
     assert len(groups) == len(tasks) and all(len(g.episodes) == method.group_size(tasks[0], "eval") for g in groups)
     info = groups[0].episodes[0].info

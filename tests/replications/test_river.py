@@ -22,7 +22,7 @@ from replications.river.filter import (
     simulate_audit,
 )
 from replications.river.method import River, RiverConfig
-from tests.helpers import credit_advantages
+from tests.helpers import credit_advantages, run_view
 
 
 def test_doctests():
@@ -99,18 +99,9 @@ def test_filter_on_the_real_sandbox_drops_the_defects_it_should():
     assert river(env, pool="full").pool(120) == list(range(120))
 
 
-class _Run:
-    scale = "cpu"
-    work_dir = ""
-
-    class trainer:  # noqa: N801
-        tasks_per_step = 4
-
-
 def river(env=None, **kw):
-    run = _Run()
-    run.work_dir = str(pytest_tmp())
-    m = River(build_dataclass(RiverConfig, kw, "method"), run, env or TerminalEnv(TerminalConfig(backend="sim")))
+    env = env or TerminalEnv(TerminalConfig(backend="sim"))
+    m = River(build_dataclass(RiverConfig, kw, "method"), run_view(env, work_dir=str(pytest_tmp()), tasks_per_step=4))
     m.validate()
     return m
 
@@ -189,4 +180,4 @@ def test_bad_settings_fail_before_the_run():
         class Arith:
             name = "arith"
             cfg = None
-        River(build_dataclass(RiverConfig, {"pool": "river"}, "method"), _Run(), Arith()).validate()
+        River(build_dataclass(RiverConfig, {"pool": "river"}, "method"), run_view(Arith(), work_dir="")).validate()

@@ -19,7 +19,7 @@ from replications.sharp.method import (
     shapley_values,
     shapley_values_mc,
 )
-from tests.helpers import credit_advantages
+from tests.helpers import credit_advantages, run_view
 
 
 def glove(s):  # player 1 holds a left glove, players 2 and 3 a right glove each: a pair is worth 1
@@ -142,12 +142,8 @@ class _Env:
         return replay(record, masked)
 
 
-class _Run:
-    scale = "cpu"
-
-
 def sharp(credit, **kw):
-    m = SHARP(build_dataclass(SHARPConfig, {"credit": credit, **kw}, "method"), _Run(), _Env())
+    m = SHARP(build_dataclass(SHARPConfig, {"credit": credit, **kw}, "method"), run_view(_Env()))
     m.validate()
     return m
 
@@ -380,7 +376,7 @@ def sampled_groups(env, n_tasks, group_size, seed):
 
 
 def worker_advantages(env, groups, credit):
-    m = SHARP(build_dataclass(SHARPConfig, {"credit": credit}, "method"), _Run(), env)
+    m = SHARP(build_dataclass(SHARPConfig, {"credit": credit}, "method"), run_view(env))
     adv, _ = credit_advantages(m, groups)
     return np.array([adv.scalar(t) for g in groups for e in g.episodes for t in e.turns if t.role == "worker"])
 

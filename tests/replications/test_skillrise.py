@@ -3,13 +3,13 @@ credit of the method on hand-built groups, and the arms' play layout."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
-from types import SimpleNamespace
 
 import pytest
 
-from common.episode import Episode, Group
+from common.episode import Episode, Group, Task, tasks_of
 from envs.testbeds.skill_families import SkillFamiliesConfig, SkillFamiliesEnv
 from replications.skillrise.method import (
     SkillRise,
@@ -19,6 +19,7 @@ from replications.skillrise.method import (
     current_task_rewards,
     grouped_advantages,
 )
+from tests.helpers import run_view
 
 
 def slow_curate_rewards(r: list[float], decay: float) -> list[float]:
@@ -71,9 +72,7 @@ def test_grouped_advantages_by_hand():
 
 def _method(arm: str = "skillrise", group_size: int = 2, **kw) -> SkillRise:
     env = SkillFamiliesEnv(SkillFamiliesConfig(train_size=30, heldout_size=6, dev_size=6, demo_size=10))
-    trainer = SimpleNamespace(group_size=group_size, tasks_per_step=2, devices=1, num_nodes=1, kl=SimpleNamespace(placement="none"))
-    run = SimpleNamespace(scale="cpu", trainer=trainer, eval=SimpleNamespace(k=2))
-    return SkillRise(SkillRiseConfig(arm=arm, **kw), run, env)  # type: ignore[arg-type]
+    return SkillRise(SkillRiseConfig(arm=arm, **kw), run_view(env, group_size=group_size, tasks_per_step=2, eval_k=2))
 
 
 def _chain_groups(method: SkillRise, solve: list[list[float]], curate_own: list[list[float]]) -> list[Group]:
@@ -81,15 +80,15 @@ def _chain_groups(method: SkillRise, solve: list[list[float]], curate_own: list[
     laid out as play_chains lays out a training step."""
     n, k = len(solve), len(solve[0])
     groups = []
-    method._slots = {}
+    method._slots = []
     for p in range(k):
         eps = [Episode(f"t{p}", p + 2, reward=solve[c][p], success=solve[c][p] > 0) for c in range(n)]
         groups.append(Group(f"t{p}", p + 2, eps))
-        method._mark(groups[-1], 0, p, "solve")
+        method._slots.append((0, p, "solve"))
         if p < k - 1:
             eps = [Episode(f"t{p}/curate", p + 2, reward=curate_own[c][p], tag="curate") for c in range(n)]
             groups.append(Group(f"t{p}/curate", p + 2, eps))
-            method._mark(groups[-1], 0, p, "curate")
+            method._slots.append((0, p, "curate"))
     return groups
 
 
@@ -118,12 +117,12 @@ def test_current_task_control_credit_by_hand():
 
 def test_grpo_arm_plays_as_many_tasks_as_the_chains():
     chains, grpo = _method("skillrise", group_size=4), _method("grpo", group_size=4)
-    pool = chains.env.task_set()["train"]
+    pool = tasks_of(chains.env.task_set()["train"])
     rng = random.Random(0)
     tasks = chains.tasks(pool, 0, rng)
     assert len(tasks) == 2 * 3  # two families of K = 3 tasks, in plan-length order
-    fams = [json.loads(t["task"])["family"] for t in tasks]
-    assert fams[0] == fams[1] == fams[2] and [t["tier"] for t in tasks[:3]] == [2, 3, 4]
+    fams = [t.data["family"] for t in tasks]
+    assert fams[0] == fams[1] == fams[2] and [t.tier for t in tasks[:3]] == [2, 3, 4]
     solve_plays = len(tasks) * chains.group_size(tasks[0], "train")
     grpo_tasks = grpo.tasks(pool, 0, random.Random(0))
     assert sum(grpo.group_size(t, "train") for t in grpo_tasks) == solve_plays == 24
@@ -138,11 +137,11 @@ def test_validate_refuses_what_cannot_work():
 
     if "textworld" not in ENVS:  # scale=small refuses until the real benchmark is registered
         m = _method("skillrise")
-        m.run.scale = "small"
+        m.run = dataclasses.replace(m.run, scale="small")
         with pytest.raises(ValueError, match="textworld"):
             m.validate()
     m = _method("skillrise")
-    m.run.trainer.devices = 2
+    m.run = dataclasses.replace(m.run, world_size=2)
     with pytest.raises(ValueError, match="one process"):
         m.validate()
 
@@ -154,11 +153,11 @@ def test_slot_is_typed():
 def test_chains_of_splits_repeated_families():
     from replications.skillrise.method import chains_of
 
-    def row(family: str, tier: int) -> dict:
-        return {"id": f"{family}{tier}", "tier": tier, "task": json.dumps({"family": family})}
+    def task(family: str, tier: int) -> Task:
+        return Task(f"{family}{tier}", tier, json.dumps({"family": family}))
 
-    rows = [row("a", 2), row("a", 3), row("a", 4), row("a", 2), row("a", 3), row("b", 3)]
-    assert [[r["id"] for r in c] for c in chains_of(rows)] == [["a2", "a3", "a4"], ["a2", "a3"], ["b3"]]
+    tasks = [task("a", 2), task("a", 3), task("a", 4), task("a", 2), task("a", 3), task("b", 3)]
+    assert [[t.id for t in c] for c in chains_of(tasks)] == [["a2", "a3", "a4"], ["a2", "a3"], ["b3"]]
 
 
 # ---- the small scale: chains of TextWorld games (envs/benchmarks/textworld/families.py) ---------------
@@ -185,13 +184,13 @@ class ScriptedRollout:
     def play(self, specs, step, salt=""):
         out = []
         for k, spec in enumerate(specs):
-            ep = self.env.new_episode(json.loads(spec.task["task"]), random.Random(k), spec.variant)
+            ep = self.env.new_episode(spec.task.data, random.Random(k), spec.variant)
             obs = ep.start()
-            self.prompts.append((spec.task["tier"], spec.variant, obs.text))
+            self.prompts.append((spec.task.tier, spec.variant, obs.text))
             while obs is not None:
                 r = ep.step(getattr(ep, "oracle_action", ep.expert_action)())
                 obs = r.next
-            out.append(Episode(spec.task["id"], spec.task["tier"], reward=r.reward, success=r.success, info=r.info, tag=spec.tag))
+            out.append(Episode(spec.task.id, spec.task.tier, reward=r.reward, success=r.success, info=r.info, tag=spec.tag))
         return out
 
 
@@ -203,15 +202,14 @@ def test_the_chain_code_plays_textworld_families(tmp_path):
     _needs_textworld()
     env = TextWorldEnv(TextWorldConfig(families=True, train_size=12, heldout_size=3, dev_size=3, demo_slip=0.0, demo_abstract=1.0, demo_concrete=0.0,
                                        cache_dir=str(tmp_path)))
-    trainer = SimpleNamespace(group_size=2, tasks_per_step=2, devices=1, num_nodes=1, kl=SimpleNamespace(placement="none"))
-    m = SkillRise(SkillRiseConfig(arm="skillrise"), SimpleNamespace(scale="cpu", trainer=trainer, eval=SimpleNamespace(k=1)), env)  # type: ignore[arg-type]
+    m = SkillRise(SkillRiseConfig(arm="skillrise"), run_view(env, group_size=2, tasks_per_step=2, eval_k=1))
     m.validate()
-    tasks = m.tasks(env.task_set()["train"], 0, random.Random(0))
-    assert [t["tier"] for t in tasks] == [1, 2, 3, 1, 2, 3]
+    tasks = m.tasks(tasks_of(env.task_set()["train"]), 0, random.Random(0))
+    assert [t.tier for t in tasks] == [1, 2, 3, 1, 2, 3]
     rollout = ScriptedRollout(env)
     groups = m.play(rollout, tasks, 0, "train")  # type: ignore[arg-type]
     assert [(g.tier, g.episodes[0].tag) for g in groups] == [(1, "main"), (1, "curate"), (2, "main"), (2, "curate"), (3, "main")] * 2
-    docs = {json.loads(t["task"])["family"]: " ".join(f"{a} on {b}" for a, b in json.loads(t["task"])["recipe"][:2])
+    docs = {t.data["family"]: " ".join(f"{a} on {b}" for a, b in t.data["recipe"][:2])
             for t in tasks}
     solve_prompts = [(tier, text) for tier, variant, text in rollout.prompts if variant == "main"]
     assert all(text.startswith("Skill: none\n") for tier, text in solve_prompts if tier == 1)

@@ -2,11 +2,11 @@
 
 import pytest
 
-from common.config import RunConfig, build_dataclass
+from common.config import build_dataclass
 from common.credit import grpo
 from common.episode import Group
 from replications.iapo.method import IAPO, IAPOConfig, action_turns, provenance_annotator, routing_weights
-from tests.helpers import credit_advantages
+from tests.helpers import credit_advantages, run_view
 from tests.replications.iapo.test_iapo_graph import played
 
 IDEAL = ["ask", "lookup", "ok", "ok", "refund cash K", "end"]
@@ -15,9 +15,7 @@ SLOW = ["ask", "lookup", "lookup", "ok", "ok", "refund cash K", "end"]  # redund
 
 
 def method(scale="cpu", **kw):
-    run = RunConfig()
-    run.scale = scale
-    m = IAPO(build_dataclass(IAPOConfig, kw, "method"), run, env=None)  # type: ignore[arg-type]
+    m = IAPO(build_dataclass(IAPOConfig, kw, "method"), run_view(None, scale=scale))
     m.validate()
     return m
 
