@@ -4,7 +4,7 @@ Writes `replications/foo/` from the templates in `replications/_template/`: ever
 at the same path without the suffix, with `{{name}}` (foo) and `{{Class}}` (Foo) filled in:
 
     __init__.py
-    method.py            Foo(Method) and FooConfig(MethodConfig): every hook, calling the base class
+    method.py            Foo(Method) and FooConfig(MethodConfig): a credit hook that calls the base class
     conf/config.yaml     conf/scale/{smoke,cpu,paper}.yaml, conf/replication.yaml (arm foo, env arith)
     CARD.md              the card, with its front matter and one example claim
 

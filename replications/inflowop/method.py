@@ -42,25 +42,20 @@ tasks are planned and run side by side so that their operations are generated in
 
 from __future__ import annotations
 
-import random
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from common.episode import Episode, Group, Task, Turn, tasks_of
 from common.method import Method, MethodConfig, Mode, RunView
-from envs.testbeds.braid import DOMAINS, BraidEnv, BraidTask
+from envs.testbeds.braid import BraidEnv, BraidTask
 from replications.inflowop.agents import (
     POOL,
-    AgentCard,
     ModelAgent,
-    Prior,
     Profile,
-    agents_by_name,
     model_agent,
     reliability,
 )
-from replications.inflowop.execute import Answer, Executor, RepairMode, Trace, classify, drive
+from replications.inflowop.execute import Answer, classify, drive
 from replications.inflowop.plan import (
     Subtask,
     Weights,
@@ -69,9 +64,8 @@ from replications.inflowop.plan import (
     cost,
     greedy_split,
     latency,
-    single_plan,
-    template_plan,
 )
+from replications.inflowop.workflow import ARMS, Arm, _task_rng, pool_of, prepare, record, solve, warm_up
 
 if TYPE_CHECKING:
     from common.rollout import Rollout
@@ -79,7 +73,6 @@ if TYPE_CHECKING:
 __all__ = ["InFlowOp", "InFlowOpConfig", "Subtask", "Weights", "best_agent", "classify", "coalesce", "cost",
            "greedy_split", "latency", "model_agent", "pool_of", "prepare", "reliability", "solve", "warm_up"]
 
-Arm = Literal["single", "template", "rerun-all", "greedy", "no-repair", "no-profile", "inflowop"]
 
 
 @dataclass
@@ -110,93 +103,6 @@ class InFlowOpConfig(MethodConfig):
     agent_temperature: float = 0.0  # policy agents decode greedily (their best guess) [I]
     agent_max_tokens: int = 40  # longest output: a 12-item list of two-digit numbers [I]
     play_batch: int = 128  # with policy agents: tasks planned and run side by side (their generations batched) [I]
-
-
-ARMS: dict[str, dict[str, Any]] = {  # arm -> planner, repair mode, profiles (warm-up and updates)
-    "single": {"planner": "single", "repair": "none", "profiles": False},
-    "template": {"planner": "template", "repair": "none", "profiles": False},
-    "rerun-all": {"planner": "coalesce", "repair": "rerun", "profiles": True},
-    "greedy": {"planner": "greedy", "repair": "local", "profiles": True},
-    "no-repair": {"planner": "coalesce", "repair": "none", "profiles": True},
-    "no-profile": {"planner": "coalesce", "repair": "local", "profiles": False},
-    "inflowop": {"planner": "coalesce", "repair": "local", "profiles": True},
-}
-
-
-def _task_rng(seed: int, tag: str) -> random.Random:
-    return random.Random(f"inflowop/{seed}/{tag}")
-
-
-def pool_of(cfg: InFlowOpConfig) -> list[ModelAgent]:
-    """The policy agents `cfg.policy_agents` names (none by default)."""
-    return [model_agent(spec.split("+")) for spec in cfg.policy_agents]
-
-
-def solve(task: BraidTask, cfg: InFlowOpConfig, profile: Profile | None, rng: random.Random,
-          models: Sequence[ModelAgent] = (), answer: Answer | None = None) -> Trace:
-    """Plan and run one task under `cfg.arm`; `profile` is read for reliability and, when given,
-    updated by the run. `models`: policy agents in the pool, whose operations `answer` computes."""
-    executor, plan = prepare(task, cfg, profile, rng, models)
-    return executor.run(plan, answer)
-
-
-def prepare(task: BraidTask, cfg: InFlowOpConfig, profile: Profile | None, rng: random.Random,
-            models: Sequence[ModelAgent] = ()) -> tuple[Executor, list[Subtask]]:
-    """The plan of one task under `cfg.arm` (from the profile as it is now) and the executor that runs it."""
-    spec = ARMS[cfg.arm]
-    agents: dict[str, Any] = {**agents_by_name(with_created=cfg.create), **{m.name: m for m in models}}
-    cards: list[AgentCard] = [a.card for a in agents.values()]
-    prior = Prior(cfg.prior_declared, cfg.prior_undeclared, cfg.prior_strength)
-    rel = (lambda card, c: reliability(card, c, profile, prior))  # noqa: E731
-    w = Weights(cfg.beta, cfg.gamma)
-    planner = spec["planner"]
-    if planner == "single":
-        plan = single_plan(task, cfg.single_agent)
-    elif planner == "template":
-        plan = template_plan(task, cards)
-    elif planner == "greedy":
-        plan = greedy_split(task, cards, rel, w)
-    else:
-        plan = coalesce(task, cards, rel, w)
-    repair: RepairMode = spec["repair"]
-    return (Executor(task, agents, cards, rel, w, rng, repair=repair, max_repairs=cfg.max_repairs, tau=cfg.tau,
-                     profile=profile), plan)
-
-
-def warm_up(tasks: list[BraidTask], profile: Profile, rng: random.Random, models: Sequence[ModelAgent] = (),
-            answer: Answer | None = None, batch: int = 1) -> Profile:
-    """Build profiles from exploration runs: every step of every task to a uniformly random pool
-    agent (policy agents included), no repair; the contracts judge each run (no labels). `batch`
-    tasks run side by side (their policy agents' operations generated together). Returns `profile`, updated."""
-    pool: list[Any] = [*POOL, *models]
-    agents: dict[str, Any] = {**agents_by_name(with_created=False), **{m.name: m for m in models}}
-    cards = [a.card for a in pool]
-    for start in range(0, len(tasks), batch):
-        runs = []
-        for task in tasks[start:start + batch]:
-            plan = [Subtask(frozenset({n.index}), rng.choice(pool).name) for n in task.nodes]
-            runs.append(Executor(task, agents, cards, lambda card, c: 0.5, Weights(0.0, 0.0), rng, repair="none",
-                                 profile=profile).steps(plan))
-        drive(runs, answer)
-    return profile
-
-
-def record(task: BraidTask, trace: Trace, models: Sequence[ModelAgent] = ()) -> dict[str, Any]:
-    """An episode's `info`: overall and per-domain numbers (evaluation averages each over the episodes
-    reporting it); with policy agents in the pool, the share of subtasks they hold in the final plan."""
-    truth = task.truth()
-    success = all(trace.values.get(i) == truth[i] for i in task.sinks)
-    d = DOMAINS[task.domain][0]
-    merged = sum(1 for s in trace.plan if len(s.nodes) > 1)
-    return {
-        "success": success, "latency": trace.latency, "repair_latency": trace.repair_latency,
-        "calls": trace.calls, "repair_calls": trace.repair_calls, "violations": trace.violations,
-        "faults_assignment": trace.faults["assignment"], "faults_decomposition": trace.faults["decomposition"],
-        "subtasks": len(trace.plan), "merged_share": merged / max(len(trace.plan), 1),
-        "created_share": sum(s.agent.startswith("new-") for s in trace.plan) / max(len(trace.plan), 1),
-        f"success_{d}": success, f"latency_{d}": trace.latency, f"repair_latency_{d}": trace.repair_latency,
-    } | ({"policy_share": sum(s.agent in {m.name for m in models} for s in trace.plan) / max(len(trace.plan), 1)}
-         if models else {})
 
 
 class InFlowOp(Method):
@@ -278,28 +184,11 @@ class InFlowOp(Method):
         return [Group(row.id, row.tier, episodes[row.id]) for row in tasks]
 
     def _policy_pool(self, rollout: Rollout, models: list[ModelAgent]) -> tuple[Answer, dict[str, float]]:
-        """Warm-start (or load) the policy agents' adapters, measure their competence on the dev
-        split; the answer function that generates their operations, and the competence as metrics."""
-        from common.engines.base import SamplingParams
-        from replications.inflowop.policy_agents import (
-            AgentTraining,
-            Answerer,
-            add_agents,
-            measure_competence,
-        )
+        """The policy agents' adapters (warm-started or loaded) and their competence on the dev split."""
+        from replications.inflowop.policy_agents import policy_pool
 
-        policy = getattr(rollout.engine, "policy", None)
-        if policy is None:
-            raise ValueError("policy agents are adapters of the HF engine's policy: set engine=hf")
-        c = self.cfg
-        training = AgentTraining(c.agent_steps, c.agent_lr, c.agent_batch_size, c.agent_demos, c.agent_seed)
         assert isinstance(self.env, BraidEnv)  # validate() made sure
-        self.agent_records = add_agents(policy, models, self.env, self.run.model, self.run.sft, training, self.run.work_dir,
-                                        rollout.chat)
-        answer = Answerer(rollout.engine, rollout.tokenizer, SamplingParams(temperature=c.agent_temperature,
-                          max_new_tokens=c.agent_max_tokens, stop=self.env.stop), self.run.seed, rollout.chat)
-        dev = [BraidTask.parse(t.data) for t in tasks_of(self.env.task_set()["dev"])]
-        self.competence = measure_competence(dev, (), models, answer)
+        answer, self.agent_records, self.competence = policy_pool(rollout, models, self.env, self.cfg, self.run)
         return answer, {f"competence_{agent}_{cat}": row["accuracy"]
                         for agent, table in self.competence.items() for cat, row in table.items()}
 

@@ -34,7 +34,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from filelock import FileLock
@@ -42,9 +42,14 @@ from filelock import FileLock
 from common.chat import ChatFormat, demonstrated_action_ids, observation_text
 from common.config import ModelConfig, SFTConfig
 from common.engines.base import Engine, Request, SamplingParams
+from common.episode import tasks_of
 from common.warmstart import fingerprint, sft, warm_start_code
 from envs.testbeds.braid import OPS, BraidEnv, BraidTask
 from replications.inflowop.agents import Ask, ModelAgent, ScriptedAgent, prompt, read_output
+
+if TYPE_CHECKING:
+    from common.method import RunView
+    from replications.inflowop.method import InFlowOpConfig
 
 
 @dataclass(frozen=True)
@@ -204,3 +209,19 @@ def measure_competence(tasks: Sequence[BraidTask], scripted: Sequence[ScriptedAg
             row[2] += 1
         table[name] = {c: {"accuracy": r[0] / r[2], "malformed": r[1] / r[2], "n": r[2]} for c, r in sorted(tally.items())}
     return table
+
+
+def policy_pool(rollout: Any, models: list[ModelAgent], env: BraidEnv, cfg: InFlowOpConfig, run: RunView
+                ) -> tuple[Answerer, dict[str, dict[str, Any]], dict[str, dict[str, dict[str, float]]]]:
+    """Warm-start (or load) the policy agents' adapters on the run's model, then measure their competence
+    on the dev split: the answer function that generates their operations, their warm-start records and
+    their competence per category."""
+    policy = getattr(rollout.engine, "policy", None)
+    if policy is None:
+        raise ValueError("policy agents are adapters of the HF engine's policy: set engine=hf")
+    training = AgentTraining(cfg.agent_steps, cfg.agent_lr, cfg.agent_batch_size, cfg.agent_demos, cfg.agent_seed)
+    records = add_agents(policy, models, env, run.model, run.sft, training, run.work_dir, rollout.chat)
+    answer = Answerer(rollout.engine, rollout.tokenizer, SamplingParams(temperature=cfg.agent_temperature,
+                      max_new_tokens=cfg.agent_max_tokens, stop=env.stop), run.seed, rollout.chat)
+    dev = [BraidTask.parse(t.data) for t in tasks_of(env.task_set()["dev"])]
+    return answer, records, measure_competence(dev, (), models, answer)

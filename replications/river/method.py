@@ -39,6 +39,7 @@ import numpy as np
 from common.credit import BROADCAST, Credit
 from common.episode import Group, Task, tasks_of
 from common.method import Method, MethodConfig, RunView
+from replications.river.behaviour import behaviour
 from replications.river.filter import FilterReport, audit_rates, random_subset, river_filter
 from replications.river.penalty import jaccard, repeated_turns, repetition_penalty
 
@@ -188,16 +189,3 @@ class River(Method):
                         tokens[(g, i, t)] = [advantage[i] + s] * episode.turns[t].num_action_tokens
         metrics = {**behaviour(groups), **self.pool_stats, "penalized_turn_rate": penalized / max(turns_seen, 1)}
         return Credit("advantage", values, tokens, metrics)
-
-
-def behaviour(groups: list[Group]) -> dict[str, float]:
-    """The step's episodes beyond the (possibly defective) reward: true success, memo use, loops."""
-    eps = [e for g in groups for e in g.episodes if e.info]
-    if not eps:
-        return {}
-
-    def mean(key: str) -> float:
-        return float(np.mean([float(e.info.get(key, 0.0)) for e in eps]))
-
-    return {"train_solved": mean("solved"), "train_read_memo": mean("read_memo"), "train_looped": mean("looped"),
-            "train_repeat_rate": mean("repeat_rate")}

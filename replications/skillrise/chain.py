@@ -17,8 +17,19 @@ same K tasks form a *chain group*.
 
 from __future__ import annotations
 
+import json  # noqa: F401  (the doctest of chains_of)
 from collections import defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from common.episode import Episode, Group, Task
+from common.rollout import PlaySpec
+
+if TYPE_CHECKING:
+    from common.rollout import Rollout
 
 
 def curate_rewards(solve_rewards: Sequence[float], decay: float = 0.6) -> list[float]:
@@ -62,3 +73,106 @@ def grouped_advantages(scores: Sequence[float], keys: Sequence[Hashable], weight
         for i in idx:
             out[i] = (1.0 if weights is None else float(weights[i])) * (float(scores[i]) - mean)
     return out
+
+
+DOC_KINDS = ("abstract", "concrete", "empty", "other")
+
+
+@dataclass
+class Slot:
+    """Where an episode sits in a step's chains: family index, chain position, role, chain index."""
+
+    family: int
+    position: int
+    role: Literal["solve", "curate"]
+    chain: int
+
+
+def chains_of(tasks: list[Task]) -> list[list[Task]]:
+    """Consecutive tasks of one family in rising plan length form one chain; a task of another family, or
+    one whose plan is not longer than the last, starts the next chain (the same family may come twice).
+
+    >>> fam = lambda f, t: Task(f"{f}{t}", t, json.dumps({"family": f}))
+    >>> [[t.id for t in c] for c in chains_of([fam("a", 2), fam("a", 3), fam("b", 2), fam("b", 3), fam("b", 2)])]
+    [['a2', 'a3'], ['b2', 'b3'], ['b2']]
+    """
+    chains: list[list[Task]] = []
+    last: tuple[str, int] | None = None
+    for task in tasks:
+        family = task.data["family"]
+        if last is None or family != last[0] or task.tier <= last[1]:
+            chains.append([])
+        chains[-1].append(task)
+        last = (family, task.tier)
+    return chains
+
+
+def family_indices(pool: Sequence[Task]) -> list[list[int]]:
+    """Indices of each family's tasks in `pool` (families in order of first appearance), each family's
+    by plan length."""
+    by_family: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for i, task in enumerate(pool):
+        by_family[task.data["family"]].append((task.tier, i))
+    return [[i for _, i in sorted(v)] for v in by_family.values()]
+
+
+def play_metrics(groups: list[Group], tiers: Sequence[int]) -> dict[str, float]:
+    """Solve success overall and per plan length (`tiers`), and what the curate turns wrote (shares)."""
+    solve = [e for g in groups for e in g.episodes if e.tag == "main"]
+    cur = [e for g in groups for e in g.episodes if e.tag == "curate"]
+    out = {"solve_success_rate": float(np.mean([e.success for e in solve])) if solve else 0.0}
+    for tier in tiers:
+        eps = [e for g in groups if g.tier == tier for e in g.episodes if e.tag == "main"]
+        if eps:
+            out[f"success_tier{tier}"] = float(np.mean([e.success for e in eps]))
+    if cur:
+        for kind in (*DOC_KINDS, "right"):
+            out[f"doc_{kind}"] = float(np.mean([bool(e.info.get(f"doc_{kind}", False)) for e in cur]))
+    return out
+
+
+def chain_scores(groups: list[Group], slots: list[list[Slot]], curate_of: Callable[[list[float]], list[float]],
+                 excluded: Callable[[Episode], bool], curate_weight: float
+                 ) -> tuple[list[tuple[int, int]], list[float], list[tuple[int, int, str]], list[float]]:
+    """Every kept episode's chain score, its normalization key and its weight, over a step's chain groups:
+    a solve turn scores its own reward r_p; a curate turn `curate_of(r)[p]` (R_p, or r_p in the control)
+    plus its own reward (the invalid-action penalty), weighted `curate_weight`. Key: (family, position,
+    role). Returns (group index, episode index), scores, keys, weights, in step order."""
+    solve_reward: dict[tuple[int, int, int], float] = {}  # (family, chain, position) -> r_p
+    for g, ss in zip(groups, slots, strict=True):
+        for e, s in zip(g.episodes, ss, strict=True):
+            if s.role == "solve":
+                solve_reward[s.family, s.chain, s.position] = e.reward
+    curate_reward: dict[tuple[int, int, int], float] = {}
+    for f, c in {(f, c) for f, c, _ in solve_reward}:
+        r = [solve_reward[f, c, p] for p in sorted(p for ff, cc, p in solve_reward if (ff, cc) == (f, c))]
+        for p, value in enumerate(curate_of(r)):
+            curate_reward[f, c, p] = value
+    flat: list[tuple[int, int]] = []
+    scores: list[float] = []
+    keys: list[tuple[int, int, str]] = []
+    weights: list[float] = []
+    for gi, (g, ss) in enumerate(zip(groups, slots, strict=True)):
+        for i, (e, s) in enumerate(zip(g.episodes, ss, strict=True)):
+            if excluded(e):
+                continue
+            is_curate = s.role == "curate"
+            flat.append((gi, i))
+            scores.append(curate_reward[s.family, s.chain, s.position] + e.reward if is_curate else e.reward)
+            keys.append((s.family, s.position, s.role))
+            weights.append(curate_weight if is_curate else 1.0)
+    return flat, scores, keys, weights
+
+
+def chain_spec(task: Task, mode: str, variant: str, **extra: Any) -> PlaySpec:
+    """One play of a chain position: the task with what the chain hands it (`extra`: the document, what
+    was found), tagged for compute accounting (solve or curate, training or evaluation)."""
+    task = task.with_data(**extra)
+    tag = ("eval" if variant == "main" else "eval/curate") if mode == "eval" else ("main" if variant == "main" else "curate")
+    return PlaySpec(task, variant, tag, trainable=mode == "train")
+
+
+def play_specs(rollout: Rollout, specs: list[PlaySpec], step: int, mode: str, what: str) -> list[Episode]:
+    """`Rollout.play` with the seeds `play_groups` would use, one salt per chain position and role."""
+    salt = ("eval/main/chain/" if mode == "eval" else "train/chain/") + what + rollout.rank_salt
+    return rollout.play(specs, -1 if mode == "eval" else step, salt=salt)

@@ -34,29 +34,38 @@ under `extra/curate` (what the documents are: abstract, concrete, empty).
 
 from __future__ import annotations
 
-from collections import defaultdict
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from common.credit import Credit
-from common.episode import Episode, Group, Task
+from common.episode import Group, Task
 from common.method import Method, MethodConfig, Mode, RunView
-from common.rollout import PlaySpec
-from replications.skillrise.chain import curate_rewards, current_task_rewards, grouped_advantages
+from replications.skillrise.chain import (
+    DOC_KINDS,
+    Slot,
+    chain_scores,
+    chain_spec,
+    chains_of,
+    curate_rewards,
+    current_task_rewards,
+    family_indices,
+    grouped_advantages,
+    play_metrics,
+    play_specs,
+)
 
 if TYPE_CHECKING:
     import random
 
     from common.rollout import Rollout
 
-__all__ = ["SkillRise", "SkillRiseConfig", "curate_rewards", "current_task_rewards", "grouped_advantages"]
+__all__ = ["DOC_KINDS", "SkillRise", "SkillRiseConfig", "Slot", "chains_of", "curate_rewards", "current_task_rewards",
+           "grouped_advantages"]
 
-# the real benchmarks of the small and paper scales (small: TextWorld with env.families=true, chains of games)
-BENCHMARK_ENVS = {"small": "textworld", "paper": "scienceworld"}
-DOC_KINDS = ("abstract", "concrete", "empty", "other")
 
 
 @dataclass
@@ -68,35 +77,6 @@ class SkillRiseConfig(MethodConfig):
     arm: Literal["grpo", "skillrise", "current"] = "skillrise"  # grpo (no document) | skillrise | current (control) [I]
     decay: float = 0.6  # the curate reward's discount over later tasks (official traj_gamma) [P]
     curate_loss_weight: float = 1.0  # multiplies curate advantages [P]
-
-
-@dataclass
-class Slot:
-    """Where an episode sits in a step's chains: family index, chain position, role, chain index."""
-
-    family: int
-    position: int
-    role: Literal["solve", "curate"]
-    chain: int
-
-
-def chains_of(tasks: list[Task]) -> list[list[Task]]:
-    """Consecutive tasks of one family in rising plan length form one chain; a task of another family, or
-    one whose plan is not longer than the last, starts the next chain (the same family may come twice).
-
-    >>> fam = lambda f, t: Task(f"{f}{t}", t, json.dumps({"family": f}))
-    >>> [[t.id for t in c] for c in chains_of([fam("a", 2), fam("a", 3), fam("b", 2), fam("b", 3), fam("b", 2)])]
-    [['a2', 'a3'], ['b2', 'b3'], ['b2']]
-    """
-    chains: list[list[Task]] = []
-    last: tuple[str, int] | None = None
-    for task in tasks:
-        family = task.data["family"]
-        if last is None or family != last[0] or task.tier <= last[1]:
-            chains.append([])
-        chains[-1].append(task)
-        last = (family, task.tier)
-    return chains
 
 
 class SkillRise(Method):
@@ -117,13 +97,6 @@ class SkillRise(Method):
 
     def validate(self) -> None:
         c, run = self.cfg, self.run
-        if run.scale in BENCHMARK_ENVS:
-            from envs.registry import ENVS
-
-            bench = BENCHMARK_ENVS[run.scale]
-            if bench not in ENVS:
-                raise ValueError(f"scale={run.scale} plays chains of env={bench}, which is not registered in envs.registry.ENVS "
-                                 "yet: use scale=cpu (env=skill_families) until it is")
         if self.chains and ("curate" not in self.env.variants() or set(self.env.roles) != {"solver", "curator"}):
             raise ValueError(f"method.arm={c.arm} plays chains of solve and curate turns: the environment needs roles solver and "
                              f"curator and a 'curate' variant (env=skill_families has them, and env=textworld with "
@@ -147,10 +120,7 @@ class SkillRise(Method):
     def families(self, pool: Sequence[Task]) -> list[list[int]]:
         """Indices of each family's tasks in `pool`, each family's by plan length (cached per pool)."""
         if self._families is None or self._families[0] is not pool:
-            by_family: dict[str, list[tuple[int, int]]] = defaultdict(list)
-            for i, task in enumerate(pool):
-                by_family[task.data["family"]].append((task.tier, i))
-            self._families = (pool, [[i for _, i in sorted(v)] for v in by_family.values()])
+            self._families = (pool, family_indices(pool))
         return self._families[1]
 
     def tasks(self, pool: Sequence[Task], step: int, rng: random.Random) -> list[Task]:
@@ -189,16 +159,16 @@ class SkillRise(Method):
         curate: dict[tuple[int, int], Group] = {}
         for p in range(max(len(f) for f in families)):
             live = [(f, fam[p]) for f, fam in enumerate(families) if p < len(fam)]
-            specs = [self._spec(row, mode, "main", skill=docs[f][c]) for f, row in live for c in range(n)]
-            episodes = self._play(rollout, specs, step, mode, f"solve{p}")
+            specs = [chain_spec(row, mode, "main", skill=docs[f][c]) for f, row in live for c in range(n)]
+            episodes = play_specs(rollout, specs, step, mode, f"solve{p}")
             for j, (f, row) in enumerate(live):
                 solve[f, p] = Group(row.id, row.tier, episodes[j * n:(j + 1) * n])
             live = [(f, row) for f, row in live if p + 1 < len(families[f])]
             if not live:
                 continue
-            specs = [self._spec(row, mode, "curate", skill=docs[f][c], found=solve[f, p].episodes[c].info.get("found", []))
+            specs = [chain_spec(row, mode, "curate", skill=docs[f][c], found=solve[f, p].episodes[c].info.get("found", []))
                      for f, row in live for c in range(n)]
-            episodes = self._play(rollout, specs, step, mode, f"curate{p}")
+            episodes = play_specs(rollout, specs, step, mode, f"curate{p}")
             for j, (f, row) in enumerate(live):
                 curate[f, p] = Group(f"{row.id}/curate", row.tier, episodes[j * n:(j + 1) * n])
                 docs[f] = [str(e.info.get("skill", "")) for e in curate[f, p].episodes]
@@ -210,48 +180,19 @@ class SkillRise(Method):
                        if role == "solve" or key in curate]
         return [g for key in sorted(solve) for g in ([solve[key]] + ([curate[key]] if key in curate else []))]
 
-    def _spec(self, task: Task, mode: Mode, variant: str, **extra: Any) -> PlaySpec:
-        task = task.with_data(**extra)
-        tag = ("eval" if variant == "main" else "eval/curate") if mode == "eval" else ("main" if variant == "main" else "curate")
-        return PlaySpec(task, variant, tag, trainable=mode == "train")
-
-    def _play(self, rollout: Rollout, specs: list[PlaySpec], step: int, mode: Mode, what: str) -> list[Episode]:
-        """`Rollout.play` with the seeds `play_groups` would use, one salt per chain position and role."""
-        salt = ("eval/main/chain/" if mode == "eval" else "train/chain/") + what + rollout.rank_salt
-        return rollout.play(specs, -1 if mode == "eval" else step, salt=salt)
-
     # ---- credit -----------------------------------------------------------------------------------
     def credit(self, groups: list[Group], step: int) -> Credit:
         """grpo: the outcome, broadcast (GRPO). Chain arms: every solve and curate episode's score
         (r_p; R_p or, in `current`, r_p, plus the curate turn's own invalid-action penalty), mean-centered
         within its (chain group, position, role), curate advantages x curate_loss_weight."""
-        metrics = self.play_metrics(groups)
+        metrics = play_metrics(groups, self.env.tiers)
         if not self.chains:
             return Credit.outcome(groups, metrics)
         if len(self._slots) != len(groups):
             raise ValueError(f"SkillRise credits the {len(self._slots)} chain groups it played last; got {len(groups)} groups")
         slots = [[Slot(f, p, role, c) for c in range(len(g.episodes))] for g, (f, p, role) in zip(groups, self._slots, strict=True)]
-        solve_reward: dict[tuple[int, int, int], float] = {}  # (family, chain, position) -> r_p
-        for g, ss in zip(groups, slots, strict=True):
-            for e, s in zip(g.episodes, ss, strict=True):
-                if s.role == "solve":
-                    solve_reward[s.family, s.chain, s.position] = e.reward
-        curate_reward: dict[tuple[int, int, int], float] = {}
-        for f, c in {(f, c) for f, c, _ in solve_reward}:
-            r = [solve_reward[f, c, p] for p in range(self.chain_length) if (f, c, p) in solve_reward]
-            rs = curate_rewards(r, self.cfg.decay) if self.cfg.arm == "skillrise" else current_task_rewards(r)
-            for p, value in enumerate(rs):
-                curate_reward[f, c, p] = value
-        flat, scores, keys, weights = [], [], [], []
-        for gi, (g, ss) in enumerate(zip(groups, slots, strict=True)):
-            for i, (e, s) in enumerate(zip(g.episodes, ss, strict=True)):
-                if self.excluded(e):
-                    continue
-                is_curate = s.role == "curate"
-                flat.append((gi, i))
-                scores.append(curate_reward[s.family, s.chain, s.position] + e.reward if is_curate else e.reward)
-                keys.append((s.family, s.position, s.role))
-                weights.append(self.cfg.curate_loss_weight if is_curate else 1.0)
+        rewards = functools.partial(curate_rewards, decay=self.cfg.decay) if self.cfg.arm == "skillrise" else current_task_rewards
+        flat, scores, keys, weights = chain_scores(groups, slots, rewards, self.excluded, self.cfg.curate_loss_weight)
         advantages = grouped_advantages(scores, keys, weights)
         values: list[list[dict[str, float]]] = [[{} for _ in g.episodes] for g in groups]
         for (gi, i), a in zip(flat, advantages, strict=True):
@@ -259,17 +200,3 @@ class SkillRise(Method):
         curate_scores = [s for s, k in zip(scores, keys, strict=True) if k[2] == "curate"]
         metrics["curate_reward_mean"] = float(np.mean(curate_scores)) if curate_scores else 0.0
         return Credit("advantage", values, metrics=metrics)
-
-    def play_metrics(self, groups: list[Group]) -> dict[str, float]:
-        """Solve success overall and per plan length, and what the curate turns wrote (shares)."""
-        solve = [e for g in groups for e in g.episodes if e.tag == "main"]
-        cur = [e for g in groups for e in g.episodes if e.tag == "curate"]
-        out = {"solve_success_rate": float(np.mean([e.success for e in solve])) if solve else 0.0}
-        for tier in self.env.tiers:
-            eps = [e for g in groups if g.tier == tier for e in g.episodes if e.tag == "main"]
-            if eps:
-                out[f"success_tier{tier}"] = float(np.mean([e.success for e in eps]))
-        if cur:
-            for kind in (*DOC_KINDS, "right"):
-                out[f"doc_{kind}"] = float(np.mean([bool(e.info.get(f"doc_{kind}", False)) for e in cur]))
-        return out
