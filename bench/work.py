@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import statistics
-import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -199,27 +198,10 @@ def paired_ratio(ours_s: list[float], theirs_s: list[float]) -> float | None:
     return statistics.median(o / t for o, t in zip(ours_s, theirs_s, strict=True))
 
 
-# ---- the machine's matmul rate ------------------------------------------------------------------
+# ---- device sync --------------------------------------------------------------------------------
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
-
-
-def matmul_rate(dtype: torch.dtype, n: int = 1024, seconds: float = 1.0, device: str = "cpu") -> float:
-    """Best FLOP/s of an n x n matmul over about `seconds` (the rate MFU is measured against)."""
-    if device == "cuda":
-        n = 8192
-    a, b = torch.randn(n, n, device=device).to(dtype), torch.randn(n, n, device=device).to(dtype)
-    torch.mm(a, b)
-    best, end = 0.0, time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        sync(device)
-        t0 = time.perf_counter()
-        for _ in range(4):
-            torch.mm(a, b)
-        sync(device)
-        best = max(best, 4 * 2 * n**3 / (time.perf_counter() - t0))
-    return best
 
 
 # ---- FLOP counts ---------------------------------------------------------------------------------
