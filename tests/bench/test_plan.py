@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from bench import plan
-from bench.cli import derive, estimate_cell, mfu
+from bench.cli import estimate_cell
 from bench.hardware import fastest, usable_precisions
+from bench.report import derive, mfu
 
 COMMITTED = Path(__file__).resolve().parents[2] / "results" / "bench" / "bench.json"
 
