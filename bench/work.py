@@ -104,8 +104,8 @@ def base_model(s: Setting) -> tuple[Any, Any]:
     """Tokenizer and randomly initialised base model (built once, cached under work_dir)."""
     from common.warmstart import warm_started_base
 
-    tok, model, _ = warm_started_base(model_config(s.model, s.work_dir), SFTConfig(enabled=False), bench_env(), s.seed,
-                                      s.work_dir)
+    tok, model, _ = warm_started_base(model_config(s.model, s.work_dir), SFTConfig(enabled=False),
+                                      bench_env(), s.seed, s.work_dir)
     return tok, model
 
 
@@ -224,16 +224,18 @@ def forward_flops(config: Any, lora_rank: int, lora_targets: list[str], rows: in
               "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
     layers, tokens = config.num_hidden_layers, rows * length
     linear = 2 * tokens * layers * sum(a * b for a, b in shapes.values())
-    lora = 2 * tokens * layers * sum(lora_rank * (a + b) for name, (a, b) in shapes.items() if name in lora_targets)
-    head = 2 * rows * min(length, length if head_positions is None else head_positions) * h * config.vocab_size
+    lora = 2 * tokens * layers * sum(lora_rank * (a + b) for name, (a, b) in shapes.items()
+                                     if name in lora_targets)
+    head = (2 * rows * min(length, length if head_positions is None else head_positions) * h
+            * config.vocab_size)
     attn = 2 * 2 * rows * length * length * q * layers
     fwd = linear + lora + head + attn
     bwd = linear + 2 * lora + head + 2 * attn
     return {"forward": float(fwd), "backward": float(bwd)}
 
 
-def shared_prompt_flops(config: Any, lora_rank: int, lora_targets: list[str], prompts: int, prompt: int, rows: int,
-                        suffix: int, head_positions: int) -> dict[str, float]:
+def shared_prompt_flops(config: Any, lora_rank: int, lora_targets: list[str], prompts: int, prompt: int,
+                        rows: int, suffix: int, head_positions: int) -> dict[str, float]:
     """`forward_flops` of the layout our scorer runs when rows share prompts (common.batch.SharedLayout):
     each distinct prompt (less its last token) once, then every row's suffix (the prompt's last token
     and the completion) attending to its prompt's keys and to its own, causally (the full rectangle
@@ -242,10 +244,12 @@ def shared_prompt_flops(config: Any, lora_rank: int, lora_targets: list[str], pr
     suf = forward_flops(config, lora_rank, lora_targets, rows, suffix, head_positions=head_positions)
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     cross = 2 * 2 * rows * suffix * prompt * config.num_attention_heads * head_dim * config.num_hidden_layers
-    return {"forward": pre["forward"] + suf["forward"] + cross, "backward": pre["backward"] + suf["backward"] + 2 * cross}
+    return {"forward": pre["forward"] + suf["forward"] + cross,
+            "backward": pre["backward"] + suf["backward"] + 2 * cross}
 
 
-def decode_flops(config: Any, lora_rank: int, lora_targets: list[str], rows: int, prompt: int, new: int) -> float:
+def decode_flops(config: Any, lora_rank: int, lora_targets: list[str], rows: int, prompt: int,
+                 new: int) -> float:
     """Matmul FLOPs of generating `new` tokens for `rows` prompts of length `prompt` with a KV cache
     (the prefill's LM head at the last position only)."""
     total = forward_flops(config, lora_rank, lora_targets, rows, prompt, head_positions=1)["forward"]
