@@ -43,7 +43,8 @@ def derive(result: dict[str, Any]) -> None:
                 # our scorer runs a group's shared prompt once (common.batch.SharedLayout)
                 if name.startswith("ours/"):
                     rate = result["matmul_flops"][p]
-                    train = minimal.get("flops_train_shared_prompt", minimal["flops_train"])
+                    flops_train: float = minimal["flops_train"]
+                    train = minimal.get("flops_train_shared_prompt", flops_train)
                     stats["flops_train"] = train
                     stats["mfu_train"], stats["mfu_train_note"] = mfu(train, stats["time_train_s"], rate)
                     stats["mfu_step"], stats["mfu_step_note"] = mfu(train + minimal["flops_generate"],
