@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from slurm.jobs import entry_point, load_entry
-from slurm.launch import job_shape
 from slurm.profiles import load_profile
+from slurm.sbatch import job_shape
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -129,7 +129,7 @@ def test_cell_job_requeues_the_same_cell_and_forces_only_once(tmp_path, monkeypa
 def test_the_launcher_imports_no_method():
     """slurm/ receives what it runs (callables, or names it imports generically): importing it loads
     nothing of replications/ (no import cycle)."""
-    code = ("import sys, slurm, slurm.launch, slurm.jobs, slurm.monitor, slurm.__main__; "
+    code = ("import sys, slurm, slurm.launch, slurm.sbatch, slurm.jobs, slurm.monitor, slurm.__main__; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('replications', 'paper')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
