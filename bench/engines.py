@@ -64,7 +64,8 @@ def make_column_engine(column: str, policy: Any, model_cfg: Any, args: argparse.
     from common.engines.vllm import VLLMEngine
 
     kv = args.kv_cache_bytes if args.kv_cache_bytes > 0 else None
-    cfg = RunConfig(model=model_cfg, sft=SFTConfig(enabled=False), trainer=TrainerConfig(precision=args.precision),
+    cfg = RunConfig(model=model_cfg, sft=SFTConfig(enabled=False),
+                    trainer=TrainerConfig(precision=args.precision),
                     engine=EngineConfig(name="vllm", kv_cache_memory_bytes=kv, sync=column.split("/")[1],
                                         gpu_memory_utilization=args.gpu_memory_utilization))
     return VLLMEngine(policy, cfg)
@@ -97,7 +98,8 @@ def run_column(column: str, parts: tuple[Any, Any, Any, Any], args: argparse.Nam
     startup = time.perf_counter() - t0
     try:
         params = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens, stop=tuple(env.stop))
-        rollout = Rollout(env, engine, tok, policy.role_adapter, policy.trainable_adapters, params, model_cfg.max_length, seed=0)
+        rollout = Rollout(env, engine, tok, policy.role_adapter, policy.trainable_adapters, params,
+                          model_cfg.max_length, seed=0)
         pool = env.task_set()["train"]
         steps: list[dict[str, float]] = []
         for step in range(args.warmup + args.steps):
@@ -129,8 +131,9 @@ def run_column(column: str, parts: tuple[Any, Any, Any, Any], args: argparse.Nam
 def markdown(result: dict[str, Any]) -> str:
     c = result["config"]
     lines = [
-        f"# Engines: HF vs vLLM ({c['device']}, {c['params'] / 1e6:.2f}M-parameter model, {c['tasks']} tasks x "
-        f"{c['group']} episodes per step, up to {c['max_new_tokens']} new tokens, {c['steps']} timed steps)",
+        f"# Engines: HF vs vLLM ({c['device']}, {c['params'] / 1e6:.2f}M-parameter model, "
+        f"{c['tasks']} tasks x {c['group']} episodes per step, up to {c['max_new_tokens']} new tokens, "
+        f"{c['steps']} timed steps)",
         "",
         "| engine | start-up s | tokens/s | rollout s/step | sync ms/step | tokens/step |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
@@ -139,8 +142,9 @@ def markdown(result: dict[str, Any]) -> str:
         if "error" in r:
             lines.append(f"| {col} | {r['error']} | | | | |")
         else:
-            lines.append(f"| {col} | {r['startup_s']:.1f} | {r['tokens_per_s']:.0f} | {r['rollout_s_per_step']:.2f} | "
-                         f"{r['sync_ms_per_step']:.1f} | {r['generated_tokens_per_step']:.0f} |")
+            lines.append(f"| {col} | {r['startup_s']:.1f} | {r['tokens_per_s']:.0f} | "
+                         f"{r['rollout_s_per_step']:.2f} | {r['sync_ms_per_step']:.1f} | "
+                         f"{r['generated_tokens_per_step']:.0f} |")
     lines += ["", f"load average at start / end: {result['load_start']} / {result['load_end']}; "
               f"torch threads {c['threads']}; {result['machine']}", ""]
     return "\n".join(lines)
@@ -158,7 +162,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--model-arg", action="append", default=[], help="ModelConfig field=value (repeatable)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--precision", default="32", choices=["32", "bf16"])
-    ap.add_argument("--kv-cache-bytes", type=int, default=256 << 20, help="vLLM KV cache; 0 = gpu_memory_utilization")
+    ap.add_argument("--kv-cache-bytes", type=int, default=256 << 20,
+                    help="vLLM KV cache; 0 = gpu_memory_utilization")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.3)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--work-dir", default=".cache")
@@ -176,7 +181,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     load_start = os.getloadavg()
     parts = build_base(args)
     result: dict[str, Any] = {
-        "config": {**vars(args), "params": sum(p.numel() for p in parts[3].parameters()), "threads": torch.get_num_threads()},
+        "config": {**vars(args), "params": sum(p.numel() for p in parts[3].parameters()),
+                   "threads": torch.get_num_threads()},
         "machine": f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}",
         "columns": {},
     }
@@ -188,10 +194,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             result["columns"][col] = run_column(col, parts, args)
         except Exception as e:  # a column that cannot run says why; the others still report
             traceback.print_exc()
-            result["columns"][col] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"}
-        print(f"[bench.engines] {col}: {json.dumps({k: v for k, v in result['columns'][col].items() if k != 'steps'})}",
-              flush=True)
-    result["load_start"], result["load_end"] = [round(x, 2) for x in load_start], [round(x, 2) for x in os.getloadavg()]
+            result["columns"][col] = {
+                "error": f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"}
+        shown = {k: v for k, v in result["columns"][col].items() if k != "steps"}
+        print(f"[bench.engines] {col}: {json.dumps(shown)}", flush=True)
+    result["load_start"], result["load_end"] = ([round(x, 2) for x in load_start],
+                                                [round(x, 2) for x in os.getloadavg()])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "engines.json").write_text(json.dumps(result, indent=2))

@@ -35,8 +35,10 @@ from dataclasses import replace
 from typing import Any
 
 COLUMNS = ("hf", "vllm", "vllm-bare")
-WARMUP_TOKENS = 2  # the warm-up call (one row) pays one-time costs (loading the adapter, first kernels), not the measured work
-KV_CACHE_BYTES = 1 << 30  # both vLLM columns; 256 MiB (the CPU default) holds fewer tokens than SmolLM2's 8192-token context in float32
+# the warm-up call (one row) pays one-time costs (loading the adapter, first kernels), not the measured work
+WARMUP_TOKENS = 2
+# both vLLM columns; 256 MiB (the CPU default) holds fewer tokens than SmolLM2's 8192-token context in float32
+KV_CACHE_BYTES = 1 << 30
 
 
 def _policy(s: Any) -> tuple[Any, Any, list[list[int]]]:
@@ -68,8 +70,8 @@ def _time_calls(call: Any, warmup: int, reps: int) -> dict[str, Any]:
         if k >= warmup:
             times.append(time.perf_counter() - t0)
             tokens.append(n)
-    return {"generate_s": statistics.median(times), "generate_s_all": times, "generated_tokens": statistics.mean(tokens),
-            "tokens_per_s": sum(tokens) / sum(times)}
+    return {"generate_s": statistics.median(times), "generate_s_all": times,
+            "generated_tokens": statistics.mean(tokens), "tokens_per_s": sum(tokens) / sum(times)}
 
 
 def run_column(column: str, setting: dict[str, Any], warmup: int, reps: int) -> dict[str, Any]:
@@ -95,7 +97,8 @@ def run_column(column: str, setting: dict[str, Any], warmup: int, reps: int) -> 
         from common.config import EngineConfig, RunConfig, SFTConfig, TrainerConfig
         from common.engines.vllm import VLLMEngine
 
-        cfg = RunConfig(model=mcfg, sft=SFTConfig(enabled=False), trainer=TrainerConfig(precision=s.precision),
+        cfg = RunConfig(model=mcfg, sft=SFTConfig(enabled=False),
+                        trainer=TrainerConfig(precision=s.precision),
                         engine=EngineConfig(name="vllm", kv_cache_memory_bytes=KV_CACHE_BYTES), seed=s.seed)
         engine = VLLMEngine(policy, cfg)
     else:
@@ -115,7 +118,8 @@ def run_column(column: str, setting: dict[str, Any], warmup: int, reps: int) -> 
         engine.close()
 
 
-def _bare(s: Any, policy: Any, mcfg: Any, prompts: list[list[int]], warmup: int, reps: int, t0: float) -> dict[str, Any]:
+def _bare(s: Any, policy: Any, mcfg: Any, prompts: list[list[int]], warmup: int, reps: int,
+          t0: float) -> dict[str, Any]:
     """vLLM's own `LLM.generate`, set up as our engine sets it up (in-process, same KV cache, dtype,
     LoRA rank bucket), with the policy's adapter exported once."""
     import tempfile
@@ -134,10 +138,13 @@ def _bare(s: Any, policy: Any, mcfg: Any, prompts: list[list[int]], warmup: int,
     adapter = policy.trainable_adapters[0]
     folder = Path(tempfile.mkdtemp(prefix="bench-bare-lora-"))
     state = get_peft_model_state_dict(policy.model, adapter_name=adapter)
-    save_file({k: v.detach().contiguous() for k, v in state.items()}, str(folder / "adapter_model.safetensors"))
+    save_file({k: v.detach().contiguous() for k, v in state.items()},
+              str(folder / "adapter_model.safetensors"))
     policy.model.peft_config[adapter].save_pretrained(str(folder))
-    llm = LLM(model=str(mcfg.path), tokenizer=str(mcfg.path), dtype="bfloat16" if s.precision == "bf16" else "float32",
-              seed=s.seed, enforce_eager=True, kv_cache_memory_bytes=KV_CACHE_BYTES, logprobs_mode="processed_logprobs",
+    llm = LLM(model=str(mcfg.path), tokenizer=str(mcfg.path),
+              dtype="bfloat16" if s.precision == "bf16" else "float32",
+              seed=s.seed, enforce_eager=True, kv_cache_memory_bytes=KV_CACHE_BYTES,
+              logprobs_mode="processed_logprobs",
               enable_prefix_caching=True, generation_config="vllm", enable_lora=True,
               max_lora_rank=_lora_rank_bucket(mcfg.lora_rank), max_loras=1, max_cpu_loras=2)
     lora = LoRARequest(adapter, 1, str(folder))
@@ -146,8 +153,10 @@ def _bare(s: Any, policy: Any, mcfg: Any, prompts: list[list[int]], warmup: int,
 
     def call(k: int) -> int:
         new = s.max_new_tokens if k >= warmup else min(WARMUP_TOKENS, s.max_new_tokens)
-        sp = SamplingParams(temperature=s.temperature, top_p=1.0, max_tokens=new, logprobs=0, detokenize=False, seed=s.seed + k)
-        outs = llm.generate(token_prompts if k >= warmup else token_prompts[:1], sp, lora_request=lora, use_tqdm=False)
+        sp = SamplingParams(temperature=s.temperature, top_p=1.0, max_tokens=new, logprobs=0,
+                            detokenize=False, seed=s.seed + k)
+        outs = llm.generate(token_prompts if k >= warmup else token_prompts[:1], sp, lora_request=lora,
+                            use_tqdm=False)
         return sum(len(o.outputs[0].token_ids) for o in outs)
 
     return {"startup_s": startup, "rows": len(prompts), **_time_calls(call, warmup, reps)}
@@ -194,8 +203,10 @@ def measure(setting: dict[str, Any], columns: list[str], warmup: int, reps: int,
             proc.kill()
         if "error" not in out[column]:
             out[column]["process_s"] = time.perf_counter() - t0
-        print(f"[bench.generation] {column}: {out[column].get('error') or round(out[column]['generate_s'], 2)}", flush=True)
-    if "vllm" in out and "vllm-bare" in out and "error" not in out["vllm"] and "error" not in out["vllm-bare"]:
+        print(f"[bench.generation] {column}: "
+              f"{out[column].get('error') or round(out[column]['generate_s'], 2)}", flush=True)
+    if ("vllm" in out and "vllm-bare" in out and "error" not in out["vllm"]
+            and "error" not in out["vllm-bare"]):
         out["ratio_vllm_engine_over_bare"] = out["vllm"]["generate_s"] / out["vllm-bare"]["generate_s"]
     if "hf" in out and "vllm-bare" in out and "error" not in out["hf"] and "error" not in out["vllm-bare"]:
         out["ratio_hf_engine_over_bare_vllm"] = out["hf"]["generate_s"] / out["vllm-bare"]["generate_s"]

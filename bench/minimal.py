@@ -61,7 +61,8 @@ class MinimalStep:
         """One step; returns its generate and train seconds, generated tokens and FLOPs."""
         s, tok, model = self.s, self.tok, self.model
         pad, eos = tok.pad_token_id, tok.eos_token_id
-        prompts = [tok.encode(prompt_text(t, self.chat), add_special_tokens=False) for t in self.tasks[k] for _ in range(s.group_size)]
+        prompts = [tok.encode(prompt_text(t, self.chat), add_special_tokens=False)
+                   for t in self.tasks[k] for _ in range(s.group_size)]
         width = max(map(len, prompts))
         ids_B_P = torch.full((len(prompts), width), pad)
         mask_B_P = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -73,8 +74,9 @@ class MinimalStep:
         t0 = time.perf_counter()
         model.eval()
         with torch.inference_mode(), autocast(s.precision, s.device):
-            out_B_L = model.generate(input_ids=ids_B_P, attention_mask=mask_B_P, do_sample=True, temperature=s.temperature,
-                                     top_k=0, top_p=1.0, max_new_tokens=s.max_new_tokens, pad_token_id=pad, eos_token_id=eos)
+            out_B_L = model.generate(input_ids=ids_B_P, attention_mask=mask_B_P, do_sample=True,
+                                     temperature=s.temperature, top_k=0, top_p=1.0,
+                                     max_new_tokens=s.max_new_tokens, pad_token_id=pad, eos_token_id=eos)
         sync(s.device)
         t1 = time.perf_counter()
         out_B_L = out_B_L.clone()
@@ -85,7 +87,8 @@ class MinimalStep:
         attn_B_L = torch.cat([mask_B_P, comp_mask_B_C.long()], dim=1)
         model.train()
         with autocast(s.precision, s.device):
-            logits = model(input_ids=out_B_L, attention_mask=attn_B_L, logits_to_keep=comp_B_C.size(1) + 1).logits[:, :-1]
+            logits = model(input_ids=out_B_L, attention_mask=attn_B_L,
+                           logits_to_keep=comp_B_C.size(1) + 1).logits[:, :-1]
         logp_B_C = torch.log_softmax(logits.float(), -1).gather(-1, comp_B_C[..., None]).squeeze(-1)
         loss = -(logp_B_C * comp_mask_B_C).sum() / comp_mask_B_C.sum()
         loss.backward()
@@ -98,6 +101,7 @@ class MinimalStep:
         fb = forward_flops(model.config, *lora, rows, width + new, head_positions=new + 1)
         shared = shared_prompt_flops(model.config, *lora, len({tuple(p) for p in prompts}), width - 1,
                                      rows, new + 1, head_positions=new + 1)
-        return {"time_generate_s": t1 - t0, "time_train_s": t2 - t1, "generated_tokens": int(comp_mask_B_C.sum()),
-                "flops_train": fb["forward"] + fb["backward"], "flops_generate": decode_flops(model.config, *lora, rows, width, new),
+        return {"time_generate_s": t1 - t0, "time_train_s": t2 - t1,
+                "generated_tokens": int(comp_mask_B_C.sum()), "flops_train": fb["forward"] + fb["backward"],
+                "flops_generate": decode_flops(model.config, *lora, rows, width, new),
                 "flops_train_shared_prompt": shared["forward"] + shared["backward"]}

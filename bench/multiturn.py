@@ -69,8 +69,10 @@ def measure_multiturn(s: Setting, tasks: int, group: int, max_new_tokens: int, s
     params = SamplingParams(s.temperature, 1.0, max_new_tokens, tuple(env.stop))
     batched = HFEngine(policy, bf16=s.precision == "bf16")
     pool = env.task_set()["train"]
-    out: dict[str, Any] = {"env": env.name, "roles": list(env.roles), "episodes": tasks * group, "max_new_tokens": max_new_tokens}
-    for name, engine, n in (("batched", batched, reps), ("one_at_a_time", OneAtATimeEngine(batched), min(reps, one_at_a_time_reps))):
+    out: dict[str, Any] = {"env": env.name, "roles": list(env.roles), "episodes": tasks * group,
+                           "max_new_tokens": max_new_tokens}
+    for name, engine, n in (("batched", batched, reps),
+                            ("one_at_a_time", OneAtATimeEngine(batched), min(reps, one_at_a_time_reps))):
         rollout = Rollout(env, engine, tok, policy.role_adapter, [], params, mcfg.max_length, s.seed)
         times, turns, eps = [], 0, 0
         for k in range(n):
@@ -83,8 +85,10 @@ def measure_multiturn(s: Setting, tasks: int, group: int, max_new_tokens: int, s
             turns += sum(len(e.turns) for e in episodes)
         compute = rollout.counters()
         total = sum(times)
-        out[name] = {"time_s": total, "episodes_per_s": eps / total, "tokens_per_s": compute["generated_tokens_total"] / total,
-                     "generated_tokens": compute["generated_tokens_total"], "model_calls": compute["model_calls_total"],
+        out[name] = {"time_s": total, "episodes_per_s": eps / total,
+                     "tokens_per_s": compute["generated_tokens_total"] / total,
+                     "generated_tokens": compute["generated_tokens_total"],
+                     "model_calls": compute["model_calls_total"],
                      "turns_per_episode": turns / max(eps, 1), "rollouts": n}
     out["speedup"] = out["batched"]["tokens_per_s"] / out["one_at_a_time"]["tokens_per_s"]
     out["speedup_episodes"] = out["batched"]["episodes_per_s"] / out["one_at_a_time"]["episodes_per_s"]

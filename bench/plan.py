@@ -58,9 +58,10 @@ class Budget:
         left = self.left()
         if estimate_s <= left:
             return True
-        self.skipped.append({"part": part, "estimate_s": round(estimate_s, 1), "left_s": round(max(left, 0.0), 1),
-                             "note": f"skipped: estimated {estimate_s:.0f} s, {max(left, 0.0):.0f} s left of the "
-                                     f"{self.total_s / 60:g}-minute cap (--max-minutes)"})
+        self.skipped.append({"part": part, "estimate_s": round(estimate_s, 1),
+                             "left_s": round(max(left, 0.0), 1),
+                             "note": f"skipped: estimated {estimate_s:.0f} s, {max(left, 0.0):.0f} s left "
+                                     f"of the {self.total_s / 60:g}-minute cap (--max-minutes)"})
         return False
 
     def choose(self, part: str, options: list[tuple[str, Any, float]]) -> Any | None:
@@ -70,10 +71,11 @@ class Budget:
         for i, (label, value, estimate) in enumerate(options):
             if estimate <= left:
                 for big_label, _, big_estimate in options[:i]:
-                    self.skipped.append({"part": f"{part}: {big_label}", "estimate_s": round(big_estimate, 1),
-                                         "left_s": round(left, 1),
-                                         "note": f"reduced to {label}: {big_label} estimated {big_estimate:.0f} s, "
-                                                 f"{left:.0f} s left of the {self.total_s / 60:g}-minute cap"})
+                    self.skipped.append({"part": f"{part}: {big_label}",
+                                         "estimate_s": round(big_estimate, 1), "left_s": round(left, 1),
+                                         "note": f"reduced to {label}: {big_label} estimated "
+                                                 f"{big_estimate:.0f} s, {left:.0f} s left of the "
+                                                 f"{self.total_s / 60:g}-minute cap"})
                 return value
         smallest = options[-1]
         self.admit(f"{part} ({smallest[0]})", smallest[2])

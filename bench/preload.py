@@ -18,8 +18,10 @@ import warnings
 from typing import Any
 
 # what bench/workers.py imports lazily (trl only where it is installed: the `bench` extra)
-MODULES = ("torch", "lightning", "peft", "datasets", "transformers", "transformers.models.llama.modeling_llama",
-           "common.trainer", "common.policy", "common.models", "common.warmstart", "common.engines", "common.engines.hf", "common.method", "common.records",
+MODULES = ("torch", "lightning", "peft", "datasets", "transformers",
+           "transformers.models.llama.modeling_llama",
+           "common.trainer", "common.policy", "common.models", "common.warmstart", "common.engines",
+           "common.engines.hf", "common.method", "common.records",
            "bench.work", "bench.minimal", "bench.workers", "trl", "trl.trainer.grpo_trainer")
 
 

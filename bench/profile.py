@@ -39,7 +39,8 @@ def profile(s: Setting, steps: int, top: int = 25, torch_ops: bool = False) -> s
             def on_train_batch_start(self, tr: Any, pl: Any, batch: Any, idx: int) -> None:
                 nonlocal ops
                 if idx == steps - 1:
-                    ops = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True)
+                    ops = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                                 record_shapes=True)
                     ops.__enter__()
 
             def on_train_batch_end(self, tr: Any, pl: Any, out: Any, batch: Any, idx: int) -> None:
@@ -55,7 +56,8 @@ def profile(s: Setting, steps: int, top: int = 25, torch_ops: bool = False) -> s
     stats.sort_stats("tottime").print_stats(top)
     stats.sort_stats("cumulative").print_stats(top)
     if ops is not None:
-        buf.write(ops.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit=top))
+        buf.write(ops.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total",
+                                                                    row_limit=top))
     return buf.getvalue()
 
 
@@ -111,14 +113,18 @@ def breakdown(s: Setting, steps: int) -> dict[str, Any]:
 
     torch.set_num_threads(s.threads or os.cpu_count() or 1)
     timers = Timers()
-    grad = lambda *a, **k: "update: scoring forward (policy, with grad)" if torch.is_grad_enabled() else "update: reference / no-grad forward"  # noqa: E731
+    grad = lambda *a, **k: (  # noqa: E731
+        "update: scoring forward (policy, with grad)" if torch.is_grad_enabled()
+        else "update: reference / no-grad forward")
     timers.wrap(fast.FastDecoder, "__init__", "rollout: decoder set-up (LoRA merged, KV buffers)")
     timers.wrap(fast.FastDecoder, "prefill", "rollout: prefill")
     timers.wrap(fast.FastDecoder, "step", "rollout: decode steps")
     timers.wrap(fast.FastScorer, "logits_at", grad)
     timers.wrap(fast.FastScorer, "logits_shared", grad)
-    timers.wrap(fast._FastModel, "_logits", "  of which LM head (final norm + 49k-vocab matmul), forward only")
-    timers.wrap(common.trainer, "score_rows", "update: score_rows (forward + logsumexp over the vocabulary)")
+    timers.wrap(fast._FastModel, "_logits",
+                "  of which LM head (final norm + 49k-vocab matmul), forward only")
+    timers.wrap(common.trainer, "score_rows",
+                "update: score_rows (forward + logsumexp over the vocabulary)")
     timers.wrap(common.trainer.RLModule, "manual_backward", "update: backward")
 
     def proj_call(self: Any, x: torch.Tensor) -> torch.Tensor:
@@ -127,12 +133,14 @@ def breakdown(s: Setting, steps: int) -> dict[str, Any]:
             y = y + _lora_term(self, x)
         return y
 
-    fast._Proj.__call__ = proj_call  # type: ignore[method-assign]  # the same arithmetic as _Proj.__call__, the LoRA term timed apart
+    # the same arithmetic as _Proj.__call__, the LoRA term timed apart
+    fast._Proj.__call__ = proj_call  # type: ignore[method-assign]
     timers.wrap(sys.modules[__name__], "_lora_term", "  of which LoRA terms (x A^T) (sB)^T, forward only")
     step_wall: dict[str, float] = {}
 
     if steps < 2:
-        raise ValueError("--breakdown times the step before the last (the last one ends with the final evaluation): --steps >= 2")
+        raise ValueError("--breakdown times the step before the last (the last one ends with the final "
+                         "evaluation): --steps >= 2")
 
     class Last(L.Callback):
         def on_train_batch_start(self, tr: Any, pl: Any, batch: Any, idx: int) -> None:
@@ -151,7 +159,8 @@ def breakdown(s: Setting, steps: int) -> dict[str, Any]:
     finally:
         timers.undo()
     last = [m for m in run_dir.read_metrics() if "time_rollout_s" in m][-2]
-    return {"step_s": step_wall.get("step_s"), "time_rollout_s": last["time_rollout_s"], "time_reference_s": last.get("time_reference_s"), "time_train_s": last["time_train_s"],
+    return {"step_s": step_wall.get("step_s"), "time_rollout_s": last["time_rollout_s"],
+            "time_reference_s": last.get("time_reference_s"), "time_train_s": last["time_train_s"],
             "generated_tokens": last["generated_tokens"], "parts_s": timers.seconds, "calls": timers.calls}
 
 
@@ -164,15 +173,18 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--torch", action="store_true")
-    ap.add_argument("--breakdown", action="store_true", help="wall time of the last step's parts (no cProfile)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="wall time of the last step's parts (no cProfile)")
     ap.add_argument("--no-share-prefix", action="store_true",
-                    help="score whole rows, never a shared prompt once (common.batch.SHARE_MAX_FRACTION = 0): an A/B")
+                    help="score whole rows, never a shared prompt once "
+                         "(common.batch.SHARE_MAX_FRACTION = 0): an A/B")
     a = ap.parse_args()
     if a.no_share_prefix:
         import common.batch
 
         common.batch.SHARE_MAX_FRACTION = 0.0
-    s = Setting(model=a.model, precision=a.precision, kl_coef=a.kl, threads=a.threads, **MODEL_WORKLOAD.get(a.model, {}))
+    s = Setting(model=a.model, precision=a.precision, kl_coef=a.kl, threads=a.threads,
+                **MODEL_WORKLOAD.get(a.model, {}))
     if a.breakdown:
         import json
 

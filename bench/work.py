@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import statistics
-import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,8 @@ class Setting:
 class BenchArith(ArithEnv):
     """`arith` without a stop string: completions end at EOS or the length limit."""
 
-    stop = ()
+    # ArithEnv's own `stop = ("\n",)` is inferred as tuple[str] (Environment declares tuple[str, ...])
+    stop = ()  # type: ignore[assignment]
 
 
 # The workload of a model whose step is too slow for the small models' 16 x 8 prompts on 2 cores:
@@ -105,8 +105,8 @@ def base_model(s: Setting) -> tuple[Any, Any]:
     """Tokenizer and randomly initialised base model (built once, cached under work_dir)."""
     from common.warmstart import warm_started_base
 
-    tok, model, _ = warm_started_base(model_config(s.model, s.work_dir), SFTConfig(enabled=False), bench_env(), s.seed,
-                                      s.work_dir)
+    tok, model, _ = warm_started_base(model_config(s.model, s.work_dir), SFTConfig(enabled=False),
+                                      bench_env(), s.seed, s.work_dir)
     return tok, model
 
 
@@ -199,27 +199,10 @@ def paired_ratio(ours_s: list[float], theirs_s: list[float]) -> float | None:
     return statistics.median(o / t for o, t in zip(ours_s, theirs_s, strict=True))
 
 
-# ---- the machine's matmul rate ------------------------------------------------------------------
+# ---- device sync --------------------------------------------------------------------------------
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
-
-
-def matmul_rate(dtype: torch.dtype, n: int = 1024, seconds: float = 1.0, device: str = "cpu") -> float:
-    """Best FLOP/s of an n x n matmul over about `seconds` (the rate MFU is measured against)."""
-    if device == "cuda":
-        n = 8192
-    a, b = torch.randn(n, n, device=device).to(dtype), torch.randn(n, n, device=device).to(dtype)
-    torch.mm(a, b)
-    best, end = 0.0, time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        sync(device)
-        t0 = time.perf_counter()
-        for _ in range(4):
-            torch.mm(a, b)
-        sync(device)
-        best = max(best, 4 * 2 * n**3 / (time.perf_counter() - t0))
-    return best
 
 
 # ---- FLOP counts ---------------------------------------------------------------------------------
@@ -242,16 +225,18 @@ def forward_flops(config: Any, lora_rank: int, lora_targets: list[str], rows: in
               "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
     layers, tokens = config.num_hidden_layers, rows * length
     linear = 2 * tokens * layers * sum(a * b for a, b in shapes.values())
-    lora = 2 * tokens * layers * sum(lora_rank * (a + b) for name, (a, b) in shapes.items() if name in lora_targets)
-    head = 2 * rows * min(length, length if head_positions is None else head_positions) * h * config.vocab_size
+    lora = 2 * tokens * layers * sum(lora_rank * (a + b) for name, (a, b) in shapes.items()
+                                     if name in lora_targets)
+    head = (2 * rows * min(length, length if head_positions is None else head_positions) * h
+            * config.vocab_size)
     attn = 2 * 2 * rows * length * length * q * layers
     fwd = linear + lora + head + attn
     bwd = linear + 2 * lora + head + 2 * attn
     return {"forward": float(fwd), "backward": float(bwd)}
 
 
-def shared_prompt_flops(config: Any, lora_rank: int, lora_targets: list[str], prompts: int, prompt: int, rows: int,
-                        suffix: int, head_positions: int) -> dict[str, float]:
+def shared_prompt_flops(config: Any, lora_rank: int, lora_targets: list[str], prompts: int, prompt: int,
+                        rows: int, suffix: int, head_positions: int) -> dict[str, float]:
     """`forward_flops` of the layout our scorer runs when rows share prompts (common.batch.SharedLayout):
     each distinct prompt (less its last token) once, then every row's suffix (the prompt's last token
     and the completion) attending to its prompt's keys and to its own, causally (the full rectangle
@@ -260,10 +245,12 @@ def shared_prompt_flops(config: Any, lora_rank: int, lora_targets: list[str], pr
     suf = forward_flops(config, lora_rank, lora_targets, rows, suffix, head_positions=head_positions)
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     cross = 2 * 2 * rows * suffix * prompt * config.num_attention_heads * head_dim * config.num_hidden_layers
-    return {"forward": pre["forward"] + suf["forward"] + cross, "backward": pre["backward"] + suf["backward"] + 2 * cross}
+    return {"forward": pre["forward"] + suf["forward"] + cross,
+            "backward": pre["backward"] + suf["backward"] + 2 * cross}
 
 
-def decode_flops(config: Any, lora_rank: int, lora_targets: list[str], rows: int, prompt: int, new: int) -> float:
+def decode_flops(config: Any, lora_rank: int, lora_targets: list[str], rows: int, prompt: int,
+                 new: int) -> float:
     """Matmul FLOPs of generating `new` tokens for `rows` prompts of length `prompt` with a KV cache
     (the prefill's LM head at the last position only)."""
     total = forward_flops(config, lora_rank, lora_targets, rows, prompt, head_positions=1)["forward"]

@@ -36,7 +36,8 @@ class Gate:
             self.rss_first = rss_mib()
         self.conn.send(("ready", record))
         if self.conn.recv() == "stop":
-            self.conn.send(("stats", {"peak_rss_mib": peak_rss_mib(), "rss_at_first_step_mib": self.rss_first}))
+            self.conn.send(("stats", {"peak_rss_mib": peak_rss_mib(),
+                                      "rss_at_first_step_mib": self.rss_first}))
             self.conn.close()
             os._exit(0)  # the measurement is over; nothing of the trainer's is worth finishing
         self.started = time.perf_counter()
@@ -73,7 +74,8 @@ def run_minimal(s: Setting, steps: int, conn: Any) -> None:
 
 # ---- ours ------------------------------------------------------------------------------------------
 def build_ours(s: Setting, steps: int, callbacks: list[Any]) -> tuple[Any, Any, Any]:
-    """Our RLModule and a Lightning Trainer for `steps` GRPO steps of setting `s` (no eval, no checkpoints)."""
+    """Our RLModule and a Lightning Trainer for `steps` GRPO steps of setting `s` (no eval, no
+    checkpoints)."""
     import lightning as L
 
     from bench.work import bench_env, model_config
@@ -88,14 +90,15 @@ def build_ours(s: Setting, steps: int, callbacks: list[Any]) -> tuple[Any, Any, 
 
     quiet()
     kl = KLConfig(coef=s.kl_coef, placement="loss" if s.kl_coef else "none", estimator="k3")
-    trainer_cfg = TrainerConfig(steps=steps, tasks_per_step=s.tasks_per_step, group_size=s.group_size, lr=s.lr,
-                                max_new_tokens=s.max_new_tokens, temperature=s.temperature, kl=kl, checkpoint_every=0,
-                                threads=s.threads, precision=s.precision, accelerator="gpu" if s.device == "cuda" else "cpu")
+    trainer_cfg = TrainerConfig(steps=steps, tasks_per_step=s.tasks_per_step, group_size=s.group_size,
+                                lr=s.lr, max_new_tokens=s.max_new_tokens, temperature=s.temperature, kl=kl,
+                                checkpoint_every=0, threads=s.threads, precision=s.precision,
+                                accelerator="gpu" if s.device == "cuda" else "cpu")
     engine = EngineConfig(name=s.engine, gpu_memory_utilization=0.3) if s.engine == "vllm" else EngineConfig()
     out = tempfile.mkdtemp(prefix="bench-ours-")
-    cfg = RunConfig(model=model_config(s.model, s.work_dir), sft=SFTConfig(enabled=False), trainer=trainer_cfg, engine=engine,
-                    eval=EvalConfig(at_start=False, every=0), seed=s.seed, out_dir=out, work_dir=s.work_dir, loggers=[],
-                    progress=False, force=True)
+    cfg = RunConfig(model=model_config(s.model, s.work_dir), sft=SFTConfig(enabled=False),
+                    trainer=trainer_cfg, engine=engine, eval=EvalConfig(at_start=False, every=0), seed=s.seed,
+                    out_dir=out, work_dir=s.work_dir, loggers=[], progress=False, force=True)
     env = bench_env()
     method = Method(MethodConfig(), cfg, env)
     run_dir = RunDir.for_run(out, out, "grpo", "bench", "bench", s.seed)
@@ -104,9 +107,9 @@ def build_ours(s: Setting, steps: int, callbacks: list[Any]) -> tuple[Any, Any, 
     tok, base, _ = warm_started_base(cfg.model, cfg.sft, env, s.seed, s.work_dir)
     policy = Policy(base, tok, cfg.model, env.roles)
     module = RLModule(cfg, method, env, policy, make_engine(cfg, policy), run_dir)
-    trainer = L.Trainer(max_epochs=1, accelerator=trainer_cfg.accelerator, devices=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                        callbacks=callbacks)
+    trainer = L.Trainer(max_epochs=1, accelerator=trainer_cfg.accelerator, devices=1, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        num_sanity_val_steps=0, callbacks=callbacks)
     return module, trainer, run_dir
 
 
@@ -146,7 +149,8 @@ def run_trl(s: Setting, steps: int, conn: Any) -> None:
     logging.getLogger("transformers").setLevel(logging.ERROR)
     cfg = model_config(s.model, s.work_dir)
     folder = model_folder(s)
-    tok, model = AutoTokenizer.from_pretrained(folder), AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    tok, model = (AutoTokenizer.from_pretrained(folder),
+                  AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32))
     if tok.pad_token is None:  # as common.models.load_pretrained does
         tok.pad_token = tok.eos_token
     tasks = [t for step in step_prompts(s, steps + 1) for t in step]
@@ -160,7 +164,8 @@ def run_trl(s: Setting, steps: int, conn: Any) -> None:
     counted = {"tokens": 0}
     final = re.compile(r"#\s*(-?\d+)\s*$")
 
-    def reward(completions: list[str], answer: list[int], completion_ids: list[list[int]], **_: Any) -> list[float]:
+    def reward(completions: list[str], answer: list[int], completion_ids: list[list[int]],
+               **_: Any) -> list[float]:
         counted["tokens"] += sum(len(c) for c in completion_ids)
         out = []
         for text, a in zip(completions, answer, strict=True):
@@ -169,17 +174,19 @@ def run_trl(s: Setting, steps: int, conn: Any) -> None:
         return out
 
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="bench-trl-"), per_device_train_batch_size=s.tasks_per_step * s.group_size,
-        num_generations=s.group_size, max_completion_length=s.max_new_tokens, temperature=s.temperature, top_p=1.0,
-        learning_rate=s.lr, beta=s.kl_coef, max_steps=steps, shuffle_dataset=False, gradient_checkpointing=False,
-        bf16=s.precision == "bf16", use_cpu=s.device == "cpu", use_vllm=s.engine == "vllm", vllm_mode="colocate",
-        vllm_gpu_memory_utilization=0.3, report_to="none", save_strategy="no", disable_tqdm=True,
-        seed=s.seed, dataloader_num_workers=0, max_grad_norm=1.0, weight_decay=0.0, lr_scheduler_type="constant",
+        output_dir=tempfile.mkdtemp(prefix="bench-trl-"),
+        per_device_train_batch_size=s.tasks_per_step * s.group_size,
+        num_generations=s.group_size, max_completion_length=s.max_new_tokens, temperature=s.temperature,
+        top_p=1.0, learning_rate=s.lr, beta=s.kl_coef, max_steps=steps, shuffle_dataset=False,
+        gradient_checkpointing=False, bf16=s.precision == "bf16", use_cpu=s.device == "cpu",
+        use_vllm=s.engine == "vllm", vllm_mode="colocate", vllm_gpu_memory_utilization=0.3,
+        report_to="none", save_strategy="no", disable_tqdm=True, seed=s.seed, dataloader_num_workers=0,
+        max_grad_norm=1.0, weight_decay=0.0, lr_scheduler_type="constant",
     )
     peft = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                       target_modules=list(cfg.lora_targets), bias="none", task_type="CAUSAL_LM")
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tok,
-                          peft_config=peft)
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
+                          processing_class=tok, peft_config=peft)
     last = {"tokens": 0}
 
     def step_info() -> dict[str, Any]:

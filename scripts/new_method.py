@@ -56,17 +56,19 @@ def _shadowed_module(name: str, root: Path) -> str | None:
     path = [p for p in sys.path if p and Path(p).resolve() != Path(script_dir)]
     spec = importlib.machinery.PathFinder.find_spec(name, path)
     if spec is not None:
-        return f"the installed module {name} ({spec.origin or next(iter(spec.submodule_search_locations or []), '?')})"
+        return (f"the installed module {name} "
+                f"({spec.origin or next(iter(spec.submodule_search_locations or []), '?')})")
     return None
 
 
 def check_name(name: str, root: Path) -> None:
     """Raise Refused when `name` cannot be a new method of the suite at `root`."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-        raise Refused(f"NAME={name!r} is not a lowercase Python identifier (a letter, then letters, digits or _), "
-                      "e.g. NAME=iapo or NAME=in_flow_op")
+        raise Refused(f"NAME={name!r} is not a lowercase Python identifier (a letter, then letters, digits "
+                      "or _), e.g. NAME=iapo or NAME=in_flow_op")
     if keyword.iskeyword(name):
-        raise Refused(f"NAME={name!r} is a Python keyword (`import replications.{name}` cannot be written); pick another NAME")
+        raise Refused(f"NAME={name!r} is a Python keyword (`import replications.{name}` cannot be written); "
+                      "pick another NAME")
     folder = root / "replications" / name
     registry = (root / REGISTRY).read_text()
     if folder.exists():
@@ -74,13 +76,15 @@ def check_name(name: str, root: Path) -> None:
     if re.search(rf"""^\s*["']{name}["']\s*:""", registry, re.MULTILINE):
         raise Refused(f"{name!r} is already in METHODS (replications/__init__.py); pick another NAME")
     if (root / "replications" / f"{name}.py").exists():
-        raise Refused(f"NAME={name!r} would shadow the module replications.{name} (replications/{name}.py); pick another NAME")
+        raise Refused(f"NAME={name!r} would shadow the module replications.{name} (replications/{name}.py); "
+                      "pick another NAME")
     where = _shadowed_module(name, root)
     if where is not None:
         raise Refused(f"NAME={name!r} would shadow {where}; pick another NAME, e.g. {name}_rl")
     cls = class_name(name)
     if re.search(rf"\bimport .*\b{cls}\b", registry):
-        raise Refused(f"NAME={name!r}: its class name {cls} is already imported in replications/__init__.py; pick another NAME")
+        raise Refused(f"NAME={name!r}: its class name {cls} is already imported in replications/__init__.py; "
+                      "pick another NAME")
 
 
 def render(name: str, root: Path) -> dict[Path, str]:
@@ -126,7 +130,8 @@ def check_rendered(files: dict[Path, str], name: str, root: Path) -> None:
     except (SyntaxError, CardError) as e:
         raise Refused(f"the templates in {TEMPLATE}/ are broken, fix them first: {e}") from e
     if card.method != name or not card.claims:
-        raise Refused(f"{TEMPLATE}/CARD.md{SUFFIX} must name the method ({{{{name}}}}) and hold at least one claim")
+        raise Refused(f"{TEMPLATE}/CARD.md{SUFFIX} must name the method ({{{{name}}}}) and hold at least "
+                      "one claim")
 
 
 def _write(path: Path, text: str) -> None:

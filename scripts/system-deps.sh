@@ -15,12 +15,14 @@ java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "[setup] installing ${missing[*]} (apt-get)"
     if DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 \
-        || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null; }; then
+        || { apt-get update -q >/dev/null 2>&1 \
+             && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null; }; then
         exit 0
     fi
     echo "[setup] apt-get could not install ${missing[*]}; the suite runs without them (see below)"
 fi
-echo "[setup] not installed: ${missing[*]}. The humaneval and terminal environments (and River) need bubblewrap,"
+echo "[setup] not installed: ${missing[*]}. The humaneval and terminal environments" \
+  "(and River) need bubblewrap,"
 echo "[setup] scienceworld needs Java 17; their tests skip without them. To install (Debian/Ubuntu):"
 echo "    sudo apt-get install -y ${missing[*]}"
 exit 0

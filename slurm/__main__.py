@@ -30,7 +30,8 @@ def find_launch(work_dir: Path, query: str | None) -> Launch:
     matches = [p for p in paths if query in p.stem]
     if len(matches) != 1:
         known = ", ".join(p.stem for p in paths[-10:])
-        raise SystemExit(f"{'no' if not matches else 'more than one'} launch matches {query!r}; recent: {known}")
+        raise SystemExit(f"{'no' if not matches else 'more than one'} launch matches {query!r}; "
+                         f"recent: {known}")
     return Launch.load(matches[0])
 
 
@@ -41,7 +42,8 @@ def print_status(record: Launch) -> None:
     width = max(len(s.entry.label) for s in states)
     print(f"  {'cell':<{width}}  {'job':<12} {'slurm':<13} {'cell state':<10} detail")
     for s in states:
-        print(f"  {s.entry.label:<{width}}  {s.entry.job_id or '-':<12} {s.slurm:<13} {s.outcome:<10} {s.detail}")
+        print(f"  {s.entry.label:<{width}}  {s.entry.job_id or '-':<12} {s.slurm:<13} {s.outcome:<10} "
+              f"{s.detail}")
         if s.outcome == "failed" and s.entry.job_id:
             log = tail(s.entry.paths().stderr, 3) or tail(s.entry.paths().stdout, 3)
             print("\n".join(f"  {'':<{width}}  | {line}" for line in log))
@@ -52,10 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m slurm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["status", "collect"])
-    parser.add_argument("launch", nargs="?", default=None, help="launch id or part of it (default: the latest)")
+    parser.add_argument("launch", nargs="?", default=None,
+                        help="launch id or part of it (default: the latest)")
     parser.add_argument("--work-dir", default=os.environ.get("REPLICATE_WORK_DIR", ".cache"))
     parser.add_argument("--all", action="store_true", help="status: every launch, not only the latest")
-    parser.add_argument("--no-wait", action="store_true", help="collect: print the tables of what finished, do not wait")
+    parser.add_argument("--no-wait", action="store_true",
+                        help="collect: print the tables of what finished, do not wait")
     parser.add_argument("--entry", default=None,
                         help="collect: the tables function, module:function(method, scale, cells) -> str "
                              "(default: the one the launch recorded)")
@@ -63,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     work_dir = Path(args.work_dir)
 
     if args.command == "status":
-        records = [Launch.load(p) for p in launches(work_dir)] if args.all else [find_launch(work_dir, args.launch)]
+        records = ([Launch.load(p) for p in launches(work_dir)] if args.all
+                   else [find_launch(work_dir, args.launch)])
         for record in records:
             print_status(record)
         return 0

@@ -28,7 +28,6 @@ import re
 import shutil
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,8 @@ import yaml
 
 from slurm import monitor
 from slurm.jobs import Entry, Launch, classify, entry_point, launches, load_entry, main_module, sacct
-from slurm.profiles import SlurmProfile, load_profile
+from slurm.profiles import load_profile
+from slurm.sbatch import job_shape, label, make_executor, sbatch_script, srun_layout
 
 _FORCE = re.compile(r"^\+{0,2}force=(true|True|1|yes)$")
 
@@ -73,135 +73,6 @@ def _started_by_this_job(cell: Any) -> bool:
     except (OSError, ValueError):
         return False
     return job is not None and (manifest.get("slurm") or {}).get("slurm_job_id") == job
-
-
-# ----------------------------------------------------------------------- resources per cell
-@dataclass(frozen=True)
-class JobShape:
-    nodes: int
-    tasks_per_node: int  # = trainer.devices: one srun task per device (Lightning's SLURMEnvironment)
-    gpus_per_node: int
-
-
-def _get(obj: Any, name: str, default: Any = None) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(name, default)
-    try:
-        return obj[name] if hasattr(obj, "keys") else getattr(obj, name, default)
-    except (KeyError, AttributeError):
-        return default
-
-
-def label(cell: Any) -> str:
-    return getattr(cell, "name", None) or f"{cell.method}/{cell.env}/{cell.arm}/seed-{cell.seed}"
-
-
-def job_shape(profile: SlurmProfile, cells: Sequence[Any], configs: Sequence[Any]) -> JobShape:
-    """The one shape of every array task, checked against each cell's trainer settings: a run
-    smaller or larger than the job that holds it is an error, never a silent change."""
-    errors: list[str] = []
-    shapes: dict[JobShape, list[str]] = {}
-    gpus = profile.gpus_per_node
-    for cell, cfg in zip(cells, configs, strict=True):
-        trainer = _get(cfg, "trainer", {})
-        accel = str(_get(trainer, "accelerator", "cpu"))
-        devices, num_nodes = _get(trainer, "devices", 1), _get(trainer, "num_nodes", 1)
-        name = label(cell)
-        if not isinstance(devices, int) or devices < 1:
-            errors.append(f"{name}: trainer.devices={devices!r}; under SLURM it must be the number of devices per node")
-            continue
-        if num_nodes != profile.nodes:
-            errors.append(f"{name}: trainer.num_nodes={num_nodes} but profile {profile.name} has nodes={profile.nodes}; "
-                          f"set trainer.num_nodes={profile.nodes} or REPLICATE_SLURM_NODES={num_nodes}")
-        if gpus and accel == "cpu":
-            errors.append(f"{name}: profile {profile.name} has {gpus} GPU(s) per node but trainer.accelerator=cpu; "
-                          "set trainer.accelerator=gpu (or use a CPU profile: PROFILE=slurm)")
-        elif gpus and devices != gpus:
-            errors.append(f"{name}: trainer.devices={devices} but profile {profile.name} has gpus_per_node={gpus} "
-                          f"(one srun task per GPU); set trainer.devices={gpus} or REPLICATE_SLURM_GPUS_PER_NODE={devices}")
-        elif not gpus and accel in ("gpu", "cuda"):
-            errors.append(f"{name}: trainer.accelerator={accel} but profile {profile.name} has no GPUs; "
-                          f"use PROFILE=slurm-gpu or set REPLICATE_SLURM_GPUS_PER_NODE={devices}")
-        shapes.setdefault(JobShape(profile.nodes, devices, gpus), []).append(name)
-    if not errors and len(shapes) > 1:
-        kinds = "; ".join(f"{s.tasks_per_node} device(s) x {s.nodes} node(s): {', '.join(n)}" for s, n in shapes.items())
-        errors.append(f"the cells of one job array must share their resources; got {kinds}")
-    if errors:
-        raise ValueError("the cells do not fit the cluster profile (nothing submitted):\n  - " + "\n  - ".join(errors))
-    return next(iter(shapes))
-
-
-# -------------------------------------------------------------------------------- submitit
-class _OfflineSlurmExecutor(submitit.SlurmExecutor):
-    """A SlurmExecutor that builds scripts where SLURM is not installed (--dry-run)."""
-
-    @classmethod
-    def affinity(cls) -> int:
-        return 2
-
-
-def sbatch_parameters(profile: SlurmProfile, shape: JobShape, job_name: str, cwd: str) -> dict[str, Any]:
-    params: dict[str, Any] = {
-        "job_name": job_name,
-        "time": profile.time_min,
-        "nodes": shape.nodes,
-        "ntasks_per_node": shape.tasks_per_node,
-        "cpus_per_task": profile.cpus_per_task,
-        "mem": f"{profile.mem_gb:g}G",
-        "array_parallelism": profile.array_parallelism,
-        "signal_delay_s": profile.signal_delay_s,
-        "setup": list(profile.setup),
-        "srun_args": srun_args(profile, shape),
-        # the jobs run where the launch ran (relative out_dir / work_dir); requeue explicitly allowed
-        "additional_parameters": {"chdir": cwd, "requeue": True, **profile.sbatch},
-    }
-    for key in ("partition", "account", "qos"):
-        if getattr(profile, key):
-            params[key] = getattr(profile, key)
-    if shape.gpus_per_node:
-        params["gpus_per_node"] = shape.gpus_per_node
-    return params
-
-
-def srun_args(profile: SlurmProfile, shape: JobShape) -> list[str]:
-    """The profile's srun arguments; with several ranks, a task that fails ends the others (which
-    would otherwise wait for it in a collective until the process group's timeout)."""
-    args = list(profile.srun_args)
-    if shape.nodes * shape.tasks_per_node > 1 and not any(a.startswith(("--kill-on-bad-exit", "-K")) for a in args):
-        args.append("--kill-on-bad-exit=1")
-    return args
-
-
-def srun_layout(shape: JobShape) -> str:
-    """How srun lays out one cell's ranks (printed by a dry run under its batch script)."""
-    ranks = shape.nodes * shape.tasks_per_node
-    if ranks == 1:
-        return "# srun: 1 task: one process trains the cell"
-    device = f"GPU SLURM_LOCALID of {shape.gpus_per_node} on its node" if shape.gpus_per_node else "its share of the node's CPUs"
-    lines = [f"# srun: {shape.nodes} node(s) x {shape.tasks_per_node} task(s) per node = {ranks} ranks of one DDP run "
-             f"(Lightning's SLURMEnvironment: rank = SLURM_PROCID, MASTER_ADDR = the first node of SLURM_NODELIST)"]
-    for node in range(shape.nodes):
-        ranks_here = ", ".join(str(node * shape.tasks_per_node + t) for t in range(shape.tasks_per_node))
-        lines.append(f"#   node {node}: ranks {ranks_here}, each on {device}" + ("; rank 0 writes the records" if node == 0 else ""))
-    return "\n".join(lines)
-
-
-def make_executor(folder: Path, profile: SlurmProfile, shape: JobShape, job_name: str, cwd: str,
-                  offline: bool = False) -> submitit.SlurmExecutor:
-    cls = _OfflineSlurmExecutor if offline else submitit.SlurmExecutor
-    executor = cls(folder=folder, max_num_timeout=profile.max_requeues, python=profile.python)
-    executor.update_parameters(**sbatch_parameters(profile, shape, job_name, cwd))
-    return executor
-
-
-def sbatch_script(executor: submitit.SlurmExecutor, n_jobs: int) -> str:
-    """The batch script submitit submits for `n_jobs` cells (an array when n_jobs > 1)."""
-    from submitit.slurm.slurm import _make_sbatch_string  # what SlurmExecutor itself writes
-
-    params = dict(executor.parameters)
-    if n_jobs > 1:
-        params["map_count"] = n_jobs
-    return _make_sbatch_string(command=executor._submitit_command_str, folder=executor.folder, **params)
 
 
 # ---------------------------------------------------------------------------------- launch
@@ -289,15 +160,17 @@ def launch(cells: Sequence[Any], profile_name: str | None, wait: bool, dry_run: 
     work_dir = Path(cells[0].work_dir).absolute()
     forced = _forced(cells)
     run_dirs = {label(c): str(Path(c.run_dir).absolute()) for c in cells}
-    # a cell says whether it is finished with its own settings (`done`); one finished with others is run (and refused)
+    # a cell says whether it is finished with its own settings (`done`); one finished with others is run
+    # (and refused)
     done = {label(c) for c in cells if not forced and c.done}
     # never two jobs on one run directory, FORCE=1 or not: scancel the earlier one to restart a cell
     in_flight = find_in_flight(work_dir, {run_dirs[label(c)] for c in cells if label(c) not in done})
     todo = [c for c in cells if label(c) not in done and run_dirs[label(c)] not in in_flight]
 
     cell_type = f"{type(cells[0]).__module__}:{type(cells[0]).__qualname__}"
-    record = Launch(id=Launch.new_id(method, scale), method=method, scale=scale, cwd=cwd, work_dir=str(work_dir),
-                    profile=dataclasses.asdict(profile), cell_type=cell_type, aggregate=entry_point(aggregate))
+    record = Launch(id=Launch.new_id(method, scale), method=method, scale=scale, cwd=cwd,
+                    work_dir=str(work_dir), profile=dataclasses.asdict(profile), cell_type=cell_type,
+                    aggregate=entry_point(aggregate))
     executor = make_executor(record.folder, profile, shape, f"{method}-{scale}", cwd, offline=dry_run)
     print(f"[slurm] {method} scale={scale}: {len(cells)} cell(s): {len(done)} done, {len(in_flight)} already "
           f"queued, {len(todo)} to submit; {profile.describe()}")
@@ -323,8 +196,10 @@ def launch(cells: Sequence[Any], profile_name: str | None, wait: bool, dry_run: 
         except Exception as error:  # noqa: BLE001 - sbatch's own message is the useful part
             shutil.rmtree(record.folder.parent, ignore_errors=True)
             message = str(error).strip().splitlines()
-            print(f"error: sbatch refused the job array ({profile.describe()}):\n  " + "\n  ".join(message[-5:])
-                  + "\nnothing was submitted; fix the profile (see slurm/README.md) and launch again", file=sys.stderr)
+            print(f"error: sbatch refused the job array ({profile.describe()}):\n  "
+                  + "\n  ".join(message[-5:])
+                  + "\nnothing was submitted; fix the profile (see slurm/README.md) and launch again",
+                  file=sys.stderr)
             return 2
         jobs = {label(c): j.job_id for c, j in zip(todo, submitted, strict=True)}
         record.array_job_id = submitted[0].job_id.split("_")[0]
@@ -342,12 +217,13 @@ def launch(cells: Sequence[Any], profile_name: str | None, wait: bool, dry_run: 
         print(f"[slurm]   {entry.label}: {where}")
     if todo:  # a launch that submits nothing is not recorded: `make status` keeps showing the last real one
         record.save()
-        what = f"job array {record.array_job_id} ({len(todo)} cells)" if len(todo) > 1 else f"job {record.array_job_id}"
+        what = (f"job array {record.array_job_id} ({len(todo)} cells)" if len(todo) > 1
+                else f"job {record.array_job_id}")
         print(f"[slurm] submitted {what}; logs in {record.folder.parent}")
         print(f"[slurm] launch recorded in {record.path}")
     if not wait:
-        print("[slurm] not waiting: `make status` shows progress; `make collect` waits, reports failures and prints "
-              "the tables")
+        print("[slurm] not waiting: `make status` shows progress; `make collect` waits, reports failures and "
+              "prints the tables")
         return 0
     return collect(record, aggregate, wait=True)
 
@@ -363,8 +239,9 @@ def collect(record: Launch, aggregate: Aggregate | None = None, wait: bool = Tru
         try:
             aggregate = load_entry(record.aggregate)
         except (ImportError, AttributeError, ValueError) as error:
-            print(f"error: cannot import {record.aggregate!r}, the tables function launch {record.id} recorded "
-                  f"({error}); pass one: python -m slurm collect --entry module:function", file=sys.stderr)
+            print(f"error: cannot import {record.aggregate!r}, the tables function launch {record.id} "
+                  f"recorded ({error}); pass one: python -m slurm collect --entry module:function",
+                  file=sys.stderr)
             return 2
     entries = record.entries
     poll_s = float(record.profile.get("poll_s", 60))
@@ -374,7 +251,8 @@ def collect(record: Launch, aggregate: Aggregate | None = None, wait: bool = Tru
         else:
             states = monitor.snapshot(entries, sacct([e.job_id for e in entries if e.job_id]))
     except KeyboardInterrupt:
-        print("\n[slurm] stopped waiting; the jobs keep running: `make status`, then `make collect`", file=sys.stderr)
+        print("\n[slurm] stopped waiting; the jobs keep running: `make status`, then `make collect`",
+              file=sys.stderr)
         return 130
     text, missing = monitor.report(states)
     live = [s for s in states if not s.finished]

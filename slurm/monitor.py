@@ -41,7 +41,8 @@ def wait(entries: list[Entry], poll_s: float = 60.0, stream: TextIO | None = Non
     stream = stream or sys.stderr
     ids = [e.job_id for e in entries if e.job_id]
     tty = stream.isatty()
-    bar = tqdm(total=len(entries), desc="cells", unit="cell", file=stream, disable=not tty, dynamic_ncols=True)
+    bar = tqdm(total=len(entries), desc="cells", unit="cell", file=stream, disable=not tty,
+               dynamic_ncols=True)
     start = time.monotonic()
     last_poll, rows = float("-inf"), None
     suspects: dict[str, float] = {}  # job id -> when it first looked failed

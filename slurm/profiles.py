@@ -36,7 +36,8 @@ class SlurmProfile:
     time_min: int = 120  # wall-clock limit of one attempt; a longer cell is requeued from its checkpoint
     nodes: int = 1  # nodes per cell; must equal trainer.num_nodes
     gpus_per_node: int = 0  # GPUs per node; > 0 must equal trainer.devices (one srun task per GPU)
-    cpus_per_task: int = 2  # CPUs of each task (one task per rank: per GPU, or per process of trainer.devices on CPU)
+    # CPUs of each task (one task per rank: per GPU, or per process of trainer.devices on CPU)
+    cpus_per_task: int = 2
     mem_gb: float = 8  # memory per node
     array_parallelism: int = 64  # cells of one replication that may run at the same time
     max_requeues: int = 3  # time-limit requeues before a cell is given up (submitit's max_num_timeout)
@@ -65,7 +66,8 @@ def available_profiles() -> list[str]:
 def _read_yaml(path: Path) -> dict[str, Any]:
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
-        raise ValueError(f"cluster profile {path} must be a YAML mapping of fields; got {type(data).__name__}")
+        raise ValueError(f"cluster profile {path} must be a YAML mapping of fields; "
+                         f"got {type(data).__name__}")
     return data
 
 
@@ -117,7 +119,8 @@ def load_profile(name: str | None = None, overrides: dict[str, Any] | None = Non
     data.update(overrides or {})
     unknown = sorted(set(data) - set(FIELDS))
     if unknown:
-        raise ValueError(f"cluster profile {data['name']}: unknown field(s) {unknown}; known: {sorted(FIELDS)}")
+        raise ValueError(f"cluster profile {data['name']}: unknown field(s) {unknown}; "
+                         f"known: {sorted(FIELDS)}")
     if isinstance(data.get("setup"), str):  # one shell line given as a plain string
         data["setup"] = [data["setup"]]
     if isinstance(data.get("srun_args"), str):
@@ -141,7 +144,8 @@ def _check(p: SlurmProfile) -> None:
         errors.append(f"max_requeues must be an integer >= 0; got {p.max_requeues!r}")
     limit_s = p.time_min * 60 if isinstance(p.time_min, int) else 0
     if not isinstance(p.signal_delay_s, int) or not 0 < p.signal_delay_s < limit_s:
-        errors.append(f"signal_delay_s must be an integer between 1 and time_min*60; got {p.signal_delay_s!r}")
+        errors.append(f"signal_delay_s must be an integer between 1 and time_min*60; "
+                      f"got {p.signal_delay_s!r}")
     if not isinstance(p.setup, list) or not all(isinstance(s, str) for s in p.setup):
         errors.append(f"setup must be a list of shell lines; got {p.setup!r}")
     if not isinstance(p.sbatch, dict):

@@ -20,7 +20,7 @@
 #   SLURM_CI_DBD      1 = slurmdbd+MariaDB so `sacct` works   (default 1; 0 = no accounting)
 #   SLURM_CI_CPUS     CPUs advertised for the node           (default: nproc; may exceed it)
 #   SLURM_CI_MEM_MB   RealMemory advertised (MB)             (default: 90% of MemTotal)
-#   SLURM_CI_GPUS     number of fake GPUs (gres gpu)         (default 0 = no GRES; N = N fake /dev/null clones)
+#   SLURM_CI_GPUS     number of fake GPUs (gres gpu)         (default 0 = no GRES; N: N fake /dev/null clones)
 #   SLURM_CI_PARTITION partition name                        (default debug)
 #   SLURM_CI_DB_PORT  TCP port of the private MariaDB        (default 3307, 127.0.0.1 only)
 #   SLURM_CI_FRESH    1 = wipe $SLURM_CI_ROOT (job state+DB) before starting (cluster must be down)
@@ -39,16 +39,29 @@ RUN=$ROOT/run LOG=$ROOT/log
 
 log() { echo "[slurm-up $(date +%T)] $*" >&2; }
 skip() { log "SKIP: $*"; exit 3; }
-die() { log "ERROR: $*"; for f in "$LOG"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }; done; exit 1; }
+die() {
+  log "ERROR: $*"
+  for f in "$LOG"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }; done
+  exit 1
+}
 # alive NAME PIDFILE: true if PIDFILE names a live process whose comm is NAME
-alive() { local p; p=$(cat "$2" 2>/dev/null) || return 1; [ -n "$p" ] && [ "$(cat /proc/"$p"/comm 2>/dev/null)" = "$1" ] \
-  && [ "$(awk '{print $3}' /proc/"$p"/stat 2>/dev/null)" != Z ]; }   # a zombie is not alive
+alive() {
+  local p
+  p=$(cat "$2" 2>/dev/null) || return 1
+  [ -n "$p" ] && [ "$(cat /proc/"$p"/comm 2>/dev/null)" = "$1" ] \
+    && [ "$(awk '{print $3}' /proc/"$p"/stat 2>/dev/null)" != Z ]   # a zombie is not alive
+}
 wait_for() { # wait_for SECONDS DESCRIPTION CMD...
   local t=$1 what=$2; shift 2; local end=$((SECONDS + t))
-  until "$@" >/dev/null 2>&1; do [ $SECONDS -lt $end ] || die "timed out after ${t}s waiting for $what"; sleep 0.2; done; }
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $end ] || die "timed out after ${t}s waiting for $what"
+    sleep 0.2
+  done
+}
 T0=$EPOCHREALTIME
 
-[ "$(id -u)" = 0 ] || skip "the dev cluster must be started as root (it writes /etc/slurm and runs the daemons): sudo bash $0"
+[ "$(id -u)" = 0 ] \
+  || skip "the dev cluster must be started as root (it writes /etc/slurm and runs the daemons): sudo bash $0"
 
 # ---------------------------------------------------------------- 1. packages
 pkgs=(slurmctld slurmd slurm-client munge); cmds=(slurmctld slurmd sbatch munged)
@@ -59,14 +72,17 @@ if [ $missing = 1 ]; then
   log "installing ${pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -q --no-install-recommends "${pkgs[@]}" >/dev/null 2>&1 \
-    || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "${pkgs[@]}" >/dev/null; } \
+    || { apt-get update -q >/dev/null \
+         && apt-get install -y -q --no-install-recommends "${pkgs[@]}" >/dev/null; } \
     || skip "apt-get could not install ${pkgs[*]} (offline, or not Debian/Ubuntu?)"
 fi
 export PATH=/usr/sbin:/usr/bin:$PATH
 
 # ---------------------------------------------------------------- 2. dirs + configs
 if [ "${SLURM_CI_FRESH:-0}" = 1 ]; then
-  for n in slurmd slurmctld slurmdbd mariadbd munged; do alive $n "$RUN/$n.pid" && die "SLURM_CI_FRESH=1 but $n is running; run down.sh first"; done
+  for n in slurmd slurmctld slurmdbd mariadbd munged; do
+    alive $n "$RUN/$n.pid" && die "SLURM_CI_FRESH=1 but $n is running; run down.sh first"
+  done
   rm -rf "$ROOT"
 fi
 mkdir -p "$RUN" "$LOG" "$ROOT/state" "$ROOT/spool" "$ETC"
@@ -77,7 +93,8 @@ if [ "$GPUS" -gt 0 ]; then
   # Naming them nvidiaN makes slurm export CUDA_VISIBLE_DEVICES to jobs.
   mkdir -p "$ROOT/dev"
   for ((i = 0; i < GPUS; i++)); do
-    [ -c "$ROOT/dev/nvidia$i" ] || mknod "$ROOT/dev/nvidia$i" c 1 3 2>/dev/null || { log "mknod failed; starting without fake GPUs"; GPUS=0; break; }
+    [ -c "$ROOT/dev/nvidia$i" ] || mknod "$ROOT/dev/nvidia$i" c 1 3 2>/dev/null \
+      || { log "mknod failed; starting without fake GPUs"; GPUS=0; break; }
   done
 fi
 if [ "$GPUS" -gt 0 ]; then
@@ -166,8 +183,12 @@ if alive munged "$RUN/munged.pid"; then
 elif munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
   log "a munged not started by this script is answering; reusing it (down.sh will leave it alone)"
 else
-  [ -s /etc/munge/munge.key ] || { mungekey -c -k /etc/munge/munge.key && chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key; }
-  install -d -o munge -g munge -m 0755 /run/munge        # /run is tmpfs: gone after reboot, and no systemd here
+  [ -s /etc/munge/munge.key ] || {
+    mungekey -c -k /etc/munge/munge.key && chown munge:munge /etc/munge/munge.key \
+      && chmod 400 /etc/munge/munge.key
+  }
+  # /run is tmpfs: gone after reboot, and no systemd here
+  install -d -o munge -g munge -m 0755 /run/munge
   install -d -o munge -g munge -m 0700 /var/log/munge /var/lib/munge
   runuser -u munge -- /usr/sbin/munged || die "munged failed (see /var/log/munge/munged.log)"
   wait_for 10 munged bash -c 'munge -n | unmunge'
@@ -180,11 +201,13 @@ if [ "$DBD" = 1 ]; then
   if ! alive mariadbd "$RUN/mariadbd.pid"; then
     if [ ! -d "$DB/data/mysql" ]; then
       mkdir -p "$DB/data"
-      mariadb-install-db --no-defaults --user=root --datadir="$DB/data" --auth-root-authentication-method=socket \
+      mariadb-install-db --no-defaults --user=root --datadir="$DB/data" \
+        --auth-root-authentication-method=socket \
         --skip-test-db > "$LOG/mariadb-install.log" 2>&1 || die "mariadb-install-db failed"
     fi
     setsid /usr/sbin/mariadbd --no-defaults --user=root --datadir="$DB/data" --socket="$DB/mysqld.sock" \
-      --port="$DB_PORT" --bind-address=127.0.0.1 --pid-file="$RUN/mariadbd.pid" --log-error="$LOG/mariadb.log" \
+      --port="$DB_PORT" --bind-address=127.0.0.1 --pid-file="$RUN/mariadbd.pid" \
+      --log-error="$LOG/mariadb.log" \
       --innodb-buffer-pool-size=64M --innodb-lock-wait-timeout=900 --skip-log-bin </dev/null >/dev/null 2>&1 &
     wait_for 60 mariadb mariadb-admin --no-defaults --socket="$DB/mysqld.sock" ping
     mariadb --no-defaults --socket="$DB/mysqld.sock" -uroot -e "
@@ -208,7 +231,9 @@ alive slurmd "$RUN/slurmd.pid" || slurmd || die "slurmd failed to start"
 state() { sinfo -h -n "$NODE" -o %t 2>/dev/null; }
 end=$((SECONDS + 60))
 until [ "$(state)" = idle ] || [ "$(state)" = mix ] || [ "$(state)" = alloc ]; do
-  case "$(state)" in drain* | down* | drng*) scontrol update nodename="$NODE" state=resume >/dev/null 2>&1 || true ;; esac
+  case "$(state)" in
+    drain* | down* | drng*) scontrol update nodename="$NODE" state=resume >/dev/null 2>&1 || true ;;
+  esac
   [ $SECONDS -lt $end ] || die "node $NODE not idle after 60s (state: $(state))"
   sleep 0.2
 done
@@ -216,15 +241,21 @@ done
 # ---------------------------------------------------------------- 6. smoke test: one real batch job
 # (also waits out slurmctld's first scheduling pass, ~3 s after it starts; batch jobs submitted
 #  before that just sit in PD, so the first test job would otherwise pay it)
-jid=$(sbatch --parsable -p "$PART" -N1 -n1 -t 1 --mem=100M -o /dev/null -J smoke --wrap true) || die "sbatch failed"
+jid=$(sbatch --parsable -p "$PART" -N1 -n1 -t 1 --mem=100M -o /dev/null -J smoke --wrap true) \
+  || die "sbatch failed"
 end=$((SECONDS + 60))   # (poll ourselves: `sbatch --wait` polls every 2-10 s)
 while :; do
   js=$(scontrol -o show job "$jid" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
-  case "$js" in COMPLETED) break ;; PENDING | CONFIGURING | RUNNING | COMPLETING | "") ;; *) die "smoke job $jid ended $js" ;; esac
+  case "$js" in
+    COMPLETED) break ;;
+    PENDING | CONFIGURING | RUNNING | COMPLETING | "") ;;
+    *) die "smoke job $jid ended $js" ;;
+  esac
   [ $SECONDS -lt $end ] || die "smoke job $jid still $js after 60s"
   sleep 0.1
 done
 [ "$DBD" = 1 ] && { sacct -n -X -j "$jid" >/dev/null || die "sacct not answering"; }
 
-log "cluster up in $(awk "BEGIN{printf \"%.1f\", $EPOCHREALTIME - $T0}")s: node $NODE cpus=$CPUS mem=${MEM_MB}M gpus=$GPUS partition=$PART accounting=$([ "$DBD" = 1 ] && echo slurmdbd || echo none)"
+log "cluster up in $(awk "BEGIN{printf \"%.1f\", $EPOCHREALTIME - $T0}")s: node $NODE cpus=$CPUS" \
+  "mem=${MEM_MB}M gpus=$GPUS partition=$PART accounting=$([ "$DBD" = 1 ] && echo slurmdbd || echo none)"
 sinfo

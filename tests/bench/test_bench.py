@@ -33,7 +33,8 @@ def test_our_trainer_series(result):
     assert entry["params"] > 0 and minimal["step"]["median_s"] > 0 and minimal["flops_train"] > 0
     assert minimal["step"]["n"] == 1  # half the trainers' 2 measured steps (bench.cli.minimal_steps)
     ours = entry["cells"]["kl=0"]["ours/32"]
-    assert ours["step"]["n"] == 2 and ours["step"]["min_s"] <= ours["step"]["median_s"] <= ours["step"]["max_s"]
+    assert ours["step"]["n"] == 2
+    assert ours["step"]["min_s"] <= ours["step"]["median_s"] <= ours["step"]["max_s"]
     assert ours["tokens_per_s"] > 0 and ours["peak_rss_mib"] > 0 and 0 < ours["mfu_train"] < 1
     assert "overhead_over_minimal" in ours and entry["cells"]["kl=0"]["best_ours"] == "ours/32"
 
@@ -54,7 +55,8 @@ def test_trl_series(result):
     assert trl["step"]["n"] == 2 and trl["tokens_per_s"] > 0 and trl["peak_rss_mib"] > 0
     assert cell["ratio_ours_over_trl"] > 0
     rounds = [o / t for o, t in zip(cell["ours/32"]["step"]["all_s"], trl["step"]["all_s"], strict=True)]
-    assert len(rounds) == 2 and cell["ratio_paired"] == pytest.approx(sum(rounds) / 2)  # the median of two rounds
+    # the median of two rounds
+    assert len(rounds) == 2 and cell["ratio_paired"] == pytest.approx(sum(rounds) / 2)
     assert "| paired (median of per-round ratios) |" in (result[0] / "bench.md").read_text()
 
 

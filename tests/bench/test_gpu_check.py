@@ -12,7 +12,8 @@ import pytest
 from bench import gpu_check
 
 ROOT = Path(__file__).resolve().parents[2]
-FAST = ["--set", "sft.enabled=false", "--set", "env.train_size=32", "--set", "env.heldout_size=8", "--set", "eval.k=1"]
+FAST = ["--set", "sft.enabled=false", "--set", "env.train_size=32", "--set", "env.heldout_size=8",
+        "--set", "eval.k=1"]
 
 
 def report(folder: Path) -> dict:
@@ -25,14 +26,16 @@ def test_the_script_starts_and_plans_every_check(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     r = report(tmp_path)
-    assert r["mode"] == "dry-run" and [c["name"] for c in r["checks"]] == ["hf", "vllm", "smollm2", "ddp", "ddp-vllm"]
+    assert r["mode"] == "dry-run"
+    assert [c["name"] for c in r["checks"]] == ["hf", "vllm", "smollm2", "ddp", "ddp-vllm"]
     assert all(c["status"] in ("planned", "skipped") and c["rc"] is None for c in r["checks"])
     hf = r["checks"][0]
     assert "engine=hf" in hf["overrides"] and "trainer.precision=bf16" in hf["overrides"]
     assert "engine=vllm" in r["checks"][1]["overrides"] and "model=smollm2" in r["checks"][2]["overrides"]
     assert "trainer.devices=2" in r["checks"][3]["overrides"]
     assert {"trainer.devices=2", "engine=vllm"} <= set(r["checks"][4]["overrides"])
-    assert r["provenance"]["git_sha"] and "torch" in r["provenance"]["packages"]  # what every manifest carries
+    # what every manifest carries
+    assert r["provenance"]["git_sha"] and "torch" in r["provenance"]["packages"]
 
 
 def test_without_a_gpu_the_gpu_mode_says_so(tmp_path, capsys):
@@ -45,7 +48,8 @@ def test_without_a_gpu_the_gpu_mode_says_so(tmp_path, capsys):
 
 
 def test_the_cpu_safe_check_runs_for_real(tmp_path):
-    """The hf check on CPU: a real GRPO run, read back from its records (steps, seconds per step, manifest)."""
+    """The hf check on CPU: a real GRPO run, read back from its records (steps, seconds per step,
+    manifest)."""
     assert gpu_check.main(["--cpu", "--only", "hf", "--steps", "2", "--out", str(tmp_path), *FAST]) == 0
     r = report(tmp_path)
     hf, *others = r["checks"]

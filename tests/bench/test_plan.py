@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from bench import plan
-from bench.cli import derive, estimate_cell, mfu
+from bench.cli import estimate_cell
 from bench.hardware import fastest, usable_precisions
+from bench.report import derive, mfu
 
 COMMITTED = Path(__file__).resolve().parents[2] / "results" / "bench" / "bench.json"
 
@@ -56,7 +57,8 @@ def test_mfu_of_a_series_is_against_its_own_precisions_rate():
     cell = r["models"]["tiny"]["cells"]["kl=0"]
     derive(r)
     minimal = cell["minimal/bf16"]
-    flops = minimal.get("flops_train_shared_prompt", minimal["flops_train"])  # what our scorer runs (a shared prompt once)
+    # what our scorer runs (a shared prompt once)
+    flops = minimal.get("flops_train_shared_prompt", minimal["flops_train"])
     t = cell["ours/bf16"]["time_train_s"]
     assert cell["ours/bf16"]["mfu_train"] == pytest.approx(flops / t / r["matmul_flops"]["bf16"])
     slow = copy.deepcopy(r)  # the AVX2 machine's rates: the bf16 count then exceeds the rate -> n/a
@@ -81,7 +83,8 @@ def test_budget_admits_what_fits_and_notes_what_does_not():
     assert b.admit("tiny kl=0", 200)
     clock.t = 500
     assert not b.admit("engines", 150)
-    assert b.skipped[0]["part"] == "engines" and "150 s, 100 s left of the 10-minute cap" in b.skipped[0]["note"]
+    assert b.skipped[0]["part"] == "engines"
+    assert "150 s, 100 s left of the 10-minute cap" in b.skipped[0]["note"]
     assert b.admit("multi-turn", 100)  # exactly what is left still fits
 
 
@@ -134,7 +137,8 @@ def stubbed(monkeypatch):
     monkeypatch.setattr(bench.cli, "_prior_flops", lambda s: (1e9, 1e8, 1_000_000))
     monkeypatch.setattr(bench.cli, "run_cell", lambda *a, **k: calls.append(a) or fake_cell(*a, **k))
     monkeypatch.setattr(bench.cli, "run_engines", lambda *a: {"ok": True, "files": "x"})
-    monkeypatch.setattr(bench.cli, "trl_installed", lambda: True)  # the cells are stubbed: TRL itself never runs
+    # the cells are stubbed: TRL itself never runs
+    monkeypatch.setattr(bench.cli, "trl_installed", lambda: True)
     return calls
 
 
@@ -154,12 +158,13 @@ def test_kl_cell_measures_no_minimal_work_and_compares_with_the_kl_off_one(stubb
     """The minimal work has no reference pass: it is measured once per model, in the KL-off cell."""
     from bench.cli import main
 
-    r = main(["--models", "tiny", "--kl", "0,0.04", "--no-multiturn", "--no-engines", "--generation-models", "",
-              "--out", str(tmp_path)])
+    r = main(["--models", "tiny", "--kl", "0,0.04", "--no-multiturn", "--no-engines",
+              "--generation-models", "", "--out", str(tmp_path)])
     cells = r["models"]["tiny"]["cells"]
     assert "minimal/32" in cells["kl=0"] and not any(k.startswith("minimal/") for k in cells["kl=0.04"])
     ours = cells["kl=0.04"]["ours/32"]
-    assert ours["minimal_from"] == "kl=0" and ours["overhead_over_minimal"] == pytest.approx(0.0)  # 1.0 s vs 1.0 s
+    assert ours["minimal_from"] == "kl=0"
+    assert ours["overhead_over_minimal"] == pytest.approx(0.0)  # 1.0 s vs 1.0 s
     assert ours["mfu_train"] == pytest.approx(1e9 / 0.5 / 100e9)
     assert "vs kl=0's" in (tmp_path / "bench.md").read_text()
 
@@ -168,8 +173,8 @@ def test_without_trl_its_series_are_skipped_with_a_note(stubbed, monkeypatch, tm
     import bench.cli
 
     monkeypatch.setattr(bench.cli, "trl_installed", lambda: False)
-    r = bench.cli.main(["--models", "tiny", "--kl", "0", "--no-multiturn", "--no-engines", "--generation-models", "",
-                        "--out", str(tmp_path)])
+    r = bench.cli.main(["--models", "tiny", "--kl", "0", "--no-multiturn", "--no-engines",
+                        "--generation-models", "", "--out", str(tmp_path)])
     series = set(r["models"]["tiny"]["cells"]["kl=0"])
     assert "ours/32" in series and not any(s.startswith("trl/") for s in series)
     assert "not installed" in r["trl_skipped"] and r["machine"]["trl"] is None
@@ -178,11 +183,12 @@ def test_without_trl_its_series_are_skipped_with_a_note(stubbed, monkeypatch, tm
 def test_run_under_a_cap_skips_with_notes_never_silently(stubbed, tmp_path):
     from bench.cli import main
 
-    r = main(["--models", "tiny,tiny10m", "--max-minutes", "0.01", "--no-multiturn", "--engines", "--generation-models", "",
-              "--out", str(tmp_path)])
+    r = main(["--models", "tiny,tiny10m", "--max-minutes", "0.01", "--no-multiturn", "--engines",
+              "--generation-models", "", "--out", str(tmp_path)])
     assert stubbed == [] and all(not e["cells"] for e in r["models"].values())
     parts = [s["part"] for s in r["skipped_for_time"]]
-    assert {"tiny kl=0", "tiny kl=0.04", "tiny10m kl=0", "tiny10m kl=0.04"} <= {p.split(" (")[0] for p in parts}
+    assert ({"tiny kl=0", "tiny kl=0.04", "tiny10m kl=0", "tiny10m kl=0.04"}
+            <= {p.split(" (")[0] for p in parts})
     assert any(p.startswith("engine columns") for p in parts)
     md = (tmp_path / "bench.md").read_text()
     assert md.count("Time cap:") == len(parts)
@@ -232,7 +238,8 @@ def test_alternation_rotates_and_a_series_with_fewer_steps_rests_in_the_last_rou
 
     monkeypatch.setattr(bench.alternate, "Worker", FakeWorker)
     series = {"minimal/32": ("minimal", {}), "ours/32": ("ours", {}), "trl/32": ("trl", {})}
-    workers = bench.alternate.alternate(series, warmup=1, steps=4, fewer_steps={"minimal/32": minimal_steps(4)})
+    workers = bench.alternate.alternate(series, warmup=1, steps=4,
+                                        fewer_steps={"minimal/32": minimal_steps(4)})
     # rounds: order rotates by one each round; minimal: warm-up + 2 measured steps, then rests
     assert log == ["minimal/32", "ours/32", "trl/32", "ours/32", "trl/32", "minimal/32",
                    "trl/32", "minimal/32", "ours/32", "ours/32", "trl/32", "ours/32", "trl/32"]

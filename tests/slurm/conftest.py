@@ -34,10 +34,11 @@ def slurm_cluster():
         yield "already running"
         return
     env = {**os.environ, "SLURM_CI_GPUS": os.environ.get("SLURM_CI_GPUS", "0")}
-    up = subprocess.run(["bash", str(DEV_CLUSTER / "up.sh")], capture_output=True, text=True, env=env, timeout=600)
+    up = subprocess.run(["bash", str(DEV_CLUSTER / "up.sh")], capture_output=True, text=True, env=env,
+                        timeout=600)
     if up.returncode == 3:
-        reason = next((line.split("SKIP:", 1)[1].strip() for line in up.stderr.splitlines() if "SKIP:" in line),
-                      up.stderr.strip())
+        reason = next((line.split("SKIP:", 1)[1].strip() for line in up.stderr.splitlines()
+                       if "SKIP:" in line), up.stderr.strip())
         pytest.skip(f"no SLURM dev cluster here: {reason}")
     if up.returncode != 0:
         pytest.fail(f"slurm/dev-cluster/up.sh failed ({up.returncode}):\n{up.stderr[-4000:]}")

@@ -51,4 +51,5 @@ def fake_validate(cells: list[FakeCell]) -> list[dict]:
 
 def fake_aggregate(method: str, scale: str, cells: list[FakeCell]) -> str:
     missing = [c.name for c in cells if not (c.run_dir / "done").exists()]
-    return f"aggregate {method}/{scale}: {len(cells) - len(missing)}/{len(cells)} cells; {len(missing)} missing"
+    return (f"aggregate {method}/{scale}: {len(cells) - len(missing)}/{len(cells)} cells; "
+            f"{len(missing)} missing")

@@ -26,13 +26,16 @@ from experiments.replicate import load_replication, main  # noqa: E402
 from replications import METHODS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-PAPER_SCALES = [(m, p.stem) for m in sorted(METHODS) for p in sorted((ROOT / "replications" / m / "conf" / "scale").glob("paper*.yaml"))]
-# the data set a scale's refusal names when its data folder is empty (None: its benchmarks ship in their packages)
+PAPER_SCALES = [(m, p.stem) for m in sorted(METHODS)
+                for p in sorted((ROOT / "replications" / m / "conf" / "scale").glob("paper*.yaml"))]
+# the data set a scale's refusal names when its data folder is empty (None: its benchmarks ship in their
+# packages)
 FIRST_DATA_SET = {("grpo", "paper"): "GSM8K", ("ccpo", "paper"): "MATH", ("ccpo", "paper_v2"): "MATH",
-                  ("sharp", "paper"): "MuSiQue", ("canopy", "paper"): "AppWorld", ("canopy", "paper_swe"): "SWE-bench Verified",
+                  ("sharp", "paper"): "MuSiQue", ("canopy", "paper"): "AppWorld",
+                  ("canopy", "paper_swe"): "SWE-bench Verified",
                   # scaffolded by make new-method: GRPO's paper data until the method states its own
-                  ("iapo", "paper"): None, ("inflowop", "paper"): "braid_paper", ("river", "paper"): "terminal_bench",
-                  ("skillrise", "paper"): "scienceworld"}
+                  ("iapo", "paper"): None, ("inflowop", "paper"): "braid_paper",
+                  ("river", "paper"): "terminal_bench", ("skillrise", "paper"): "scienceworld"}
 # paper scales whose environment is not registered yet: the dry run refuses, naming it, until it is
 UNREGISTERED_ENV = {("skillrise", "paper"): "scienceworld", ("inflowop", "paper"): "braid_paper",
                     ("river", "paper"): "terminal_bench"}
@@ -66,7 +69,8 @@ def login_node(monkeypatch):
 
 def args(method: str, scale: str, model: Path, data: Path, tmp: Path) -> list[str]:
     return ["--method", method, "--scale", scale, "--cluster", "slurm", "--profile", "slurm-gpu", "--dry-run",
-            f"model.path={model}", f"method.paper_data={data}", f"out_dir={tmp / 'out'}", f"work_dir={tmp / 'work'}"]
+            f"model.path={model}", f"method.paper_data={data}", f"out_dir={tmp / 'out'}",
+            f"work_dir={tmp / 'work'}"]
 
 
 def test_every_paper_scale_is_covered():
@@ -90,11 +94,13 @@ def test_dry_run_prints_a_valid_job_script(method, scale, staged, tmp_path, caps
     script = "#!/bin/bash" + out.split("#!/bin/bash", 1)[1].split("\n# [0]", 1)[0]
     lines = script.splitlines()
     sbatch = [line for line in lines if line.startswith("#SBATCH")]
-    assert all(DIRECTIVE.match(line) for line in sbatch), [line for line in sbatch if not DIRECTIVE.match(line)]
+    assert all(DIRECTIVE.match(line) for line in sbatch), [line for line in sbatch
+                                                          if not DIRECTIVE.match(line)]
     directives = {m.group(1): m.group(2) for m in map(DIRECTIVE.match, sbatch) if m}
-    assert {k: directives[k] for k in ("nodes", "ntasks-per-node", "gpus-per-node", "cpus-per-task", "job-name", "array")} == {
-        "nodes": "1", "ntasks-per-node": "8", "gpus-per-node": "8", "cpus-per-task": "8", "job-name": f"{method}-{scale}",
-        "array": f"0-{cells - 1}%{min(cells, 16)}"}
+    keys = ("nodes", "ntasks-per-node", "gpus-per-node", "cpus-per-task", "job-name", "array")
+    assert {k: directives[k] for k in keys} == {
+        "nodes": "1", "ntasks-per-node": "8", "gpus-per-node": "8", "cpus-per-task": "8",
+        "job-name": f"{method}-{scale}", "array": f"0-{cells - 1}%{min(cells, 16)}"}
     assert directives["signal"] == "USR2@300" and "requeue" in directives and directives["time"] == "1440"
     srun = [line for line in lines if line.startswith("srun ")]
     assert len(srun) == 1 and " -m submitit.core._submit " in srun[0], script
@@ -107,14 +113,17 @@ def test_dry_run_prints_a_valid_job_script(method, scale, staged, tmp_path, caps
     assert len(blocks) == cells and out.count(f"# overrides: scale={scale} ") == cells
     for block in blocks:
         cfg = yaml.safe_load(block.split("\n", 2)[2])
-        assert (cfg["scale"], cfg["model"]["path"], cfg["method"]["paper_data"]) == ("paper", str(model), str(data))
+        assert ((cfg["scale"], cfg["model"]["path"], cfg["method"]["paper_data"])
+                == ("paper", str(model), str(data)))
         assert cfg["trainer"]["accelerator"] == "gpu" and cfg["trainer"]["devices"] == 8
         assert cfg["trainer"]["precision"] == "bf16" and cfg["engine"]["name"] == "vllm"
         if cfg["env"]["name"].startswith("paper_math"):  # the environment reads the papers' data itself
             assert cfg["env"]["path"] == str(data)
-        elif FIRST_DATA_SET[(method, scale)] is not None:  # the method checks it (the suite has no environment for it yet)
+        elif FIRST_DATA_SET[(method, scale)] is not None:
+            # the method checks it (the suite has no environment for it yet)
             assert cfg["method"]["paper_datasets"]
-    assert not (tmp_path / "work" / "launches").exists() and not (tmp_path / "out").exists()  # nothing submitted
+    # nothing submitted
+    assert not (tmp_path / "work" / "launches").exists() and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("method, scale", PAPER_SCALES)
@@ -129,8 +138,10 @@ def test_without_the_data_the_dry_run_is_refused_naming_it(method, scale, staged
         assert rc == 0, err
         return
     assert rc == 2 and len(err.splitlines()) == 1, err
-    if UNREGISTERED_ENV.get((method, scale)) not in (None, *ENVS) or (method, scale) in NOT_READY_ENV:  # refused for its env
+    # refused for its env
+    if UNREGISTERED_ENV.get((method, scale)) not in (None, *ENVS) or (method, scale) in NOT_READY_ENV:
         assert err.startswith("error: cell ") and FIRST_DATA_SET[(method, scale)] in err, err
         return
-    assert err.startswith("error: cell ") and FIRST_DATA_SET[(method, scale)] in err and str(empty) in err, err
+    assert (err.startswith("error: cell ") and FIRST_DATA_SET[(method, scale)] in err
+            and str(empty) in err), err
     assert not (tmp_path / "work").exists()

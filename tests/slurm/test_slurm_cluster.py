@@ -29,7 +29,9 @@ def _run(cmd: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
 
 def _steps(run_dir: Path) -> list[int]:
     path = run_dir / "metrics.jsonl"
-    return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    if not path.exists():
+        return []
+    return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]
 
 
 def _wait_for(predicate, timeout: float, what: str) -> None:
@@ -52,8 +54,10 @@ def test_grpo_smoke_replication_through_slurm(slurm_cluster, tmp_path, warm_cach
     assert first.returncode == 0, first.stdout + first.stderr
     (record_path,) = launches(work)
     record = Launch.load(record_path)
-    assert record.array_job_id and [e.job_id for e in record.entries] == [f"{record.array_job_id}_{i}" for i in (0, 1)]
-    assert "0/2 done · RUNNING 2" in first.stderr and "2/2 done" in first.stderr  # progress while waiting
+    assert record.array_job_id
+    assert [e.job_id for e in record.entries] == [f"{record.array_job_id}_{i}" for i in (0, 1)]
+    # progress while waiting
+    assert "0/2 done · RUNNING 2" in first.stderr and "2/2 done" in first.stderr
     for seed, entry in enumerate(record.entries):
         run_dir = out / "grpo" / "arith" / "grpo" / f"seed-{seed}"
         assert entry.run_dir == str(run_dir)
@@ -65,7 +69,8 @@ def test_grpo_smoke_replication_through_slurm(slurm_cluster, tmp_path, warm_cach
         assert manifest["attempts"] == 1 and manifest["seed"] == seed
         assert _steps(run_dir) == list(range(len(_steps(run_dir)))) and len(_steps(run_dir)) == 4
         assert "final" in json.loads((run_dir / "eval.json").read_text())
-    assert "| arith | GRPO | 2 | 0, 1 | smoke |" in first.stdout  # the runs table of make paper's grpo section
+    # the runs table of make paper's grpo section
+    assert "| arith | GRPO | 2 | 0, 1 | smoke |" in first.stdout
     assert record.aggregate == "experiments.replicate:collect_tables"
     shutil.copytree(work / "warmstart", warm_cache, dirs_exist_ok=True)
 
@@ -87,7 +92,8 @@ def test_requeued_cell_resumes_from_its_checkpoint(slurm_cluster, tmp_path, warm
     from its last Lightning checkpoint and finishes with one metrics row per step."""
     out, work = tmp_path / "out", tmp_path / "work"
     shutil.copytree(warm_cache, work / "warmstart")
-    cmd = [*SMOKE, "--no-wait", f"out_dir={out}", f"work_dir={work}", "trainer.steps=16", "trainer.checkpoint_every=2"]
+    cmd = [*SMOKE, "--no-wait", f"out_dir={out}", f"work_dir={work}", "trainer.steps=16",
+           "trainer.checkpoint_every=2"]
     submit = _run(cmd)
     assert submit.returncode == 0, submit.stdout + submit.stderr
     assert "not waiting" in submit.stdout
@@ -100,7 +106,8 @@ def test_requeued_cell_resumes_from_its_checkpoint(slurm_cluster, tmp_path, warm
         except (OSError, ValueError, KeyError):
             return 0
 
-    _wait_for(lambda: last_checkpoint(run_dir) is not None and len(_steps(run_dir)) >= 3, 300, "the first checkpoint")
+    _wait_for(lambda: last_checkpoint(run_dir) is not None and len(_steps(run_dir)) >= 3, 300,
+              "the first checkpoint")
     subprocess.run(["scontrol", "requeue", job], check=True)
     # while it waits to run again (SLURM holds a requeued job >= 10 s here), follow it ...
     status = _run([sys.executable, "-m", "slurm", "status", "--work-dir", str(work)])
@@ -135,7 +142,8 @@ def test_failed_and_cancelled_cells_are_reported(slurm_cluster, fakes, tmp_path,
     cells = [fakes.FakeCell("fake", "env", arm, 0, "smoke", (), str(tmp_path / "out"), str(tmp_path / "work"))
              for arm in ("ok", "raises", "hangs")]
     refused = launch(cells, "local", wait=True, dry_run=False, validate=fakes.fake_validate,
-                     aggregate=fakes.fake_aggregate, run=fakes.fake_run, profile_overrides={"partition": "nope"})
+                     aggregate=fakes.fake_aggregate, run=fakes.fake_run,
+                     profile_overrides={"partition": "nope"})
     assert refused == 2 and "sbatch refused the job array" in capsys.readouterr().err
     assert not (tmp_path / "work" / "launches").exists() or not launches(tmp_path / "work")
 
@@ -144,7 +152,8 @@ def test_failed_and_cancelled_cells_are_reported(slurm_cluster, fakes, tmp_path,
     assert rc == 0
     record = Launch.load(launches(tmp_path / "work")[-1])
     hangs = record.entries[2]
-    _wait_for(lambda: "fake run" in (hangs.paths().stderr.read_text() if hangs.paths().stderr.exists() else ""),
+    _wait_for(lambda: "fake run" in (hangs.paths().stderr.read_text() if hangs.paths().stderr.exists()
+                                     else ""),
               120, "the `hangs` cell to start")
     subprocess.run(["scancel", hangs.job_id], check=True)
     capsys.readouterr()
@@ -157,5 +166,6 @@ def test_failed_and_cancelled_cells_are_reported(slurm_cluster, fakes, tmp_path,
     assert "raised: ValueError: trainer.lr must be > 0 at run time" in raised
     assert "  | ValueError: trainer.lr must be > 0" in raised  # the log tail
     cancelled = next(block for block in out.split("FAILED ")[1:] if block.startswith("fake/env/hangs"))
-    assert f"SLURM job {hangs.job_id} state CANCELLED" in cancelled and "  | fake run of fake/env/hangs" in cancelled
+    assert f"SLURM job {hangs.job_id} state CANCELLED" in cancelled
+    assert "  | fake run of fake/env/hangs" in cancelled
     assert "aggregate fake/smoke: 1/3 cells; 2 missing" in out

@@ -15,16 +15,20 @@ import pytest
 from slurm.jobs import Launch, launches
 
 REPO = Path(__file__).resolve().parents[2]
-REPLICATE = [sys.executable, "-m", "experiments.replicate", "--method", "grpo", "--scale", "smoke", "--cluster", "slurm"]
+REPLICATE = [sys.executable, "-m", "experiments.replicate", "--method", "grpo", "--scale", "smoke",
+             "--cluster", "slurm"]
 
 
-def _run(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+def _run(cmd: list[str], env: dict[str, str] | None = None,
+         timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
 
 
 def _sacct_steps(job_id: str) -> dict[str, str]:
     """Step name -> its number of tasks."""
-    out = subprocess.run(["sacct", "-n", "-P", "-j", job_id, "-o", "JobID,NTasks"], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(["sacct", "-n", "-P", "-j", job_id, "-o", "JobID,NTasks"], capture_output=True,
+                         text=True, timeout=30)
     return dict(line.split("|") for line in out.stdout.splitlines() if "|" in line)
 
 
@@ -54,8 +58,9 @@ def test_two_ranks_run_as_one_job_of_two_tasks(slurm_cluster, tmp_path):
 def test_dry_run_shows_a_multi_node_job(tmp_path):
     """trainer.num_nodes > 1: checked against the profile, the batch script asks for every node's
     tasks, and the srun layout says which rank runs where."""
-    args = [*REPLICATE, "--dry-run", "--profile", "slurm-gpu", f"out_dir={tmp_path / 'out'}", f"work_dir={tmp_path / 'work'}",
-            "trainer.accelerator=gpu", "trainer.devices=8", "trainer.num_nodes=2"]
+    args = [*REPLICATE, "--dry-run", "--profile", "slurm-gpu", f"out_dir={tmp_path / 'out'}",
+            f"work_dir={tmp_path / 'work'}", "trainer.accelerator=gpu", "trainer.devices=8",
+            "trainer.num_nodes=2"]
     refused = _run(args)
     assert refused.returncode == 2
     assert "trainer.num_nodes=2 but profile slurm-gpu has nodes=1" in refused.stderr
@@ -66,8 +71,10 @@ def test_dry_run_shows_a_multi_node_job(tmp_path):
     for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8", "#SBATCH --gpus-per-node=8"):
         assert line in text
     srun = next(line for line in text.splitlines() if line.startswith("srun "))
-    assert "--kill-on-bad-exit=1" in srun  # a failed rank ends the others instead of leaving them in a collective
+    # a failed rank ends the others instead of leaving them in a collective
+    assert "--kill-on-bad-exit=1" in srun
     assert "# srun: 2 node(s) x 8 task(s) per node = 16 ranks" in text
-    assert "#   node 0: ranks 0, 1, 2, 3, 4, 5, 6, 7, each on GPU SLURM_LOCALID of 8 on its node; rank 0 writes" in text
+    assert ("#   node 0: ranks 0, 1, 2, 3, 4, 5, 6, 7, each on GPU SLURM_LOCALID of 8 on its node; "
+            "rank 0 writes") in text
     assert "#   node 1: ranks 8, 9, 10, 11, 12, 13, 14, 15," in text
     assert not launches(tmp_path / "work")  # nothing submitted, nothing recorded

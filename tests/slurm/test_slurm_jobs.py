@@ -96,4 +96,5 @@ def test_a_launch_recorded_without_a_tables_function_asks_for_one(tmp_path, caps
     loaded = Launch.load(record.path)
     assert loaded.aggregate is None
     assert collect(loaded, wait=False) == 2
-    assert "records no tables function; pass one: python -m slurm collect --entry module:function" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "records no tables function; pass one: python -m slurm collect --entry module:function" in err

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from slurm.jobs import entry_point, load_entry
-from slurm.launch import job_shape
 from slurm.profiles import load_profile
+from slurm.sbatch import job_shape
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,8 @@ def test_shape_is_one_task_per_device():
 
 @pytest.mark.parametrize("profile, overrides, cfg, message", [
     ("slurm-gpu", {}, _cfg("gpu", 4, 1), r"trainer.devices=4 but profile slurm-gpu has gpus_per_node=8"),
-    ("slurm-gpu", {}, _cfg("gpu", 8, 2), r"trainer.num_nodes=2 but profile slurm-gpu has nodes=1.*REPLICATE_SLURM_NODES=2"),
+    ("slurm-gpu", {}, _cfg("gpu", 8, 2),
+     r"trainer.num_nodes=2 but profile slurm-gpu has nodes=1.*REPLICATE_SLURM_NODES=2"),
     ("slurm-gpu", {"nodes": 2}, _cfg("gpu", 8, 1), r"trainer.num_nodes=1 but profile slurm-gpu has nodes=2"),
     ("slurm-gpu", {}, _cfg("cpu", 8, 1), r"trainer.accelerator=cpu"),
     ("slurm", {}, _cfg("gpu", 1, 1), r"trainer.accelerator=gpu but profile slurm has no GPUs"),
@@ -55,8 +56,8 @@ def paper_args(tmp_path):
     model = tmp_path / "deepseek-math-7b-instruct"  # validation only checks the folder exists
     model.mkdir()
     data = write_samples(tmp_path / "data", ["gsm8k", "math"])  # GSM8K and MATH in their published layouts
-    return ["--method", "grpo", "--scale", "paper", "--cluster", "slurm", "--profile", "slurm-gpu", "--dry-run",
-            f"model.path={model}", f"method.paper_data={data}", f"out_dir={tmp_path / 'out'}",
+    return ["--method", "grpo", "--scale", "paper", "--cluster", "slurm", "--profile", "slurm-gpu",
+            "--dry-run", f"model.path={model}", f"method.paper_data={data}", f"out_dir={tmp_path / 'out'}",
             f"work_dir={tmp_path / 'work'}"]
 
 
@@ -109,7 +110,8 @@ def test_cell_job_requeues_the_same_cell_and_forces_only_once(tmp_path, monkeypa
         seen.append(cell.overrides)
         return {"status": "done"}
 
-    cell = Cell("grpo", "arith", "grpo", 0, "smoke", ("scale=smoke", "force=true"), str(tmp_path), str(tmp_path))
+    cell = Cell("grpo", "arith", "grpo", 0, "smoke", ("scale=smoke", "force=true"), str(tmp_path),
+                str(tmp_path))
     job = CellJob(cell, run)
     again = job.checkpoint()
     assert isinstance(again.function, CellJob) and again.function.cell == cell and not again.args
@@ -129,7 +131,7 @@ def test_cell_job_requeues_the_same_cell_and_forces_only_once(tmp_path, monkeypa
 def test_the_launcher_imports_no_method():
     """slurm/ receives what it runs (callables, or names it imports generically): importing it loads
     nothing of replications/ (no import cycle)."""
-    code = ("import sys, slurm, slurm.launch, slurm.jobs, slurm.monitor, slurm.__main__; "
+    code = ("import sys, slurm, slurm.launch, slurm.sbatch, slurm.jobs, slurm.monitor, slurm.__main__; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('replications', 'paper')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
@@ -160,7 +162,8 @@ def test_collect_prints_the_recorded_tables_function(tmp_path, monkeypatch, caps
                     profile={"name": "local", "poll_s": 1}, cell_type="tests.slurm.slurm_fakes:FakeCell",
                     aggregate="tests.slurm.slurm_fakes:fake_aggregate",
                     entries=[Entry({"method": "fake", "env": "env", "arm": "ok", "seed": 0, "scale": "smoke",
-                                    "overrides": [], "out_dir": str(tmp_path / "out"), "work_dir": str(tmp_path)},
+                                    "overrides": [], "out_dir": str(tmp_path / "out"),
+                                    "work_dir": str(tmp_path)},
                                    "fake/env/ok/seed-0", str(run_dir))])
     monkeypatch.setattr(slurm.launch, "sacct", lambda ids: {})
     assert collect(record, wait=False) == 0

@@ -23,7 +23,8 @@ def test_environment_overrides_are_typed_yaml():
     assert p.partition == "long" and p.time_min == 240 and p.account is None
     assert p.setup == ["module load cuda", "source .venv/bin/activate"]
     assert p.sbatch == {"constraint": "a100"}
-    assert load_profile("slurm", environ={"REPLICATE_SLURM_SETUP": "module load x"}).setup == ["module load x"]
+    setup = load_profile("slurm", environ={"REPLICATE_SLURM_SETUP": "module load x"}).setup
+    assert setup == ["module load x"]
 
 
 def test_unknown_or_invalid_settings_are_errors(tmp_path):
