@@ -134,12 +134,12 @@ def step_prompts(s: Setting, steps: int) -> list[list[dict[str, Any]]]:
     import random
 
     from common.config import RunConfig, TrainerConfig
-    from common.method import Method, MethodConfig
+    from common.method import Method, MethodConfig, RunView
     from common.rollout import derive_seed
 
     env = bench_env()
     run = RunConfig(trainer=TrainerConfig(tasks_per_step=s.tasks_per_step))
-    method = Method(MethodConfig(), run, env)
+    method = Method(MethodConfig(), RunView.of(run, env))
     pool = env.task_set()["train"]
     return [method.tasks(pool, k, random.Random(derive_seed(s.seed, k, "tasks"))) for k in range(steps)]
 

@@ -82,7 +82,7 @@ def build_ours(s: Setting, steps: int, callbacks: list[Any]) -> tuple[Any, Any, 
     from common.config import EngineConfig, EvalConfig, KLConfig, RunConfig, SFTConfig, TrainerConfig
     from common.engines import make_engine
     from common.fit import quiet
-    from common.method import Method, MethodConfig
+    from common.method import Method, MethodConfig, RunView
     from common.policy import Policy
     from common.records import RunDir
     from common.trainer import RLModule
@@ -100,7 +100,7 @@ def build_ours(s: Setting, steps: int, callbacks: list[Any]) -> tuple[Any, Any, 
                     trainer=trainer_cfg, engine=engine, eval=EvalConfig(at_start=False, every=0), seed=s.seed,
                     out_dir=out, work_dir=s.work_dir, loggers=[], progress=False, force=True)
     env = bench_env()
-    method = Method(MethodConfig(), cfg, env)
+    method = Method(MethodConfig(), RunView.of(cfg, env))
     run_dir = RunDir.for_run(out, out, "grpo", "bench", "bench", s.seed)
     run_dir.prepare(force=True)
     torch.manual_seed(s.seed)
