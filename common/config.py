@@ -16,6 +16,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from common.util import dotted_get
+
 
 @dataclass
 class ModelConfig:
@@ -352,19 +354,11 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
     return errors
 
 
-def _setting(cfg: RunConfig, key: str) -> Any:
-    """The value of a dotted setting, e.g. 'trainer.steps'."""
-    value: Any = cfg
-    for part in key.split("."):
-        value = getattr(value, part)
-    return value
-
-
 def _size_errors(cfg: RunConfig) -> list[str]:
     """Sizes over their bound (SIZE_LIMITS), and training that would take more than MAX_EPISODES episodes."""
     errors = []
     for key, limit in SIZE_LIMITS.items():
-        value = _setting(cfg, key)
+        value = dotted_get(cfg, key)
         if value > limit:
             errors.append(f"{key}={value} is over its bound {limit} (far above any setup here, common/config.py "
                           f"SIZE_LIMITS); lower it")

@@ -78,7 +78,6 @@ class Turn:
     logprobs: list[float]  # behaviour log-probabilities of action_ids
     text: str  # decoded action text, as the environment received it
     prompt_text: str = ""
-    reward: float | None = None  # optional per-turn reward from the environment
     trainable: bool = True  # False for scripted actors and frozen adapters
     truncated: bool = False  # hit max_new_tokens without a stop
 

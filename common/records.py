@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 import warnings
 from dataclasses import asdict
@@ -44,6 +43,7 @@ from typing import Any
 import yaml
 
 from common.provenance import provenance
+from common.util import atomic_write_json, atomic_write_text, flatten
 
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: a config.yaml is read per cell when planning
 STAGING = ".forcing"  # under out_dir; paper/ skips folders whose name starts with a dot
@@ -56,38 +56,6 @@ class RecordWarning(UserWarning):
 class RunRefused(ValueError):
     """A run that cannot start as asked (a finished or unfinished run of other settings, a checkpoint
     of another run or none that loads); the message is one line: what is wrong and what to do."""
-
-
-def _umask() -> int:
-    try:  # Linux: read it without changing it (os.umask would, for a moment, for every thread)
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `path` whole or not at all, with the mode a plain `open` would give (mkstemp's is 0600)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
 # ---- a run's identity -----------------------------------------------------------------------
@@ -106,19 +74,10 @@ ADDED_SETTINGS = {"env.dev_size": 64, "eval.split": "heldout", "method.update": 
                   "method.paper_data": None, "method.paper_datasets": []}
 
 
-def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(d, dict):
-        return {prefix.rstrip("."): d}
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out.update(_flatten(v, f"{prefix}{k}."))
-    return out
-
-
 def _settings(config: dict[str, Any] | None) -> dict[str, str]:
     """Flat {key: canonical JSON of its value}: a config and its config.yaml (tuples read back as
     lists, NaN as .nan) compare equal."""
-    flat = _flatten(json.loads(json.dumps(config or {}, default=str)))
+    flat = flatten(json.loads(json.dumps(config or {}, default=str)))
     return {k: json.dumps(v, sort_keys=True) for k, v in flat.items() if k not in RESUME_IRRELEVANT}
 
 

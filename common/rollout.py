@@ -201,9 +201,7 @@ class Rollout:
             episode.success = bool(result.success)
             episode.info.update(result.info)
             slot.obs = None  # type: ignore[assignment]
-        else:
-            if result.reward:
-                turn.reward = float(result.reward)
+        else:  # a reward returned before the end is not kept: every method reads the outcome
             slot.obs = result.next
 
     def counters(self) -> dict[str, int]:

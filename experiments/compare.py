@@ -50,6 +50,7 @@ from typing import Any
 import yaml
 
 from common.records import config_changes
+from common.util import dotted_get, dotted_set, flatten
 from experiments.replicate import (
     Cell,
     _plain_config,
@@ -118,28 +119,6 @@ def matrix(methods: list[str], settings: dict[str, Setting]) -> dict[tuple[str, 
 
 
 # ---- one cell's config ---------------------------------------------------------------------------
-def _get(d: dict[str, Any], key: str) -> Any:
-    for part in key.split("."):
-        d = d[part]
-    return d
-
-
-def _set(d: dict[str, Any], key: str, value: Any) -> None:
-    *parents, last = key.split(".")
-    for part in parents:
-        d = d[part]
-    d[last] = copy.deepcopy(value)
-
-
-def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(d, dict) or not d:
-        return {prefix[:-1]: d} if prefix else {}
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out.update(_flat(v, f"{prefix}{k}."))
-    return out
-
-
 def hydra_value(v: Any) -> str:
     """A value in Hydra's override grammar (strings quoted, so any character survives)."""
     if v is None:
@@ -176,7 +155,7 @@ def target_config(method: str, setting: Setting, scale: str, arm: str, out_sub: 
     own = _config(method, (f"scale={scale}", f"arm={arm}"))
     target = home
     for key in RECIPE:
-        _set(target, key, _get(own, key))
+        dotted_set(target, key, copy.deepcopy(dotted_get(own, key)))
     target["arm"] = arm
     target["out_dir"] = f"{out_root or home['out_dir']}/{out_sub}"
     return target
@@ -185,11 +164,11 @@ def target_config(method: str, setting: Setting, scale: str, arm: str, out_sub: 
 def overrides_for(method: str, target: dict[str, Any], scale: str) -> tuple[str, ...]:
     """Hydra overrides of `method`'s tree that compose to `target` exactly (checked)."""
     base = (f"scale={scale}", f"arm={target['arm']}")
-    start, want = _flat(_config(method, base)), _flat(target)
+    start, want = flatten(_config(method, base), keep_empty=True), flatten(target, keep_empty=True)
     changes = [f"++{k}={hydra_value(v)}" for k, v in want.items() if k not in start or start[k] != v]
     changes += [f"~{k}" for k in start if k not in want]
     overrides = (*base, *changes)
-    got = _flat(_config(method, overrides))
+    got = flatten(_config(method, overrides), keep_empty=True)
     wrong = sorted(k for k in want.keys() | got.keys() if want.get(k, "(absent)") != got.get(k, "(absent)"))
     if wrong:
         raise ValueError(f"{method} on {target['env'].get('tag')}: the overrides do not compose to the cell's config "

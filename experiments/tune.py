@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from common.provenance import cpu_info
-from common.records import atomic_write_json
+from common.util import atomic_write_json
 from experiments.replicate import (
     Cell,
     launch_local,

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import importlib.machinery
 import keyword
-import os
 import re
 import sys
 from pathlib import Path
+
+from common.util import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = Path("replications") / "_template"
@@ -134,12 +135,6 @@ def check_rendered(files: dict[Path, str], name: str, root: Path) -> None:
                       "one claim")
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def scaffold(name: str, root: Path = ROOT) -> list[Path]:
     """Write the new method under `root` and register it; returns the files written."""
     check_name(name, root)
@@ -149,7 +144,7 @@ def scaffold(name: str, root: Path = ROOT) -> list[Path]:
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
-    _write(root / REGISTRY, registry)
+    atomic_write_text(root / REGISTRY, registry)
     return [*files, REGISTRY]
 
 

@@ -79,7 +79,7 @@ class Launch:
         return Path(self.work_dir) / "launches" / self.id / "%j"
 
     def save(self) -> Path:
-        from common.records import atomic_write_json
+        from common.util import atomic_write_json
 
         atomic_write_json(self.path, dataclasses.asdict(self))
         return self.path

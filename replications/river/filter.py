@@ -23,7 +23,6 @@ derivation by hand.
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -117,6 +116,3 @@ def random_subset(n_pool: int, size: int, seed: int) -> list[int]:
     """The control: `size` train indices drawn uniformly without replacement (sorted)."""
     return sorted(random.Random(seed).sample(range(n_pool), size))
 
-
-def dump(report: FilterReport) -> str:
-    return json.dumps(report.to_json(), indent=1, sort_keys=True)

@@ -39,6 +39,7 @@ import numpy as np
 from common.credit import BROADCAST, Credit
 from common.episode import Group, Task, tasks_of
 from common.method import Method, MethodConfig, RunView
+from common.util import atomic_write_text
 from replications.river.behaviour import behaviour
 from replications.river.filter import FilterReport, audit_rates, random_subset, river_filter
 from replications.river.penalty import jaccard, repeated_turns, repetition_penalty
@@ -115,10 +116,7 @@ class River(Method):
                 tasks = [t.data for t in tasks_of(self.env.task_set()["train"])]
                 rates = audit_rates(self.cfg.audit_agreement, self.cfg.audit_flag_precision, self.cfg.audit_clean_precision)
                 self.report = river_filter(tasks, self._oracle(), rates, self.cfg.filter_seed, self.cfg.oracle_tries)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(self.report.to_json(), sort_keys=True))
-                tmp.replace(path)
+                atomic_write_text(path, json.dumps(self.report.to_json(), sort_keys=True))
         return self.report
 
     def _oracle(self) -> Any:

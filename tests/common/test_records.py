@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from common.config import RunConfig
-from common.records import RecordWarning, RunDir, RunRefused, atomic_write_text, run_key
+from common.records import RecordWarning, RunDir, RunRefused, run_key
+from common.util import atomic_write_text
 
 
 def _config(**trainer) -> dict:
