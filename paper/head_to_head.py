@@ -22,10 +22,17 @@ Per environment:
 was set before any head-to-head run, as a card's margin is. The matrix figure shows every method
 (rows) against every environment of experiments/compare.yaml (columns): the difference to GRPO
 with its interval, grey where the method does not apply, "missing" where it applies and has no run.
+
+Which methods and environments, where each method applies and how many seeds each environment runs
+are read from `<results>/compare/plan-<scale>.json`, the plan `make compare` leaves there as data
+(experiments/compare.py: `write_plan`; the cpu scale's is committed): this module imports neither the
+runner nor the methods. Without that file the section says so and draws no matrix; a file that is not
+a plan is also a problem `--strict` fails on.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass
@@ -148,16 +155,52 @@ def load_compare(root: Path) -> tuple[Results, dict[str, Results]]:
     return steps, tokens
 
 
-def _expected(scale: str) -> tuple[list[str], list[str], dict[tuple[str, str], bool], dict[str, int]]:
-    """Methods, env tags, applicability and seeds per env (the home replication's at `scale`)."""
-    from experiments.compare import load_settings, matrix
-    from experiments.replicate import load_replication
-    from replications import METHODS
+@dataclass(frozen=True)
+class Plan:
+    """What `make compare` plans at one scale, as it left it in `<results>/compare/plan-<scale>.json`
+    (experiments/compare.py, `write_plan`): the matrix's rows and columns, where each method applies and
+    each env's seeds (the home replication's at the scale)."""
 
-    settings = load_settings()
-    methods = sorted(METHODS, key=lambda m: (m != BASELINE, m))
-    seeds = {t: len(load_replication(s.home).seeds.get(scale, [])) for t, s in settings.items()}
-    return methods, list(settings), matrix(methods, settings), seeds
+    methods: list[str]  # GRPO first, then alphabetically
+    envs: list[str]  # env tags, in experiments/compare.yaml's order
+    applies: dict[tuple[str, str], bool]  # (method, env tag) -> whether the method runs there
+    seeds: dict[str, int]  # env tag -> how many seeds the comparison runs there
+
+
+def plan_path(root: Path, scale: str) -> Path:
+    return root / "compare" / f"plan-{scale}.json"
+
+
+def _strings(value: object, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise ValueError(f"{what} is not a list of names")
+    return value
+
+
+def load_plan(root: Path, scale: str) -> Plan | None:
+    """The plan at `scale`, None when there is none; ValueError (one line) when the file is not one."""
+    path = plan_path(root, scale)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"not readable JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    if data.get("scale") != scale:
+        raise ValueError(f"its scale is {data.get('scale')!r}, not {scale!r}")
+    methods, envs = _strings(data.get("methods"), "methods"), _strings(data.get("envs"), "envs")
+    applies, seeds = data.get("applies"), data.get("seeds")
+    if not isinstance(applies, dict) or not all(
+            isinstance(applies.get(m), dict) and all(isinstance(applies[m].get(e), bool) for e in envs)
+            for m in methods):
+        raise ValueError("applies does not say for every method and env whether the method applies")
+    if not isinstance(seeds, dict) or not all(
+            isinstance(seeds.get(e), list) and all(type(s) is int for s in seeds[e]) for e in envs):
+        raise ValueError("seeds does not list the seeds of every env")
+    return Plan(sorted(methods, key=lambda m: (m != BASELINE, m)), envs,
+                {(m, e): applies[m][e] for m in methods for e in envs}, {e: len(seeds[e]) for e in envs})
 
 
 def _cell(v: Versus | str | None) -> str:
@@ -197,9 +240,9 @@ def tables(comparisons: list[EnvComparison], scale: str) -> list[Table]:
     return out
 
 
-def matrix_table(comparisons: list[EnvComparison], scale: str) -> tuple[Table, list[str]]:
+def matrix_table(comparisons: list[EnvComparison], scale: str, plan: Plan) -> tuple[Table, list[str]]:
     """Methods x environments: the difference to GRPO at equal steps, n/a, or what is missing."""
-    methods, envs, applies, seeds = _expected(scale)
+    methods, envs, applies, seeds = plan.methods, plan.envs, plan.applies, plan.seeds
     by_env = {c.env: c for c in comparisons}
     rows, missing = [], []
     for m in methods:
@@ -225,11 +268,11 @@ def matrix_table(comparisons: list[EnvComparison], scale: str) -> tuple[Table, l
                  f"(scale {scale}); n/a: the method does not apply", ["method", *envs], rows), missing
 
 
-def matrix_figure(comparisons: list[EnvComparison], scale: str, out_dir: Path) -> list[Path]:
+def matrix_figure(comparisons: list[EnvComparison], scale: str, out_dir: Path, plan: Plan) -> list[Path]:
     from paper.figures import new_figure, save
 
-    methods, envs, applies, _ = _expected(scale)
-    methods = [m for m in methods if m != BASELINE]
+    envs, applies = plan.envs, plan.applies
+    methods = [m for m in plan.methods if m != BASELINE]
     by_env = {c.env: c for c in comparisons}
     est = np.full((len(methods), len(envs)), np.nan)
     text = [["" for _ in envs] for _ in methods]
@@ -284,8 +327,19 @@ def build_compare(root: Path, out_dir: Path | None, scale: str | None = None) ->
         at = steps.at_scale(sc)
         tok = {m: r.at_scale(sc) for m, r in tokens.items()}
         comparisons = [compare_env(e, at, tok) for e in sorted({r.env for r in at.runs})]
-        matrix, missing = matrix_table(comparisons, sc)
-        out += [f"### Scale {sc}", "", matrix.markdown()]
+        out += [f"### Scale {sc}", ""]
+        plan, why = _plan(root, sc)
+        matrix: Table | None = None
+        missing: list[str] = []
+        if why:
+            problems.append(f"{plan_path(root, sc)}: {why}")
+        if plan is None:
+            state = f"`{plan_path(root, sc)}` is {why}" if why else f"there is no `{plan_path(root, sc)}`"
+            out += [f"No matrix at scale {sc}: {state}; `make compare SCALE={sc}` writes that plan (which "
+                    "methods apply where, the seeds per environment).", ""]
+        else:
+            matrix, missing = matrix_table(comparisons, sc, plan)
+            out += [matrix.markdown()]
         if not at.runs:
             out += [f"No head-to-head runs at scale {sc} under `{root}/compare/steps` yet: "
                     f"`make compare SCALE={sc}` fills the matrix.", ""]
@@ -293,12 +347,21 @@ def build_compare(root: Path, out_dir: Path | None, scale: str | None = None) ->
             out += ["Missing cells: " + "; ".join(missing) + ".", ""]
         written = tables(comparisons, sc) if at.runs else []
         if out_dir is not None:
-            for t in [matrix, *written]:
+            for t in [*([matrix] if matrix is not None else []), *written]:
                 t.write(out_dir / "tables")
-            if at.runs:
-                png = next((p for p in matrix_figure(comparisons, sc, out_dir / "figures") if p.suffix == ".png"), None)
+            if at.runs and plan is not None:
+                png = next((p for p in matrix_figure(comparisons, sc, out_dir / "figures", plan)
+                            if p.suffix == ".png"), None)
                 if png is not None:
                     out += [f"![head to head]({os.path.relpath(png, out_dir)})", ""]
         for t in written:
             out += [f"**{t.caption}**", "", t.markdown()]
     return "\n".join(out) + "\n", problems
+
+
+def _plan(root: Path, scale: str) -> tuple[Plan | None, str | None]:
+    """`load_plan`, and why a file there is not a plan (`--strict` fails on it)."""
+    try:
+        return load_plan(root, scale), None
+    except ValueError as e:
+        return None, f"not a plan of the comparison ({e})"

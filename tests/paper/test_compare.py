@@ -15,9 +15,10 @@ import yaml
 
 from paper import build
 from paper.claims import HOLDS, INCONCLUSIVE, NO_EFFECT, OPPOSITE
-from paper.head_to_head import MARGIN, build_compare, compare_env, load_compare, ranking, versus
+from paper.head_to_head import MARGIN, build_compare, compare_env, load_compare, load_plan, ranking, versus
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+PLAN = Path(__file__).resolve().parents[2] / "results" / "compare" / "plan-cpu.json"  # make compare's, committed
 _spec = importlib.util.spec_from_file_location("make_fixtures", FIXTURES / "make_fixtures.py")
 assert _spec and _spec.loader
 fx = importlib.util.module_from_spec(_spec)
@@ -67,6 +68,8 @@ def results(tmp_path: Path) -> Path:
     root = tmp_path / "results"
     shutil.copytree(FIXTURES / "results", root)
     steps = root / "compare" / "steps"
+    steps.mkdir(parents=True)
+    shutil.copy(PLAN, root / "compare" / "plan-cpu.json")
     for s in range(5):
         write(steps, "grpo", "arith", "grpo", s, 0.40 + 0.01 * s, tokens=1000)
         write(steps, "canopy", "arith", "full", s, 0.50 + 0.01 * s + 0.002 * (s % 2), tokens=1500)
@@ -106,3 +109,31 @@ def test_make_paper_strict_with_compare_absent_partial_and_present(results, tmp_
     write(results / "compare" / "steps", "grpo", "arith", "grpo", 0, 0.4)
     (broken / "eval.json").write_text("{")
     assert [p for p in build_compare(results, None)[1] if "invalid run" in p and str(broken) in p]  # --strict fails on it
+
+
+def test_the_matrix_is_the_plans_and_without_a_plan_there_is_none(results, tmp_path):
+    plan = load_plan(results, "cpu")
+    assert plan is not None and plan.methods[0] == "grpo" and plan.seeds["arith"] == 7
+    assert plan.applies["ccpo", "thinker_solver-freeride"] and not plan.applies["ccpo", "arith"]
+    (results / "compare" / "plan-cpu.json").unlink()
+    text, problems = build_compare(results, tmp_path / "out")
+    assert problems == [] and "No matrix at scale cpu: there is no `" in text and "plan-cpu.json`" in text
+    assert "| arith | canopy |" in text  # the runs that exist are still compared
+    assert not (tmp_path / "out" / "tables" / "compare-matrix-cpu.md").exists()
+    assert not (tmp_path / "out" / "figures" / "compare-matrix-cpu.png").exists()
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    ("{", "not readable JSON"), ("[]", "not a JSON object"), ('{"scale": "smoke"}', "its scale is 'smoke'"),
+    ('{"scale": "cpu", "methods": ["grpo"], "envs": ["arith"], "applies": {}, "seeds": {"arith": [0]}}',
+     "applies does not say"),
+    ('{"scale": "cpu", "methods": ["grpo"], "envs": ["arith"], "applies": {"grpo": {"arith": true}}, "seeds": {}}',
+     "seeds does not list"),
+])
+def test_a_plan_that_is_not_one_is_a_problem_not_a_crash(results, content, why):
+    (results / "compare" / "plan-cpu.json").write_text(content)
+    with pytest.raises(ValueError, match=why):
+        load_plan(results, "cpu")
+    text, problems = build_compare(results, None)
+    assert [p for p in problems if "plan-cpu.json: not a plan of the comparison" in p and why in p]
+    assert "No matrix at scale cpu: `" in text and why in text
