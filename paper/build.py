@@ -4,7 +4,7 @@
 
 Reads only `results/<method>/<env>/<arm>/seed-<k>/` (finished runs: those with a `done` marker),
 the YAML front matter of `replications/<method>/CARD.md` and the extra tables a method declares
-in `replications/<method>/tables.py` (paper/extras.py). Writes `<out>/tables/*.{md,tex}`,
+in `tables.py` beside its card, `replications/<method>/tables.py` (paper/extras.py, loaded from its path). Writes `<out>/tables/*.{md,tex}`,
 `<out>/figures/*.{png,pdf}`, `<out>/REPORT.md` and `<out>/claims.json` (every claim's verdict, seeds,
 estimate, interval, margin, seeds needed, controls and confounds: paper/claims.py); tables and figures left from an earlier build
 are removed first, so the outputs always match the results. Invalid runs (listed in the report,
@@ -28,7 +28,7 @@ from pathlib import Path
 from paper import figures
 from paper.cards import Card, load_cards
 from paper.claims import INVALID, RULE, claim_json, evaluate_card
-from paper.extras import build_extra, extra_tables
+from paper.extras import ExtraTable, build_extra, load_tables, tables_file
 from paper.head_to_head import build_compare
 from paper.load import Results, load_results
 from paper.report import MethodSection, method_section, runs_table, summary
@@ -50,8 +50,10 @@ def clean(out_dir: Path) -> None:
                 p.unlink()
 
 
-def section(method: str, results: Results, card: Card | None, card_error: str | None) -> MethodSection:
-    """Every table of one method's section (its figures are drawn by `build`); nothing is written."""
+def section(method: str, results: Results, card: Card | None, card_error: str | None,
+            card_dirs: list[Path]) -> MethodSection:
+    """Every table of one method's section (its figures are drawn by `build`); nothing is written. The
+    method's own tables are those of the `tables.py` beside its card in `card_dirs` (paper/extras.py)."""
     s = MethodSection(method, card, card_error)
     runs = results.of(method)
     if card:
@@ -71,17 +73,26 @@ def section(method: str, results: Results, card: Card | None, card_error: str | 
     except (KeyError, ValueError, TypeError) as e:  # a result file that parses but lacks what a table needs
         s.build_error = f"{type(e).__name__}: {e}"
         s.tables.pop("final", None)
+    path = tables_file(method, card_dirs)
+    declared: dict[str, ExtraTable] = {}
     try:
-        declared = extra_tables(method)
+        declared = load_tables(method, path) if path is not None else {}
     except Exception as e:  # noqa: BLE001 - a broken tables.py is one method's error, not the whole report's
-        s.extra_errors[f"replications/{method}/tables.py"] = f"does not import: {type(e).__name__}: {e}"
-        declared = {}
+        s.extra_errors[_shown(path)] = f"does not import: {type(e).__name__}: {e}"
     for name, table_fn in declared.items():
         try:
             s.extras[name] = build_extra(method, name, table_fn, runs)
         except Exception as e:  # noqa: BLE001 - runs that lack what the method's table reads
             s.extra_errors[name] = f"{type(e).__name__}: {e}"
     return s
+
+
+def _shown(path: Path | None) -> str:
+    """`path` as the report names it: relative to the working folder when under it."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix() if path else str(path)
+    except ValueError:
+        return str(path)
 
 
 def draw_figures(s: MethodSection, results: Results, figures_dir: Path) -> None:
@@ -120,7 +131,7 @@ def build(results_root: Path, out_dir: Path, card_dirs: list[Path]) -> tuple[Pat
     methods = sorted(set(results.methods()) | set(cards) | set(card_errors), key=method_order)
     sections = []
     for method in methods:
-        s = section(method, results, cards.get(method), card_errors.get(method))
+        s = section(method, results, cards.get(method), card_errors.get(method), card_dirs)
         draw_figures(s, results, figures_dir)
         for table in [*s.tables.values(), *s.extras.values()]:
             table.write(tables_dir)
@@ -158,8 +169,9 @@ def method_tables(method: str, results_root: Path, scale: str | None = None,
     results = load_results(results_root)
     if scale is not None:
         results = results.at_scale(scale)
-    cards, card_errors = load_cards(card_dirs if card_dirs is not None else [REPO / "replications"])
-    s = section(method, results, cards.get(method), card_errors.get(method))
+    card_dirs = card_dirs if card_dirs is not None else [REPO / "replications"]
+    cards, card_errors = load_cards(card_dirs)
+    s = section(method, results, cards.get(method), card_errors.get(method), card_dirs)
     return method_section(s, results, Path.cwd())
 
 
