@@ -4,14 +4,16 @@
 
 Reads only `results/<method>/<env>/<arm>/seed-<k>/` (finished runs: those with a `done` marker),
 the YAML front matter of `replications/<method>/CARD.md` and the extra tables a method declares
-in `tables.py` beside its card, `replications/<method>/tables.py` (paper/extras.py, loaded from its path). Writes `<out>/tables/*.{md,tex}`,
-`<out>/figures/*.{png,pdf}`, `<out>/REPORT.md` and `<out>/claims.json` (every claim's verdict, seeds,
-estimate, interval, margin, seeds needed, controls and confounds: paper/claims.py); tables and figures left from an earlier build
-are removed first, so the outputs always match the results. Invalid runs (listed in the report,
-never counted), cards that do not parse and claims or tables that cannot be evaluated are
-warnings on stderr; `--strict` makes them exit 1.
+in `tables.py` beside its card, `replications/<method>/tables.py` (paper/extras.py, loaded from its
+path). Writes `<out>/tables/*.{md,tex}`, `<out>/figures/*.{png,pdf}`, `<out>/REPORT.md` and
+`<out>/claims.json` (every claim's verdict, seeds, estimate, interval, margin, seeds needed, controls
+and confounds: paper/claims.py); tables and figures left from an earlier build are removed first,
+so the outputs always match the results. Invalid runs (listed in the report, never counted), cards
+that do not parse and claims or tables that cannot be evaluated are warnings on stderr; `--strict`
+makes them exit 1.
 
-`results/compare/` (`make compare`'s runs) is read by paper/head_to_head.py: the head-to-head section.
+`results/compare/` (`make compare`'s runs and its plan, `plan-<scale>.json`) is read by
+paper/head_to_head.py: the head-to-head section.
 
 `method_tables(method, results)` is one method's section alone, as `make replicate-<method>`
 prints it after its runs.
@@ -113,10 +115,12 @@ def draw_figures(s: MethodSection, results: Results, figures_dir: Path) -> None:
 
 def problems(results: Results, sections: list[MethodSection], card_errors: dict[str, str]) -> list[str]:
     """Everything `--strict` fails on: invalid runs, cards, tables and claims that cannot be evaluated."""
-    errors = [f"{p.path}: invalid run, not counted: {p.reason}" for p in results.problems if p.kind == "invalid"]
+    errors = [f"{p.path}: invalid run, not counted: {p.reason}"
+              for p in results.problems if p.kind == "invalid"]
     errors += list(card_errors.values()) + [f"{s.method}: {s.build_error}" for s in sections if s.build_error]
     errors += [f"{s.method}: extra table {name}: {e}" for s in sections for name, e in s.extra_errors.items()]
-    errors += [f"{cr.claim.id}: {cr.note}" for s in sections for cr in s.claim_results if cr.verdict == INVALID]
+    errors += [f"{cr.claim.id}: {cr.note}"
+               for s in sections for cr in s.claim_results if cr.verdict == INVALID]
     return errors
 
 
@@ -157,7 +161,8 @@ def build(results_root: Path, out_dir: Path, card_dirs: list[Path]) -> tuple[Pat
 def write_claims_json(sections: list[MethodSection], path: Path) -> None:
     """Every claim of every card, as REPORT.md decides it (deterministic: no dates, sorted keys)."""
     claims = [claim_json(s.method, cr, s.card) for s in sections if s.card for cr in s.claim_results]
-    path.write_text(json.dumps({"rule": RULE, "claims": claims}, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    text = json.dumps({"rule": RULE, "claims": claims}, indent=1, sort_keys=True, ensure_ascii=False)
+    path.write_text(text + "\n")
 
 
 def method_tables(method: str, results_root: Path, scale: str | None = None,
@@ -178,14 +183,17 @@ def method_tables(method: str, results_root: Path, scale: str | None = None,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m paper.build", description=__doc__.splitlines()[0])
     parser.add_argument("--results", default="results", help="root of the run directories (default: results)")
-    parser.add_argument("--out", default="paper", help="output folder for tables/, figures/, REPORT.md (default: paper)")
+    parser.add_argument("--out", default="paper",
+                        help="output folder for tables/, figures/, REPORT.md (default: paper)")
     parser.add_argument("--cards", action="append", default=None,
                         help="folder holding <method>/CARD.md; repeat for several (default: replications)")
     parser.add_argument("--strict", action="store_true",
-                        help="exit 1 if a finished run is invalid, or a card, a table or a claim cannot be evaluated")
+                        help="exit 1 if a finished run is invalid, or a card, a table or a claim cannot be "
+                             "evaluated")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    report, errors = build(Path(args.results), Path(args.out), [Path(c) for c in args.cards or ["replications"]])
+    card_dirs = [Path(c) for c in args.cards or ["replications"]]
+    report, errors = build(Path(args.results), Path(args.out), card_dirs)
     for e in errors:
         print(f"warning: {e}", file=sys.stderr)
     print(f"wrote {report} and its tables and figures in {time.perf_counter() - start:.1f} s")

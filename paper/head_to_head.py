@@ -90,6 +90,9 @@ def tokens_of(runs: list[Run]) -> float:
     return float(np.mean(t)) if t else math.nan
 
 
+Rank = tuple[str, stats.Interval, tuple[float, float], float]  # method, mean, rank interval, P(first)
+
+
 @dataclass
 class EnvComparison:
     env: str
@@ -98,10 +101,10 @@ class EnvComparison:
     vs_grpo_steps: dict[str, Versus]
     vs_grpo_tokens: dict[str, Versus | str]  # a comparison, or why there is none yet
     pairs: list[Versus]
-    ranking: list[tuple[str, stats.Interval, tuple[float, float], float]]  # method, mean, rank interval, P(first)
+    ranking: list[Rank]
 
 
-def ranking(scores: dict[str, dict[int, float]], seed: int = 0) -> list[tuple[str, stats.Interval, tuple[float, float], float]]:
+def ranking(scores: dict[str, dict[int, float]], seed: int = 0) -> list[Rank]:
     """Methods by mean score; each rank's 95% interval and P(first) from resampling the shared seeds."""
     methods = sorted(scores, key=lambda m: -np.mean(list(scores[m].values())))
     shared = sorted(set.intersection(*(set(v) for v in scores.values()))) if scores else []
@@ -151,7 +154,8 @@ def compare_env(env: str, steps: Results, tokens: dict[str, Results]) -> EnvComp
 def load_compare(root: Path) -> tuple[Results, dict[str, Results]]:
     steps = load_results(root / "compare" / "steps")
     tokens_root = root / "compare" / "tokens"
-    tokens = {p.name: load_results(p) for p in sorted(tokens_root.iterdir()) if p.is_dir()} if tokens_root.is_dir() else {}
+    tokens = ({p.name: load_results(p) for p in sorted(tokens_root.iterdir()) if p.is_dir()}
+              if tokens_root.is_dir() else {})
     return steps, tokens
 
 
@@ -218,10 +222,11 @@ def tables(comparisons: list[EnvComparison], scale: str) -> list[Table]:
         for m, v in c.vs_grpo_steps.items():
             rows.append([c.env, m, f"{fmt(c.tokens[m] / 1e3)}k vs {fmt(c.tokens[BASELINE] / 1e3)}k", _cell(v),
                          _cell(c.vs_grpo_tokens.get(m))])
-    out.append(Table(f"compare-vs-grpo-{scale}", f"Each method minus GRPO, final held-out {METRIC}, paired by seed "
+    out.append(Table(f"compare-vs-grpo-{scale}",
+                     f"Each method minus GRPO, final held-out {METRIC}, paired by seed "
                      f"(scale {scale}, margin {MARGIN})",
-                     ["env", "method", "generated tokens (method vs GRPO)", "equal steps", "equal generated tokens"],
-                     rows))
+                     ["env", "method", "generated tokens (method vs GRPO)", "equal steps",
+                      "equal generated tokens"], rows))
     rows = []
     for c in comparisons:
         for v in c.pairs:
@@ -235,8 +240,10 @@ def tables(comparisons: list[EnvComparison], scale: str) -> list[Table]:
         for i, (m, mean, (lo, hi), p1) in enumerate(c.ranking, 1):
             rank = "—" if math.isnan(lo) else (f"{lo:.0f}" if lo == hi else f"{lo:.0f}–{hi:.0f}")
             rows.append([c.env, str(i), m, fmt_ci(mean), str(len(c.scores[m])), rank, fmt(p1)])
-    out.append(Table(f"compare-ranking-{scale}", f"Ranking per environment by final held-out {METRIC} (scale {scale})",
-                     ["env", "rank", "method", f"{METRIC} [95% CI]", "seeds", "rank 95% interval", "P(first)"], rows))
+    out.append(Table(f"compare-ranking-{scale}",
+                     f"Ranking per environment by final held-out {METRIC} (scale {scale})",
+                     ["env", "rank", "method", f"{METRIC} [95% CI]", "seeds", "rank 95% interval",
+                      "P(first)"], rows))
     return out
 
 
@@ -290,14 +297,16 @@ def matrix_figure(comparisons: list[EnvComparison], scale: str, out_dir: Path, p
     fig, axes = new_figure(1, 1, (2.4 + 1.7 * len(envs), 1.2 + 0.7 * len(methods)))
     ax = axes[0, 0]
     lim = max(0.05, float(np.nanmax(np.abs(est)))) if np.isfinite(est).any() else 0.05
-    grey = np.where(np.array([[applies[m, e] for e in envs] for m in methods]), np.nan, 1.0)  # n/a: light grey
+    # n/a: light grey
+    grey = np.where(np.array([[applies[m, e] for e in envs] for m in methods]), np.nan, 1.0)
     ax.imshow(grey, cmap="Greys", vmin=0, vmax=4, aspect="auto")
     image = ax.imshow(est, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
     fig.colorbar(image, ax=ax, label=f"method − GRPO, final held-out {METRIC}")
     for i in range(len(methods)):
         for j in range(len(envs)):
             dark = np.isfinite(est[i, j]) and abs(est[i, j]) > 0.6 * lim  # white text on the deepest colours
-            ax.text(j, i, text[i][j], ha="center", va="center", fontsize=7, color="white" if dark else "black")
+            ax.text(j, i, text[i][j], ha="center", va="center", fontsize=7,
+                    color="white" if dark else "black")
     ax.set_xticks(range(len(envs)), envs, rotation=30, ha="right")
     ax.set_yticks(range(len(methods)), methods)
     ax.grid(False)
@@ -313,16 +322,17 @@ def compare_section(root: Path, scale: str | None = None, out_dir: Path | None =
 
 
 def build_compare(root: Path, out_dir: Path | None, scale: str | None = None) -> tuple[str, list[str]]:
-    """The section's text and the problems `--strict` fails on (invalid runs under compare/)."""
+    """The section's text and the problems `--strict` fails on (invalid runs under compare/, a plan
+    that is not one)."""
     steps, tokens = load_compare(root)
     problems = [f"{p.path}: invalid run, not counted: {p.reason}" for r in (steps, *tokens.values())
                 for p in r.problems if p.kind == "invalid"]
     scales = [scale] if scale else sorted({r.config.get("scale", "cpu") for r in steps.runs}) or ["cpu"]
     out = ["## Head to head (`make compare`)", "",
-           f"Every method on every environment where it applies (declared: `Method.needs`, `Environment.offers`), "
-           f"its compare arm and GRPO on one budget per environment and the same seeds, read from `{root}/compare/`. "
-           f"Differences are paired by seed; verdicts follow the suite's rule against a margin of {MARGIN} "
-           f"(paper/head_to_head.py).", ""]
+           "Every method on every environment where it applies (declared: `Method.needs`, "
+           "`Environment.offers`), its compare arm and GRPO on one budget per environment and the same "
+           f"seeds, read from `{root}/compare/`. Differences are paired by seed; verdicts follow the "
+           f"suite's rule against a margin of {MARGIN} (paper/head_to_head.py).", ""]
     for sc in scales:
         at = steps.at_scale(sc)
         tok = {m: r.at_scale(sc) for m, r in tokens.items()}
