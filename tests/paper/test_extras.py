@@ -34,8 +34,9 @@ def test_a_tables_file_is_loaded_from_its_path_not_imported_as_a_package(tmp_pat
     folder.mkdir(parents=True)
     (folder / "CARD.md").write_text("---\nmethod: solo\n---\n")
     assert tables_file("solo", [tmp_path / "cards"]) is None  # a card without tables.py
-    (folder / "tables.py").write_text("from paper.tables import Table\n"
-                                      "EXTRA_TABLES = {'n': lambda runs: Table('x', 'N', ['n'], [[str(len(runs))]])}\n")
+    (folder / "tables.py").write_text(
+        "from paper.tables import Table\n"
+        "EXTRA_TABLES = {'n': lambda runs: Table('x', 'N', ['n'], [[str(len(runs))]])}\n")
     declared = extra_tables("solo", [tmp_path / "cards"])
     assert declared["n"]([]).rows == [["0"]] and declared["n"].__module__ == "method_tables_solo"
     (folder / "tables.py").write_text("import numpyy\n")
