@@ -123,11 +123,6 @@ def matrix(methods: list[str], settings: dict[str, Setting]) -> dict[tuple[str, 
 
 
 # ---- the comparison as data, for the paper -------------------------------------------------------
-def plan_path(out_root: str | Path, scale: str) -> Path:
-    """`<out_root>/compare/plan-<scale>.json`: what paper/head_to_head.py reads instead of this module."""
-    return Path(out_root) / "compare" / f"plan-{scale}.json"
-
-
 def plan_data(scale: str) -> dict[str, Any]:
     """The whole comparison at `scale` as declared, whatever --envs and --methods chose to run: every
     method of the registry, every env tag of compare.yaml (in its order), where each method applies
@@ -143,7 +138,9 @@ def plan_data(scale: str) -> dict[str, Any]:
 
 def write_plan(out_root: str | Path, scale: str) -> Path:
     """Write `plan_data(scale)` where the records go (every run of `make compare` but a dry run)."""
-    path = plan_path(out_root, scale)
+    from paper.head_to_head import plan_path  # where the paper reads it
+
+    path = plan_path(Path(out_root), scale)
     atomic_write_json(path, plan_data(scale))
     return path
 

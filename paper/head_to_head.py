@@ -160,7 +160,7 @@ def load_compare(root: Path) -> tuple[Results, dict[str, Results]]:
 
 
 @dataclass(frozen=True)
-class Plan:
+class ComparePlan:
     """What `make compare` plans at one scale, as it left it in `<results>/compare/plan-<scale>.json`
     (experiments/compare.py, `write_plan`): the matrix's rows and columns, where each method applies and
     each env's seeds (the home replication's at the scale)."""
@@ -175,13 +175,13 @@ def plan_path(root: Path, scale: str) -> Path:
     return root / "compare" / f"plan-{scale}.json"
 
 
-def _strings(value: object, what: str) -> list[str]:
+def _names(value: object, what: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
         raise ValueError(f"{what} is not a list of names")
     return value
 
 
-def load_plan(root: Path, scale: str) -> Plan | None:
+def load_plan(root: Path, scale: str) -> ComparePlan | None:
     """The plan at `scale`, None when there is none; ValueError (one line) when the file is not one."""
     path = plan_path(root, scale)
     if not path.is_file():
@@ -194,7 +194,7 @@ def load_plan(root: Path, scale: str) -> Plan | None:
         raise ValueError("not a JSON object")
     if data.get("scale") != scale:
         raise ValueError(f"its scale is {data.get('scale')!r}, not {scale!r}")
-    methods, envs = _strings(data.get("methods"), "methods"), _strings(data.get("envs"), "envs")
+    methods, envs = _names(data.get("methods"), "methods"), _names(data.get("envs"), "envs")
     applies, seeds = data.get("applies"), data.get("seeds")
     if not isinstance(applies, dict) or not all(
             isinstance(applies.get(m), dict) and all(isinstance(applies[m].get(e), bool) for e in envs)
@@ -203,7 +203,7 @@ def load_plan(root: Path, scale: str) -> Plan | None:
     if not isinstance(seeds, dict) or not all(
             isinstance(seeds.get(e), list) and all(type(s) is int for s in seeds[e]) for e in envs):
         raise ValueError("seeds does not list the seeds of every env")
-    return Plan(sorted(methods, key=lambda m: (m != BASELINE, m)), envs,
+    return ComparePlan(sorted(methods, key=lambda m: (m != BASELINE, m)), envs,
                 {(m, e): applies[m][e] for m in methods for e in envs}, {e: len(seeds[e]) for e in envs})
 
 
@@ -247,7 +247,7 @@ def tables(comparisons: list[EnvComparison], scale: str) -> list[Table]:
     return out
 
 
-def matrix_table(comparisons: list[EnvComparison], scale: str, plan: Plan) -> tuple[Table, list[str]]:
+def matrix_table(comparisons: list[EnvComparison], scale: str, plan: ComparePlan) -> tuple[Table, list[str]]:
     """Methods x environments: the difference to GRPO at equal steps, n/a, or what is missing."""
     methods, envs, applies, seeds = plan.methods, plan.envs, plan.applies, plan.seeds
     by_env = {c.env: c for c in comparisons}
@@ -275,7 +275,8 @@ def matrix_table(comparisons: list[EnvComparison], scale: str, plan: Plan) -> tu
                  f"(scale {scale}); n/a: the method does not apply", ["method", *envs], rows), missing
 
 
-def matrix_figure(comparisons: list[EnvComparison], scale: str, out_dir: Path, plan: Plan) -> list[Path]:
+def matrix_figure(comparisons: list[EnvComparison], scale: str, out_dir: Path,
+                  plan: ComparePlan) -> list[Path]:
     from paper.figures import new_figure, save
 
     envs, applies = plan.envs, plan.applies
@@ -338,7 +339,7 @@ def build_compare(root: Path, out_dir: Path | None, scale: str | None = None) ->
         tok = {m: r.at_scale(sc) for m, r in tokens.items()}
         comparisons = [compare_env(e, at, tok) for e in sorted({r.env for r in at.runs})]
         out += [f"### Scale {sc}", ""]
-        plan, why = _plan(root, sc)
+        plan, why = _read_plan(root, sc)
         matrix: Table | None = None
         missing: list[str] = []
         if why:
@@ -369,7 +370,7 @@ def build_compare(root: Path, out_dir: Path | None, scale: str | None = None) ->
     return "\n".join(out) + "\n", problems
 
 
-def _plan(root: Path, scale: str) -> tuple[Plan | None, str | None]:
+def _read_plan(root: Path, scale: str) -> tuple[ComparePlan | None, str | None]:
     """`load_plan`, and why a file there is not a plan (`--strict` fails on it)."""
     try:
         return load_plan(root, scale), None

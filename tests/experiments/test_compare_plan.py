@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from experiments import compare
-from experiments.compare import load_settings, matrix, plan_data, plan_path, write_plan
+from experiments.compare import load_settings, matrix, plan_data, write_plan
+from paper.head_to_head import plan_path
 from replications import METHODS
 
 REPO = Path(__file__).resolve().parents[2]
