@@ -30,6 +30,11 @@ GRPO (mean over the seeds), GRPO runs again with its steps scaled by that ratio,
 within the tolerance the equal-steps GRPO run is the equal-tokens one too. Locally the token cells
 run after the step cells in the same command; on SLURM, the next `make compare` submits them.
 
+**The plan as data.** Every run but a dry run writes `<out_dir>/compare/plan-<scale>.json` (`write_plan`):
+the methods, env tags, where each method applies and each env's seeds, for the whole comparison (not
+only the --envs/--methods run), so that paper/head_to_head.py draws the matrix without importing the
+runner or the methods. The cpu scale's is committed with `results/`.
+
 At the end it prints the comparison (`paper/head_to_head.py`, as `make paper` builds it). A bad setting
 is one line `error: ...` and exit status 2 before anything runs.
 """
@@ -50,7 +55,7 @@ from typing import Any
 import yaml
 
 from common.records import config_changes
-from common.util import dotted_get, dotted_set, flatten
+from common.util import atomic_write_json, dotted_get, dotted_set, flatten
 from experiments.replicate import (
     Cell,
     _plain_config,
@@ -116,6 +121,29 @@ def applicable(method: str, env: str) -> bool:
 def matrix(methods: list[str], settings: dict[str, Setting]) -> dict[tuple[str, str], bool]:
     """(method, env tag) -> applicable, for every method and every environment of the comparison."""
     return {(m, tag): applicable(m, s.env) for m in methods for tag, s in settings.items()}
+
+
+# ---- the comparison as data, for the paper -------------------------------------------------------
+def plan_data(scale: str) -> dict[str, Any]:
+    """The whole comparison at `scale` as declared, whatever --envs and --methods chose to run: every
+    method of the registry, every env tag of compare.yaml (in its order), where each method applies
+    and each env's seeds (the home replication's at `scale`): the paper's matrix and its missing cells."""
+    from replications import METHODS
+
+    settings = load_settings()
+    applies = matrix(list(METHODS), settings)
+    return {"scale": scale, "baseline": BASELINE, "methods": list(METHODS), "envs": list(settings),
+            "applies": {m: {t: applies[m, t] for t in settings} for m in METHODS},
+            "seeds": {t: list(load_replication(s.home).seeds.get(scale, [])) for t, s in settings.items()}}
+
+
+def write_plan(out_root: str | Path, scale: str) -> Path:
+    """Write `plan_data(scale)` where the records go (every run of `make compare` but a dry run)."""
+    from paper.head_to_head import plan_path  # where the paper reads it
+
+    path = plan_path(Path(out_root), scale)
+    atomic_write_json(path, plan_data(scale))
+    return path
 
 
 # ---- one cell's config ---------------------------------------------------------------------------
@@ -378,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     if refused:
         print(f"error: {refused}", file=sys.stderr)
         return 2
+    if p.cells:
+        write_plan(p.cells[0].out_dir.split("/compare/")[0], args.scale)
     if args.cluster == "slurm":
         from slurm.launch import launch
 

@@ -4,14 +4,16 @@
 
 Reads only `results/<method>/<env>/<arm>/seed-<k>/` (finished runs: those with a `done` marker),
 the YAML front matter of `replications/<method>/CARD.md` and the extra tables a method declares
-in `replications/<method>/tables.py` (paper/extras.py). Writes `<out>/tables/*.{md,tex}`,
-`<out>/figures/*.{png,pdf}`, `<out>/REPORT.md` and `<out>/claims.json` (every claim's verdict, seeds,
-estimate, interval, margin, seeds needed, controls and confounds: paper/claims.py); tables and figures left from an earlier build
-are removed first, so the outputs always match the results. Invalid runs (listed in the report,
-never counted), cards that do not parse and claims or tables that cannot be evaluated are
-warnings on stderr; `--strict` makes them exit 1.
+in `tables.py` beside its card, `replications/<method>/tables.py` (paper/extras.py, loaded from its
+path). Writes `<out>/tables/*.{md,tex}`, `<out>/figures/*.{png,pdf}`, `<out>/REPORT.md` and
+`<out>/claims.json` (every claim's verdict, seeds, estimate, interval, margin, seeds needed, controls
+and confounds: paper/claims.py); tables and figures left from an earlier build are removed first,
+so the outputs always match the results. Invalid runs (listed in the report, never counted), cards
+that do not parse and claims or tables that cannot be evaluated are warnings on stderr; `--strict`
+makes them exit 1.
 
-`results/compare/` (`make compare`'s runs) is read by paper/head_to_head.py: the head-to-head section.
+`results/compare/` (`make compare`'s runs and its plan, `plan-<scale>.json`) is read by
+paper/head_to_head.py: the head-to-head section.
 
 `method_tables(method, results)` is one method's section alone, as `make replicate-<method>`
 prints it after its runs.
@@ -28,7 +30,7 @@ from pathlib import Path
 from paper import figures
 from paper.cards import Card, load_cards
 from paper.claims import INVALID, RULE, claim_json, evaluate_card
-from paper.extras import build_extra, extra_tables
+from paper.extras import ExtraTable, build_extra, load_tables, tables_file
 from paper.head_to_head import build_compare
 from paper.load import Results, load_results
 from paper.report import MethodSection, method_section, runs_table, summary
@@ -50,8 +52,10 @@ def clean(out_dir: Path) -> None:
                 p.unlink()
 
 
-def section(method: str, results: Results, card: Card | None, card_error: str | None) -> MethodSection:
-    """Every table of one method's section (its figures are drawn by `build`); nothing is written."""
+def section(method: str, results: Results, card: Card | None, card_error: str | None,
+            card_dirs: list[Path]) -> MethodSection:
+    """Every table of one method's section (its figures are drawn by `build`); nothing is written. The
+    method's own tables are those of the `tables.py` beside its card in `card_dirs` (paper/extras.py)."""
     s = MethodSection(method, card, card_error)
     runs = results.of(method)
     if card:
@@ -71,17 +75,26 @@ def section(method: str, results: Results, card: Card | None, card_error: str | 
     except (KeyError, ValueError, TypeError) as e:  # a result file that parses but lacks what a table needs
         s.build_error = f"{type(e).__name__}: {e}"
         s.tables.pop("final", None)
+    path = tables_file(method, card_dirs)
+    declared: dict[str, ExtraTable] = {}
     try:
-        declared = extra_tables(method)
+        declared = load_tables(method, path) if path is not None else {}
     except Exception as e:  # noqa: BLE001 - a broken tables.py is one method's error, not the whole report's
-        s.extra_errors[f"replications/{method}/tables.py"] = f"does not import: {type(e).__name__}: {e}"
-        declared = {}
+        s.extra_errors[_shown(path)] = f"does not import: {type(e).__name__}: {e}"
     for name, table_fn in declared.items():
         try:
             s.extras[name] = build_extra(method, name, table_fn, runs)
         except Exception as e:  # noqa: BLE001 - runs that lack what the method's table reads
             s.extra_errors[name] = f"{type(e).__name__}: {e}"
     return s
+
+
+def _shown(path: Path | None) -> str:
+    """`path` as the report names it: relative to the working folder when under it."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix() if path else str(path)
+    except ValueError:
+        return str(path)
 
 
 def draw_figures(s: MethodSection, results: Results, figures_dir: Path) -> None:
@@ -102,10 +115,12 @@ def draw_figures(s: MethodSection, results: Results, figures_dir: Path) -> None:
 
 def problems(results: Results, sections: list[MethodSection], card_errors: dict[str, str]) -> list[str]:
     """Everything `--strict` fails on: invalid runs, cards, tables and claims that cannot be evaluated."""
-    errors = [f"{p.path}: invalid run, not counted: {p.reason}" for p in results.problems if p.kind == "invalid"]
+    errors = [f"{p.path}: invalid run, not counted: {p.reason}"
+              for p in results.problems if p.kind == "invalid"]
     errors += list(card_errors.values()) + [f"{s.method}: {s.build_error}" for s in sections if s.build_error]
     errors += [f"{s.method}: extra table {name}: {e}" for s in sections for name, e in s.extra_errors.items()]
-    errors += [f"{cr.claim.id}: {cr.note}" for s in sections for cr in s.claim_results if cr.verdict == INVALID]
+    errors += [f"{cr.claim.id}: {cr.note}"
+               for s in sections for cr in s.claim_results if cr.verdict == INVALID]
     return errors
 
 
@@ -120,7 +135,7 @@ def build(results_root: Path, out_dir: Path, card_dirs: list[Path]) -> tuple[Pat
     methods = sorted(set(results.methods()) | set(cards) | set(card_errors), key=method_order)
     sections = []
     for method in methods:
-        s = section(method, results, cards.get(method), card_errors.get(method))
+        s = section(method, results, cards.get(method), card_errors.get(method), card_dirs)
         draw_figures(s, results, figures_dir)
         for table in [*s.tables.values(), *s.extras.values()]:
             table.write(tables_dir)
@@ -146,7 +161,8 @@ def build(results_root: Path, out_dir: Path, card_dirs: list[Path]) -> tuple[Pat
 def write_claims_json(sections: list[MethodSection], path: Path) -> None:
     """Every claim of every card, as REPORT.md decides it (deterministic: no dates, sorted keys)."""
     claims = [claim_json(s.method, cr, s.card) for s in sections if s.card for cr in s.claim_results]
-    path.write_text(json.dumps({"rule": RULE, "claims": claims}, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    text = json.dumps({"rule": RULE, "claims": claims}, indent=1, sort_keys=True, ensure_ascii=False)
+    path.write_text(text + "\n")
 
 
 def method_tables(method: str, results_root: Path, scale: str | None = None,
@@ -158,22 +174,26 @@ def method_tables(method: str, results_root: Path, scale: str | None = None,
     results = load_results(results_root)
     if scale is not None:
         results = results.at_scale(scale)
-    cards, card_errors = load_cards(card_dirs if card_dirs is not None else [REPO / "replications"])
-    s = section(method, results, cards.get(method), card_errors.get(method))
+    card_dirs = card_dirs if card_dirs is not None else [REPO / "replications"]
+    cards, card_errors = load_cards(card_dirs)
+    s = section(method, results, cards.get(method), card_errors.get(method), card_dirs)
     return method_section(s, results, Path.cwd())
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m paper.build", description=__doc__.splitlines()[0])
     parser.add_argument("--results", default="results", help="root of the run directories (default: results)")
-    parser.add_argument("--out", default="paper", help="output folder for tables/, figures/, REPORT.md (default: paper)")
+    parser.add_argument("--out", default="paper",
+                        help="output folder for tables/, figures/, REPORT.md (default: paper)")
     parser.add_argument("--cards", action="append", default=None,
                         help="folder holding <method>/CARD.md; repeat for several (default: replications)")
     parser.add_argument("--strict", action="store_true",
-                        help="exit 1 if a finished run is invalid, or a card, a table or a claim cannot be evaluated")
+                        help="exit 1 if a finished run is invalid, or a card, a table or a claim cannot be "
+                             "evaluated")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    report, errors = build(Path(args.results), Path(args.out), [Path(c) for c in args.cards or ["replications"]])
+    card_dirs = [Path(c) for c in args.cards or ["replications"]]
+    report, errors = build(Path(args.results), Path(args.out), card_dirs)
     for e in errors:
         print(f"warning: {e}", file=sys.stderr)
     print(f"wrote {report} and its tables and figures in {time.perf_counter() - start:.1f} s")

@@ -32,8 +32,8 @@ CLAIM_KINDS = ("replication", "sanity")  # sanity: checks the pipeline works, no
 
 _CARD_KEYS = {"method", "title", "paper", "summary", "arms", "main_arm", "envs", "curves", "eval_metric",
               "min_seeds", "confidence", "margins_preregistered", "reported", "claims"}
-_CLAIM_KEYS = {"id", "text", "paper", "predicate", "env", "metric", "window", "min_seeds", "margin", "margin_why",
-               "controls", "confounds", "kind"}
+_CLAIM_KEYS = {"id", "text", "paper", "predicate", "env", "metric", "window", "min_seeds", "margin",
+               "margin_why", "controls", "confounds", "kind"}
 _REPORTED_KEYS = {"what", "value", "unit", "mark"}
 _TERM = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.\-]*)(?:@(initial|final))?$")
 
@@ -126,7 +126,8 @@ def parse_predicate(predicate: str) -> list[Term]:
     for part in parts:
         m = _TERM.match(part)
         if m is None:
-            raise CardError(f"predicate {predicate!r}: {part!r} is not an arm name, optionally @initial or @final")
+            raise CardError(f"predicate {predicate!r}: {part!r} is not an arm name, optionally @initial "
+                            "or @final")
         terms.append(Term(m.group(1), m.group(2)))
     if len(set(terms)) != len(terms):
         raise CardError(f"predicate {predicate!r} repeats a term")
@@ -147,8 +148,8 @@ def _positive_int(value: Any, where: str) -> int:
 
 def _margin(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
-        raise CardError(f"{where} must be a number > 0 (the smallest difference that matters, in the metric's "
-                        f"units, e.g. 0.05 for 5 points of mean@k); got {value!r}")
+        raise CardError(f"{where} must be a number > 0 (the smallest difference that matters, in the "
+                        f"metric's units, e.g. 0.05 for 5 points of mean@k); got {value!r}")
     return float(value)
 
 
@@ -170,8 +171,9 @@ def parse_claim(d: Any, card_min_seeds: int, n: int) -> Claim:
             raise CardError(f"{where} lacks {key!r}")
     for key in ("margin", "margin_why"):
         if key not in d:
-            raise CardError(f"{where} ({d['id']}) lacks {key!r}: every claim declares, before its runs, the smallest "
-                            "difference that matters (margin, in the metric's units) and one line on why (margin_why)")
+            raise CardError(f"{where} ({d['id']}) lacks {key!r}: every claim declares, before its runs, the "
+                            "smallest difference that matters (margin, in the metric's units) and one line "
+                            "on why (margin_why)")
     envs = d["env"] if isinstance(d["env"], list) else [d["env"]]
     metric = str(d.get("metric", "mean@k"))
     terms = parse_predicate(str(d["predicate"]))
@@ -189,16 +191,19 @@ def parse_claim(d: Any, card_min_seeds: int, n: int) -> Claim:
         raise CardError(f"{where} ({d['id']}): predicate {d['predicate']!r} compares a term with itself")
     controls = _strings(d["controls"], f"{where}.controls") if "controls" in d else []
     if any(not _TERM.match(c) or "@" in c for c in controls) or set(controls) & {t.arm for t in terms}:
-        raise CardError(f"{where} ({d['id']}): controls must be arm names not already in the predicate; got {controls}")
+        raise CardError(f"{where} ({d['id']}): controls must be arm names not already in the predicate; "
+                        f"got {controls}")
     kind = str(d.get("kind", "replication"))
     if kind not in CLAIM_KINDS:
         raise CardError(f"{where} ({d['id']}): kind must be one of {list(CLAIM_KINDS)}; got {kind!r}")
     return Claim(id=str(d["id"]), text=str(d["text"]), predicate=str(d["predicate"]), terms=terms,
                  envs=[str(e) for e in envs], margin=_margin(d["margin"], f"{where}.margin"),
-                 margin_why=" ".join(_strings(d["margin_why"], f"{where}.margin_why")), metric=metric, window=window,
+                 margin_why=" ".join(_strings(d["margin_why"], f"{where}.margin_why")), metric=metric,
+                 window=window,
                  min_seeds=_positive_int(d.get("min_seeds", card_min_seeds), f"{where}.min_seeds"),
                  paper=str(d.get("paper", "")), controls=controls,
-                 confounds=_strings(d["confounds"], f"{where}.confounds") if "confounds" in d else [], kind=kind)
+                 confounds=_strings(d["confounds"], f"{where}.confounds") if "confounds" in d else [],
+                 kind=kind)
 
 
 def parse_card(text: str, path: Path | None = None) -> Card:
@@ -258,7 +263,8 @@ def load_cards(dirs: list[Path]) -> tuple[dict[str, Card], dict[str, str]]:
                 errors[method] = f"{path}: {e}"
                 continue
             if card.method != method:
-                errors[method] = f"{path}: front matter says method {card.method!r} but the folder is {method!r}"
+                errors[method] = (f"{path}: front matter says method {card.method!r} "
+                                  f"but the folder is {method!r}")
                 continue
             cards[method] = card
     return cards, errors

@@ -62,8 +62,8 @@ RULE = {"difference": "mean of per-seed differences (paired by seed), Student-t 
 Values = dict[str, dict[int, float]]  # env -> seed -> the metric of that run
 
 # the settings that set an arm's training budget and tuning (dotted keys of the run's config)
-BUDGET_KEYS = ("trainer.lr", "trainer.steps", "trainer.tasks_per_step", "trainer.group_size", "trainer.ppo_epochs",
-               "trainer.minibatches", "sft.enabled", "sft.steps", "sft.lr")
+BUDGET_KEYS = ("trainer.lr", "trainer.steps", "trainer.tasks_per_step", "trainer.group_size",
+               "trainer.ppo_epochs", "trainer.minibatches", "sft.enabled", "sft.steps", "sft.lr")
 TOKEN_TOLERANCE = 0.10  # generated tokens differing by more than this fraction are a budget difference
 
 
@@ -81,7 +81,8 @@ def budget_of(runs: list[Run]) -> dict[str, Any]:
     for key in BUDGET_KEYS:
         values = list(dict.fromkeys(json_value(_setting(r.config, key)) for r in runs))
         out[key] = values[0] if len(values) == 1 else values
-    tokens = [r.metrics[-1]["generated_tokens_total"] for r in runs if r.metrics and "generated_tokens_total" in r.metrics[-1]]
+    tokens = [r.metrics[-1]["generated_tokens_total"] for r in runs
+              if r.metrics and "generated_tokens_total" in r.metrics[-1]]
     out["generated_tokens"] = round(float(np.mean(tokens))) if tokens else None
     return out
 
@@ -167,14 +168,14 @@ class ClaimResult:
     claim: Claim
     verdict: str
     note: str = ""
-    values: dict[Term, stats.Interval] = field(default_factory=dict)  # each term's mean over seeds, t interval
+    values: dict[Term, stats.Interval] = field(default_factory=dict)  # each term's mean over seeds, t CI
     seeds: dict[str, dict[str, int]] = field(default_factory=dict)  # arm -> env -> finished seeds
     pairs: list[Pair] = field(default_factory=list)
     controls: list[Control] = field(default_factory=list)
     needed: int | None = None  # seeds needed (the most over pairs); None for an invalid claim
     n: int = 0  # pairs run (the fewest over pairs and envs)
     interval_verdict: str | None = None  # what the intervals alone say, whatever the power
-    budget: dict[str, dict[str, Any]] = field(default_factory=dict)  # arm -> budget_of its runs (claimed arms)
+    budget: dict[str, dict[str, Any]] = field(default_factory=dict)  # arm -> budget_of its runs (claimed)
     budget_differs: list[str] = field(default_factory=list)  # budget_differences of the claimed arms
 
 
@@ -267,7 +268,8 @@ def evaluate_claim(claim: Claim, results: Results, method: str, confidence: floa
     bad = [f"{t.label()} on {env}" for t, per_env in values.items() for env, v in per_env.items()
            if not np.isfinite(list(v.values())).all()]
     if bad:
-        out.verdict, out.note = INVALID, f"{claim.metric} is not a finite number in some runs of " + ", ".join(bad)
+        out.verdict = INVALID
+        out.note = f"{claim.metric} is not a finite number in some runs of " + ", ".join(bad)
         return out
 
     def mean(t: Term) -> stats.Interval:
@@ -277,10 +279,11 @@ def evaluate_claim(claim: Claim, results: Results, method: str, confidence: floa
     out.values = {t: mean(t) for t in claim.terms}
     for better, worse in zip(claim.terms, claim.terms[1:], strict=False):
         p = paired(better, worse, values[better], values[worse], claim.envs, confidence)
-        out.pairs.append(Pair(**vars(p), needed=seeds_needed(claim, p.sd), verdict=pair_verdict(p.diff, claim.margin)))
+        out.pairs.append(Pair(**vars(p), needed=seeds_needed(claim, p.sd),
+                              verdict=pair_verdict(p.diff, claim.margin)))
     first = claim.terms[0]
-    out.controls = [Control(**vars(paired(first, c, values[first], values[c], claim.envs, confidence)), value=mean(c))
-                    for c in control_terms]
+    out.controls = [Control(**vars(paired(first, c, values[first], values[c], claim.envs, confidence)),
+                            value=mean(c)) for c in control_terms]
     out.needed = max(p.needed for p in out.pairs)
     out.n = min(p.n for p in out.pairs)
     out.interval_verdict = chain_verdict([p.verdict for p in out.pairs])
@@ -318,18 +321,22 @@ def claim_json(method: str, cr: ClaimResult, card: Card) -> dict[str, Any]:
     c = cr.claim
     one = cr.pairs[0] if len(cr.pairs) == 1 else None
     return {
-        "method": method, "id": c.id, "text": c.text, "kind": c.kind, "predicate": c.predicate, "envs": c.envs,
+        "method": method, "id": c.id, "text": c.text, "kind": c.kind, "predicate": c.predicate,
+        "envs": c.envs,
         "metric": c.metric, "window": c.window, "verdict": cr.verdict, "note": cr.note,
         "interval_verdict": cr.interval_verdict, "confidence": card.confidence,
         "seeds_per_arm": cr.seeds, "pairs": cr.n if cr.pairs else None,
         "estimate": _num(one.diff[0]) if one else None,
         "interval": [_num(one.diff[1]), _num(one.diff[2])] if one else None,
-        "comparisons": [{**_paired_json(p), "seeds_needed": p.needed, "interval_verdict": p.verdict} for p in cr.pairs],
+        "comparisons": [{**_paired_json(p), "seeds_needed": p.needed, "interval_verdict": p.verdict}
+                        for p in cr.pairs],
         "margin": c.margin, "margin_why": c.margin_why, "margin_preregistered": card.margins_preregistered,
         "seeds_needed": cr.needed,
-        "controls": [{"arm": k.worse.arm, **_paired_json(k), "control_mean": _num(k.value[0])} for k in cr.controls],
+        "controls": [{"arm": k.worse.arm, **_paired_json(k), "control_mean": _num(k.value[0])}
+                     for k in cr.controls],
         "confounds": c.confounds,
         "budget": cr.budget, "budget_differences": cr.budget_differs,
         "tuning": ("one stated learning rate for every arm" if cr.budget and not any(
-            d.startswith("trainer.lr:") for d in cr.budget_differs) else "learning rates differ: see budget_differences"),
+            d.startswith("trainer.lr:") for d in cr.budget_differs)
+            else "learning rates differ: see budget_differences"),
     }

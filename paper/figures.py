@@ -81,7 +81,8 @@ def aligned(points: list[list[dict[str, Any]]], x_key: str, y_key: str) -> tuple
     Against compute, seeds spend slightly different amounts by the same step; each step is drawn
     at the seeds' mean cumulative compute, so points stay the real evaluation or training steps.
     """
-    rows = [{int(p["step"]): p for p in run if p.get(y_key) is not None and p.get(x_key) is not None} for run in points]
+    rows = [{int(p["step"]): p for p in run if p.get(y_key) is not None and p.get(x_key) is not None}
+            for run in points]
     rows = [r for r in rows if r]
     if not rows:
         return np.array([]), np.zeros((0, 0))
@@ -160,10 +161,11 @@ def final_figure(method: str, results: Results, card: Card | None, out_dir: Path
                 jitter = np.linspace(-0.06, 0.06, len(values)) if len(values) > 1 else np.zeros(1)
                 ax.scatter(x + jitter, values, s=12, color=stage_colors[stage], alpha=0.45, lw=0, zorder=2)
                 yerr = None if math.isnan(lo) else [[m - lo], [hi - m]]
-                ax.errorbar([x], [m], yerr=yerr, fmt="o", ms=6, capsize=4, color=stage_colors[stage], zorder=3,
-                            label=STAGE_LABELS[stage] if xi == 0 else None)
+                ax.errorbar([x], [m], yerr=yerr, fmt="o", ms=6, capsize=4, color=stage_colors[stage],
+                            zorder=3, label=STAGE_LABELS[stage] if xi == 0 else None)
         ax.set_xticks(range(len(present)))
-        ax.set_xticklabels([f"{card.label(a) if card else a}\n(n={len(results.of(method, env, a))})" for a in present])
+        ax.set_xticklabels([f"{card.label(a) if card else a}\n(n={len(results.of(method, env, a))})"
+                            for a in present])
         ax.set_xlim(-0.6, len(present) - 0.4)
         ax.grid(axis="x", visible=False)
         ax.set_title(env)
@@ -189,7 +191,8 @@ def matrix_figure(methods: list[str], results: Results, cards: dict[str, Card], 
         counts.append([len(results.of(method, env, arm)) for env in envs])
         for env in envs:
             runs: list[Run] = results.of(method, env, arm)
-            cells.append(stats.mean_ci(stage_values(runs, "final", metric), **CI) if runs else (math.nan,) * 3)
+            cells.append(stats.mean_ci(stage_values(runs, "final", metric), **CI)
+                         if runs else (math.nan,) * 3)
         rows.append(cells)
     if not rows:
         return []
@@ -200,8 +203,9 @@ def matrix_figure(methods: list[str], results: Results, cards: dict[str, Card], 
     fig, axes = new_figure(1, 1, (2.4 + 1.6 * len(envs), 1.2 + 0.8 * len(rows)))
     ax = axes[0, 0]
     ax.set_facecolor("#eeeeee")  # cells of envs a method was not run on
-    sns.heatmap(means, annot=annot, fmt="", cmap="viridis", vmin=0, vmax=1, xticklabels=envs, yticklabels=labels,
-                cbar_kws={"label": "final held-out mean@k (fraction of tasks)"}, ax=ax, linewidths=0.5)
+    sns.heatmap(means, annot=annot, fmt="", cmap="viridis", vmin=0, vmax=1, xticklabels=envs,
+                yticklabels=labels, cbar_kws={"label": "final held-out mean@k (fraction of tasks)"}, ax=ax,
+                linewidths=0.5)
     ax.grid(False)
     ax.tick_params(axis="y", rotation=0)
     ax.set_xlabel("environment")

@@ -22,10 +22,17 @@ Per environment:
 was set before any head-to-head run, as a card's margin is. The matrix figure shows every method
 (rows) against every environment of experiments/compare.yaml (columns): the difference to GRPO
 with its interval, grey where the method does not apply, "missing" where it applies and has no run.
+
+Which methods and environments, where each method applies and how many seeds each environment runs
+are read from `<results>/compare/plan-<scale>.json`, the plan `make compare` leaves there as data
+(experiments/compare.py: `write_plan`; the cpu scale's is committed): this module imports neither the
+runner nor the methods. Without that file the section says so and draws no matrix; a file that is not
+a plan is also a problem `--strict` fails on.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass
@@ -83,6 +90,9 @@ def tokens_of(runs: list[Run]) -> float:
     return float(np.mean(t)) if t else math.nan
 
 
+Rank = tuple[str, stats.Interval, tuple[float, float], float]  # method, mean, rank interval, P(first)
+
+
 @dataclass
 class EnvComparison:
     env: str
@@ -91,10 +101,10 @@ class EnvComparison:
     vs_grpo_steps: dict[str, Versus]
     vs_grpo_tokens: dict[str, Versus | str]  # a comparison, or why there is none yet
     pairs: list[Versus]
-    ranking: list[tuple[str, stats.Interval, tuple[float, float], float]]  # method, mean, rank interval, P(first)
+    ranking: list[Rank]
 
 
-def ranking(scores: dict[str, dict[int, float]], seed: int = 0) -> list[tuple[str, stats.Interval, tuple[float, float], float]]:
+def ranking(scores: dict[str, dict[int, float]], seed: int = 0) -> list[Rank]:
     """Methods by mean score; each rank's 95% interval and P(first) from resampling the shared seeds."""
     methods = sorted(scores, key=lambda m: -np.mean(list(scores[m].values())))
     shared = sorted(set.intersection(*(set(v) for v in scores.values()))) if scores else []
@@ -144,20 +154,57 @@ def compare_env(env: str, steps: Results, tokens: dict[str, Results]) -> EnvComp
 def load_compare(root: Path) -> tuple[Results, dict[str, Results]]:
     steps = load_results(root / "compare" / "steps")
     tokens_root = root / "compare" / "tokens"
-    tokens = {p.name: load_results(p) for p in sorted(tokens_root.iterdir()) if p.is_dir()} if tokens_root.is_dir() else {}
+    tokens = ({p.name: load_results(p) for p in sorted(tokens_root.iterdir()) if p.is_dir()}
+              if tokens_root.is_dir() else {})
     return steps, tokens
 
 
-def _expected(scale: str) -> tuple[list[str], list[str], dict[tuple[str, str], bool], dict[str, int]]:
-    """Methods, env tags, applicability and seeds per env (the home replication's at `scale`)."""
-    from experiments.compare import load_settings, matrix
-    from experiments.replicate import load_replication
-    from replications import METHODS
+@dataclass(frozen=True)
+class ComparePlan:
+    """What `make compare` plans at one scale, as it left it in `<results>/compare/plan-<scale>.json`
+    (experiments/compare.py, `write_plan`): the matrix's rows and columns, where each method applies and
+    each env's seeds (the home replication's at the scale)."""
 
-    settings = load_settings()
-    methods = sorted(METHODS, key=lambda m: (m != BASELINE, m))
-    seeds = {t: len(load_replication(s.home).seeds.get(scale, [])) for t, s in settings.items()}
-    return methods, list(settings), matrix(methods, settings), seeds
+    methods: list[str]  # GRPO first, then alphabetically
+    envs: list[str]  # env tags, in experiments/compare.yaml's order
+    applies: dict[tuple[str, str], bool]  # (method, env tag) -> whether the method runs there
+    seeds: dict[str, int]  # env tag -> how many seeds the comparison runs there
+
+
+def plan_path(root: Path, scale: str) -> Path:
+    return root / "compare" / f"plan-{scale}.json"
+
+
+def _names(value: object, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise ValueError(f"{what} is not a list of names")
+    return value
+
+
+def load_plan(root: Path, scale: str) -> ComparePlan | None:
+    """The plan at `scale`, None when there is none; ValueError (one line) when the file is not one."""
+    path = plan_path(root, scale)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"not readable JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    if data.get("scale") != scale:
+        raise ValueError(f"its scale is {data.get('scale')!r}, not {scale!r}")
+    methods, envs = _names(data.get("methods"), "methods"), _names(data.get("envs"), "envs")
+    applies, seeds = data.get("applies"), data.get("seeds")
+    if not isinstance(applies, dict) or not all(
+            isinstance(applies.get(m), dict) and all(isinstance(applies[m].get(e), bool) for e in envs)
+            for m in methods):
+        raise ValueError("applies does not say for every method and env whether the method applies")
+    if not isinstance(seeds, dict) or not all(
+            isinstance(seeds.get(e), list) and all(type(s) is int for s in seeds[e]) for e in envs):
+        raise ValueError("seeds does not list the seeds of every env")
+    return ComparePlan(sorted(methods, key=lambda m: (m != BASELINE, m)), envs,
+                {(m, e): applies[m][e] for m in methods for e in envs}, {e: len(seeds[e]) for e in envs})
 
 
 def _cell(v: Versus | str | None) -> str:
@@ -175,10 +222,11 @@ def tables(comparisons: list[EnvComparison], scale: str) -> list[Table]:
         for m, v in c.vs_grpo_steps.items():
             rows.append([c.env, m, f"{fmt(c.tokens[m] / 1e3)}k vs {fmt(c.tokens[BASELINE] / 1e3)}k", _cell(v),
                          _cell(c.vs_grpo_tokens.get(m))])
-    out.append(Table(f"compare-vs-grpo-{scale}", f"Each method minus GRPO, final held-out {METRIC}, paired by seed "
+    out.append(Table(f"compare-vs-grpo-{scale}",
+                     f"Each method minus GRPO, final held-out {METRIC}, paired by seed "
                      f"(scale {scale}, margin {MARGIN})",
-                     ["env", "method", "generated tokens (method vs GRPO)", "equal steps", "equal generated tokens"],
-                     rows))
+                     ["env", "method", "generated tokens (method vs GRPO)", "equal steps",
+                      "equal generated tokens"], rows))
     rows = []
     for c in comparisons:
         for v in c.pairs:
@@ -192,14 +240,16 @@ def tables(comparisons: list[EnvComparison], scale: str) -> list[Table]:
         for i, (m, mean, (lo, hi), p1) in enumerate(c.ranking, 1):
             rank = "—" if math.isnan(lo) else (f"{lo:.0f}" if lo == hi else f"{lo:.0f}–{hi:.0f}")
             rows.append([c.env, str(i), m, fmt_ci(mean), str(len(c.scores[m])), rank, fmt(p1)])
-    out.append(Table(f"compare-ranking-{scale}", f"Ranking per environment by final held-out {METRIC} (scale {scale})",
-                     ["env", "rank", "method", f"{METRIC} [95% CI]", "seeds", "rank 95% interval", "P(first)"], rows))
+    out.append(Table(f"compare-ranking-{scale}",
+                     f"Ranking per environment by final held-out {METRIC} (scale {scale})",
+                     ["env", "rank", "method", f"{METRIC} [95% CI]", "seeds", "rank 95% interval",
+                      "P(first)"], rows))
     return out
 
 
-def matrix_table(comparisons: list[EnvComparison], scale: str) -> tuple[Table, list[str]]:
+def matrix_table(comparisons: list[EnvComparison], scale: str, plan: ComparePlan) -> tuple[Table, list[str]]:
     """Methods x environments: the difference to GRPO at equal steps, n/a, or what is missing."""
-    methods, envs, applies, seeds = _expected(scale)
+    methods, envs, applies, seeds = plan.methods, plan.envs, plan.applies, plan.seeds
     by_env = {c.env: c for c in comparisons}
     rows, missing = [], []
     for m in methods:
@@ -225,11 +275,12 @@ def matrix_table(comparisons: list[EnvComparison], scale: str) -> tuple[Table, l
                  f"(scale {scale}); n/a: the method does not apply", ["method", *envs], rows), missing
 
 
-def matrix_figure(comparisons: list[EnvComparison], scale: str, out_dir: Path) -> list[Path]:
+def matrix_figure(comparisons: list[EnvComparison], scale: str, out_dir: Path,
+                  plan: ComparePlan) -> list[Path]:
     from paper.figures import new_figure, save
 
-    methods, envs, applies, _ = _expected(scale)
-    methods = [m for m in methods if m != BASELINE]
+    envs, applies = plan.envs, plan.applies
+    methods = [m for m in plan.methods if m != BASELINE]
     by_env = {c.env: c for c in comparisons}
     est = np.full((len(methods), len(envs)), np.nan)
     text = [["" for _ in envs] for _ in methods]
@@ -247,14 +298,16 @@ def matrix_figure(comparisons: list[EnvComparison], scale: str, out_dir: Path) -
     fig, axes = new_figure(1, 1, (2.4 + 1.7 * len(envs), 1.2 + 0.7 * len(methods)))
     ax = axes[0, 0]
     lim = max(0.05, float(np.nanmax(np.abs(est)))) if np.isfinite(est).any() else 0.05
-    grey = np.where(np.array([[applies[m, e] for e in envs] for m in methods]), np.nan, 1.0)  # n/a: light grey
+    # n/a: light grey
+    grey = np.where(np.array([[applies[m, e] for e in envs] for m in methods]), np.nan, 1.0)
     ax.imshow(grey, cmap="Greys", vmin=0, vmax=4, aspect="auto")
     image = ax.imshow(est, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
     fig.colorbar(image, ax=ax, label=f"method − GRPO, final held-out {METRIC}")
     for i in range(len(methods)):
         for j in range(len(envs)):
             dark = np.isfinite(est[i, j]) and abs(est[i, j]) > 0.6 * lim  # white text on the deepest colours
-            ax.text(j, i, text[i][j], ha="center", va="center", fontsize=7, color="white" if dark else "black")
+            ax.text(j, i, text[i][j], ha="center", va="center", fontsize=7,
+                    color="white" if dark else "black")
     ax.set_xticks(range(len(envs)), envs, rotation=30, ha="right")
     ax.set_yticks(range(len(methods)), methods)
     ax.grid(False)
@@ -270,22 +323,34 @@ def compare_section(root: Path, scale: str | None = None, out_dir: Path | None =
 
 
 def build_compare(root: Path, out_dir: Path | None, scale: str | None = None) -> tuple[str, list[str]]:
-    """The section's text and the problems `--strict` fails on (invalid runs under compare/)."""
+    """The section's text and the problems `--strict` fails on (invalid runs under compare/, a plan
+    that is not one)."""
     steps, tokens = load_compare(root)
     problems = [f"{p.path}: invalid run, not counted: {p.reason}" for r in (steps, *tokens.values())
                 for p in r.problems if p.kind == "invalid"]
     scales = [scale] if scale else sorted({r.config.get("scale", "cpu") for r in steps.runs}) or ["cpu"]
     out = ["## Head to head (`make compare`)", "",
-           f"Every method on every environment where it applies (declared: `Method.needs`, `Environment.offers`), "
-           f"its compare arm and GRPO on one budget per environment and the same seeds, read from `{root}/compare/`. "
-           f"Differences are paired by seed; verdicts follow the suite's rule against a margin of {MARGIN} "
-           f"(paper/head_to_head.py).", ""]
+           "Every method on every environment where it applies (declared: `Method.needs`, "
+           "`Environment.offers`), its compare arm and GRPO on one budget per environment and the same "
+           f"seeds, read from `{root}/compare/`. Differences are paired by seed; verdicts follow the "
+           f"suite's rule against a margin of {MARGIN} (paper/head_to_head.py).", ""]
     for sc in scales:
         at = steps.at_scale(sc)
         tok = {m: r.at_scale(sc) for m, r in tokens.items()}
         comparisons = [compare_env(e, at, tok) for e in sorted({r.env for r in at.runs})]
-        matrix, missing = matrix_table(comparisons, sc)
-        out += [f"### Scale {sc}", "", matrix.markdown()]
+        out += [f"### Scale {sc}", ""]
+        plan, why = _read_plan(root, sc)
+        matrix: Table | None = None
+        missing: list[str] = []
+        if why:
+            problems.append(f"{plan_path(root, sc)}: {why}")
+        if plan is None:
+            state = f"`{plan_path(root, sc)}` is {why}" if why else f"there is no `{plan_path(root, sc)}`"
+            out += [f"No matrix at scale {sc}: {state}; `make compare SCALE={sc}` writes that plan (which "
+                    "methods apply where, the seeds per environment).", ""]
+        else:
+            matrix, missing = matrix_table(comparisons, sc, plan)
+            out += [matrix.markdown()]
         if not at.runs:
             out += [f"No head-to-head runs at scale {sc} under `{root}/compare/steps` yet: "
                     f"`make compare SCALE={sc}` fills the matrix.", ""]
@@ -293,12 +358,21 @@ def build_compare(root: Path, out_dir: Path | None, scale: str | None = None) ->
             out += ["Missing cells: " + "; ".join(missing) + ".", ""]
         written = tables(comparisons, sc) if at.runs else []
         if out_dir is not None:
-            for t in [matrix, *written]:
+            for t in [*([matrix] if matrix is not None else []), *written]:
                 t.write(out_dir / "tables")
-            if at.runs:
-                png = next((p for p in matrix_figure(comparisons, sc, out_dir / "figures") if p.suffix == ".png"), None)
+            if at.runs and plan is not None:
+                png = next((p for p in matrix_figure(comparisons, sc, out_dir / "figures", plan)
+                            if p.suffix == ".png"), None)
                 if png is not None:
                     out += [f"![head to head]({os.path.relpath(png, out_dir)})", ""]
         for t in written:
             out += [f"**{t.caption}**", "", t.markdown()]
     return "\n".join(out) + "\n", problems
+
+
+def _read_plan(root: Path, scale: str) -> tuple[ComparePlan | None, str | None]:
+    """`load_plan`, and why a file there is not a plan (`--strict` fails on it)."""
+    try:
+        return load_plan(root, scale), None
+    except ValueError as e:
+        return None, f"not a plan of the comparison ({e})"

@@ -41,7 +41,8 @@ class Run:
     config: dict[str, Any]
     manifest: dict[str, Any]
     metrics: list[dict[str, Any]]  # sorted by step
-    evals: dict[str, Any]  # {"initial": EvalResult (absent if eval.at_start=false), "final": ..., "history": [...]}
+    # {"initial": EvalResult (absent if eval.at_start=false), "final": ..., "history": [...]}
+    evals: dict[str, Any]
 
     @property
     def git_sha(self) -> str:
@@ -170,7 +171,8 @@ def _check_result(result: Any, where: str) -> None:
         if not _is_int(result[key]):
             raise InvalidRun(f"eval.json {where} {key} is {result[key]!r}, not an integer")
     for key in ("mean@k", "pass@k"):
-        if not isinstance(result[key], int | float) or isinstance(result[key], bool) or not math.isfinite(result[key]):
+        value = result[key]
+        if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
             raise InvalidRun(f"eval.json {where} {key} is not a finite number: {result[key]!r}")
 
 
@@ -219,7 +221,8 @@ def load_run(path: Path, method: str, env: str, arm: str, seed: int) -> Run:
     ran_as = path.resolve().parent.name if path.is_symlink() else arm
     for key, expected in (("method", method), ("env", env), ("arm", ran_as), ("seed", seed)):
         if key in manifest and manifest[key] != expected:
-            raise InvalidRun(f"manifest.json says {key}={manifest[key]!r} but the directory says {expected!r}")
+            raise InvalidRun(f"manifest.json says {key}={manifest[key]!r} "
+                             f"but the directory says {expected!r}")
     return Run(method, env, arm, seed, path, config, manifest, metrics, evals)
 
 
@@ -252,12 +255,13 @@ def load_results(root: Path) -> Results:
                 for run_dir in sorted(p for p in arm_dir.iterdir() if p.is_dir()):
                     m = _SEED_DIR.match(run_dir.name)
                     if m is None:
-                        results.problems.append(Problem(run_dir, "invalid", "not a seed-<k> directory", **where))
+                        results.problems.append(Problem(run_dir, "invalid", "not a seed-<k> directory",
+                                                        **where))
                         continue
                     if not (run_dir / "done").exists():
                         steps = _count_lines(run_dir / "metrics.jsonl")
-                        results.problems.append(Problem(run_dir, "unfinished", f"no done marker ({steps} steps recorded)",
-                                                        **where))
+                        results.problems.append(Problem(run_dir, "unfinished",
+                                                        f"no done marker ({steps} steps recorded)", **where))
                         continue
                     try:
                         results.runs.append(load_run(run_dir, seed=int(m.group(1)), **where))

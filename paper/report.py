@@ -35,18 +35,19 @@ from paper.tables import Table, arms_of, claim_text, context_text, envs_of, fmt_
 # config keys that legitimately differ between the seeds of one arm
 SEED_KEYS = {"seed", "sft.seed", "out_dir", "work_dir", "force", "progress", "loggers"}
 VERDICT_RULE = (
-    "Verdicts (paper/claims.py): the runs of two arms are **paired by seed** (a seed shares the warm start and the "
-    "task order across arms) and a claim's effect is the mean per-seed difference with a 95% Student-t interval. "
-    "Every claim declares a **margin**, the smallest difference that matters. A claim **holds** if the interval "
-    "lies above 0, is **opposite** if it lies below 0, shows **no effect** if it lies inside ±margin, and is "
-    "**inconclusive** otherwise (an ordering: opposite or no effect if any adjacent pair is, holds if all hold). "
-    "*Holds* does not also require the estimate to exceed the margin; a note says when it does not. **Seeds "
-    f"needed**: the pairs a two-sided paired t-test at alpha {ALPHA:g} needs for {POWER:.0%} power at the margin, "
-    f"given the SD of the per-seed differences in these runs (the pilot), at least {SEEDS_FLOOR} "
-    f"({SEEDS_FLOOR_SMALL_MARGIN} when the margin is under {SMALL_MARGIN:g}); a claim with fewer pairs is "
-    "**inconclusive** whatever its interval (\"underpowered: n=3 < required 7\", with what the interval alone "
-    "says). Controls and confounds a card names are printed beside the verdict and do not change it. Every "
-    "interval of a mean is a Student-t interval; IQMs keep a percentile bootstrap."
+    "Verdicts (paper/claims.py): the runs of two arms are **paired by seed** (a seed shares the warm start "
+    "and the task order across arms) and a claim's effect is the mean per-seed difference with a 95% "
+    "Student-t interval. Every claim declares a **margin**, the smallest difference that matters. A claim "
+    "**holds** if the interval lies above 0, is **opposite** if it lies below 0, shows **no effect** if it "
+    "lies inside ±margin, and is **inconclusive** otherwise (an ordering: opposite or no effect if any "
+    "adjacent pair is, holds if all hold). *Holds* does not also require the estimate to exceed the margin; "
+    f"a note says when it does not. **Seeds needed**: the pairs a two-sided paired t-test at alpha {ALPHA:g} "
+    f"needs for {POWER:.0%} power at the margin, given the SD of the per-seed differences in these runs (the "
+    f"pilot), at least {SEEDS_FLOOR} ({SEEDS_FLOOR_SMALL_MARGIN} when the margin is under {SMALL_MARGIN:g}); "
+    "a claim with fewer pairs is **inconclusive** whatever its interval (\"underpowered: n=3 < required 7\", "
+    "with what the interval alone says). Controls and confounds a card names are printed beside the "
+    "verdict and do not change it. Every interval of a mean is a Student-t interval; IQMs keep a "
+    "percentile bootstrap."
 )
 
 
@@ -57,7 +58,7 @@ class MethodSection:
     card_error: str | None
     claim_results: list[ClaimResult] = field(default_factory=list)
     tables: dict[str, Table] = field(default_factory=dict)  # role -> table
-    extras: dict[str, Table] = field(default_factory=dict)  # the method's own tables (paper/extras.py), by name
+    extras: dict[str, Table] = field(default_factory=dict)  # the method's own (paper/extras.py), by name
     extra_errors: dict[str, str] = field(default_factory=dict)  # name -> why it could not be built
     figures: list[Path] = field(default_factory=list)  # PNGs
     build_error: str | None = None  # tables/figures that could not be built from these results
@@ -100,7 +101,8 @@ def config_flags(method: str, results: Results) -> list[str]:
         for arm in sorted({r.arm for r in results.of(method, env)}):
             flat = [flatten(r.config) for r in results.of(method, env, arm)]
             keys = sorted(set().union(*flat) - SEED_KEYS)
-            differ = {k: sorted({repr(f.get(k)) for f in flat}) for k in keys if len({repr(f.get(k)) for f in flat}) > 1}
+            differ = {k: sorted({repr(f.get(k)) for f in flat}) for k in keys
+                      if len({repr(f.get(k)) for f in flat}) > 1}
             if differ:
                 what = "; ".join(f"`{k}` ({', '.join(v)})" for k, v in differ.items())
                 flags.append(f"configs differ between the seeds of arm `{arm}` on `{env}`: {what}")
@@ -120,20 +122,23 @@ def runs_table(method: str, results: Results, card: Card | None) -> Table:
                 continue
             c = runs[0].config
             kl = _get(c, "trainer.kl.coef")
-            kl_text = "off" if not kl else f"{kl} ({_get(c, 'trainer.kl.placement')}, {_get(c, 'trainer.kl.estimator')})"
+            kl_text = ("off" if not kl else
+                       f"{kl} ({_get(c, 'trainer.kl.placement')}, {_get(c, 'trainer.kl.estimator')})")
             model = _get(c, "model.kind")
             if model == "tiny":
                 model = f"tiny ({_get(c, 'model.num_layers')}L, d={_get(c, 'model.hidden_size')})"
             elif _get(c, "model.path"):
                 model = str(_get(c, "model.hf_id") or _get(c, "model.path"))
             sft = f"{_get(c, 'sft.steps')} steps" if _get(c, "sft.enabled") else "none"
-            rows.append([env, card.label(arm) if card else arm, str(len(runs)), ", ".join(str(r.seed) for r in runs),
-                         str(_get(c, "scale")), str(model), sft, str(_get(c, "trainer.steps")),
+            rows.append([env, card.label(arm) if card else arm, str(len(runs)),
+                         ", ".join(str(r.seed) for r in runs), str(_get(c, "scale")), str(model), sft,
+                         str(_get(c, "trainer.steps")),
                          f"{_get(c, 'trainer.tasks_per_step')} × {_get(c, 'trainer.group_size')}",
                          str(_get(c, "trainer.lr")), kl_text, str(_get(c, "eval.k"))])
-    headers = ["env", "arm", "finished", "seeds", "scale", "model", "SFT warm start", "RL steps", "tasks × G", "lr",
-               "KL", "eval k"]
-    return Table(f"{method}-runs", f"{method}: finished runs and their configuration (from config.yaml)", headers, rows)
+    headers = ["env", "arm", "finished", "seeds", "scale", "model", "SFT warm start", "RL steps", "tasks × G",
+               "lr", "KL", "eval k"]
+    return Table(f"{method}-runs", f"{method}: finished runs and their configuration (from config.yaml)",
+                 headers, rows)
 
 
 def verdict_counts(claim_results: list[ClaimResult]) -> Counter[str]:
@@ -147,12 +152,14 @@ def _reproduced(section: MethodSection) -> list[str]:
         for cr in section.claim_results:
             if cr.verdict != verdict:
                 continue
-            detail = "; ".join(f"{p.better.label()} − {p.worse.label()} = {fmt_ci(p.diff, signed=True)}" for p in cr.pairs)
+            detail = "; ".join(f"{p.better.label()} − {p.worse.label()} = {fmt_ci(p.diff, signed=True)}"
+                               for p in cr.pairs)
             detail += ("; " if detail and cr.note else "") + cr.note
             if cr.needed is not None:
                 detail += f" (margin ±{cr.claim.margin:g}, seeds needed / run: {cr.needed} / {cr.n})"
             context = context_text(cr)
-            lines.append(f"- **{lead}:** {claim_text(cr.claim)} (`{cr.claim.id}`){': ' + detail if detail else ''}."
+            lines.append(f"- **{lead}:** {claim_text(cr.claim)} (`{cr.claim.id}`)"
+                         f"{': ' + detail if detail else ''}."
                          + ("" if context == "—" else f" *Beside it:* {context}."))
     return lines or ["- The card lists no claims."]
 
@@ -178,8 +185,8 @@ def method_section(section: MethodSection, results: Results, out_dir: Path) -> s
     if runs:
         out += [section.tables["runs"].markdown()]
         shas = Counter(r.git_sha for r in runs)
-        out += ["Code version(s) of the runs: " + ", ".join(f"`{short_sha(s)}` ({runs_n(n)})" for s, n in sorted(shas.items()))
-                + ".", ""]
+        out += ["Code version(s) of the runs: "
+                + ", ".join(f"`{short_sha(s)}` ({runs_n(n)})" for s, n in sorted(shas.items())) + ".", ""]
     else:
         out += ["No finished runs yet.", ""]
     flags = code_flags(runs) + config_flags(method, results)
@@ -193,16 +200,19 @@ def method_section(section: MethodSection, results: Results, out_dir: Path) -> s
         out += ["### Claims", ""]
         if card.claims:
             out += ["Margins were set before the runs (pre-registered)." if card.margins_preregistered else
-                    "Margins were set after these runs existed: not pre-registered (the card says why each one).", ""]
+                    "Margins were set after these runs existed: not pre-registered (the card says why each "
+                    "one).", ""]
         out += [section.tables["claims"].markdown()] if card.claims else ["The card lists no claims.", ""]
     if section.build_error:
-        out += ["### Held-out scores", "", f"Could not build the tables and figures: {section.build_error}", ""]
+        out += ["### Held-out scores", "",
+                f"Could not build the tables and figures: {section.build_error}", ""]
     elif runs:
         out += ["### Held-out scores", "", section.tables["final"].markdown()]
         if "tiers" in section.tables:
             out += [section.tables["tiers"].markdown()]
     if section.extras or section.extra_errors:
-        out += ["### Method-specific tables", "", f"Declared by the method in `replications/{method}/tables.py`.", ""]
+        out += ["### Method-specific tables", "",
+                f"Declared by the method in `replications/{method}/tables.py`.", ""]
         for table in section.extras.values():
             out += [f"**{table.caption}.**", "", table.markdown()]
         out += [f"Could not build `{name}`: {error}" + "\n" for name, error in section.extra_errors.items()]
@@ -217,9 +227,9 @@ def method_section(section: MethodSection, results: Results, out_dir: Path) -> s
 def summary(sections: list[MethodSection], results: Results, root: Path, matrix: Table | None,
             matrix_figure: Path | None, out_dir: Path) -> str:
     out = ["# Replication report", "",
-           f"Generated by `python -m paper.build` from the run directories under `{root}` and the method cards; "
-           "do not edit by hand (run `make paper`). Only runs with a `done` marker count; every other run "
-           "directory is listed under its method as not counted.", "", "## Summary", ""]
+           f"Generated by `python -m paper.build` from the run directories under `{root}` and the method "
+           "cards; do not edit by hand (run `make paper`). Only runs with a `done` marker count; every "
+           "other run directory is listed under its method as not counted.", "", "## Summary", ""]
     if not results.runs:
         out += [f"No finished runs under `{root}` yet: the tables below list what each card will check.", ""]
     headers = ["method", "envs", "arms", "finished runs", "not counted", *OUTCOMES, "flags"]
@@ -234,7 +244,8 @@ def summary(sections: list[MethodSection], results: Results, root: Path, matrix:
                      str(len(results.problems_of(s.method))),
                      *[str(counts.get(v, 0)) for v in OUTCOMES],
                      "; ".join(f for f, on in (("card error", s.card_error), ("build error", s.build_error),
-                                               ("extra table error", s.extra_errors), (f"{n_flags} flag(s)", n_flags))
+                                               ("extra table error", s.extra_errors),
+                                               (f"{n_flags} flag(s)", n_flags))
                                if on) or "—"])
     if rows:
         out += [Table("summary", "Summary", headers, rows).markdown()]

@@ -45,7 +45,8 @@ def affects(path: str, method: str, methods: frozenset[str]) -> bool:
     p = PurePosixPath(path)
     if p.suffix not in SOURCE_SUFFIXES or path.startswith(PRESENTATION) or p.name == "tables.py":
         return False
-    if path.startswith(METHODS_DIR) and len(p.parts) > 2 and (p.parts[1] in methods or p.parts[1].startswith("_")):
+    if path.startswith(METHODS_DIR) and len(p.parts) > 2 and (
+            p.parts[1] in methods or p.parts[1].startswith("_")):
         return p.parts[1] == method  # another method's folder, or the scaffold's template
     return True
 
@@ -94,13 +95,14 @@ def staleness(run: Run, root: Path, methods: frozenset[str], state: str | None =
     if not relevant:
         return Staleness(run.git_sha, None)
     more = f" and {len(relevant) - SHOWN} more" if len(relevant) > SHOWN else ""
-    return Staleness(run.git_sha, f"{len(relevant)} result-affecting file(s) changed since `{run.git_sha[:10]}` "
-                                  f"({', '.join(relevant[:SHOWN])}{more})")
+    return Staleness(run.git_sha, f"{len(relevant)} result-affecting file(s) changed since "
+                                  f"`{run.git_sha[:10]}` ({', '.join(relevant[:SHOWN])}{more})")
 
 
 def repository_root(results_root: Path) -> Path:
     """The checkout that holds the results (the code the report compares them with)."""
-    out = _git(results_root.resolve() if results_root.exists() else Path.cwd(), "rev-parse", "--show-toplevel")
+    where = results_root.resolve() if results_root.exists() else Path.cwd()
+    out = _git(where, "rev-parse", "--show-toplevel")
     return Path(out.strip()) if out else Path.cwd()
 
 
@@ -123,8 +125,8 @@ def stale_lines(runs: list[Run], root: Path) -> list[str]:
         return [f"**Code version**: all {len(runs)} finished runs are current: made at {versions}, whose "
                 "result-affecting files equal this checkout's.", ""]
     n_stale = sum(len(g) for g in groups.values())
-    out = [f"**Stale results**: {n_stale} of {len(runs)} finished runs were not made by this checkout's code; "
-           "`make verify` reruns a sample of them. By method and reason:", ""]
+    out = [f"**Stale results**: {n_stale} of {len(runs)} finished runs were not made by this checkout's "
+           "code; `make verify` reruns a sample of them. By method and reason:", ""]
     for (method, reason), group in sorted(groups.items(), key=lambda kv: (kv[0][0], -len(kv[1]))):
         out.append(f"- {method}, {len(group)} run(s): {reason}")
     return [*out, ""]

@@ -33,7 +33,8 @@ def table(out: Path, name: str) -> list[dict[str, str]]:
     return [dict(zip(split[0], row, strict=True)) for row in split[2:]]
 
 
-T_975 = {2: 4.302652729749462, 3: 3.182446305284263}  # Student-t quantiles by degrees of freedom (any t table)
+# Student-t quantiles by degrees of freedom (any t table)
+T_975 = {2: 4.302652729749462, 3: 3.182446305284263}
 
 
 def ci_text(values, signed=False):
@@ -59,7 +60,8 @@ def test_claims_table(out):
     rows = {r["claim"]: r for r in table(out, "toy-claims")}
     better = rows["TOY beats GRPO on grid"]
     assert better["verdict"] == "inconclusive (underpowered: n=3 < required 5; the interval alone says holds)"
-    assert better["difference, paired by seed [95% t CI]"] == ci_text([0.20, 0.20, 0.21], signed=True) + ", 3 pairs"
+    assert better["difference, paired by seed [95% t CI]"] == (
+        ci_text([0.20, 0.20, 0.21], signed=True) + ", 3 pairs")
     assert (better["margin"], better["seeds needed / seeds run"]) == ("±0.05 (5 points of success)", "5 / 3")
     context = better["controls and confounds"]
     assert context.startswith("control best " + ci_text([0.51, 0.58, 0.53]) + ": better@final - best@final = "
@@ -68,10 +70,13 @@ def test_claims_table(out):
     few = rows["the 2-seed arm beats GRPO"]
     assert few["verdict"].startswith("inconclusive (underpowered: n=2 < required 5")
     assert few["seeds needed / seeds run"] == "5 / 2 (finished: few 2; base 3)"
-    assert rows["GRPO beats TOY (a claim that fails)"]["verdict"].endswith("the interval alone says opposite)")
-    grpo, *supervised = table(out, "grpo-claims")  # then the two claims against the supervised arms (no runs here)
+    fails = rows["GRPO beats TOY (a claim that fails)"]
+    assert fails["verdict"].endswith("the interval alone says opposite)")
+    # then the two claims against the supervised arms (no runs here)
+    grpo, *supervised = table(out, "grpo-claims")
     assert [c["verdict"] for c in supervised] == [
-        f"inconclusive (underpowered: n=0 < required {n}; no interval from fewer than 2 pairs)" for n in (5, 5)]
+        f"inconclusive (underpowered: n=0 < required {n}; no interval from fewer than 2 pairs)"
+        for n in (5, 5)]
     assert grpo["claim"].startswith("[sanity check] GRPO beats") and "88.2%" in grpo["paper"]
     assert grpo["verdict"] == "inconclusive (underpowered: n=4 < required 5; the interval alone says holds)"
     diffs = np.subtract([0.45, 0.41, 0.50, 0.47], [0.30, 0.28, 0.33, 0.31])
@@ -86,7 +91,8 @@ def test_claims_json(out):
     grpo = by_id["grpo", "beats-warm-start"]
     assert (grpo["verdict"], grpo["interval_verdict"], grpo["pairs"], grpo["seeds_needed"]) == (
         "inconclusive", "holds", 4, 5)
-    assert grpo["seeds_per_arm"] == {"grpo": {"arith": 4}, "online-rft": {"arith": 0}, "clean-sft": {"arith": 0}}
+    assert grpo["seeds_per_arm"] == {"grpo": {"arith": 4}, "online-rft": {"arith": 0},
+                                     "clean-sft": {"arith": 0}}
     assert grpo["margin"] == 0.05 and grpo["kind"] == "sanity"
     assert grpo["estimate"] == pytest.approx(0.1525) and grpo["interval"][0] < 0.1525 < grpo["interval"][1]
     for c in data["claims"]:
@@ -124,7 +130,8 @@ def test_every_output_is_written(out):
     assert r"\toprule" in latex and r"better $>$ base" in latex and "curve:entropy" not in latex
     matrix = table(out, "matrix")
     toy = [r for r in matrix if r["method"] == "toy"]
-    assert [r["arm"] for r in toy] == ["TOY", "control: TOY+"]  # `best` is the control a claim on `better` names
+    # `best` is the control a claim on `better` names
+    assert [r["arm"] for r in toy] == ["TOY", "control: TOY+"]
     assert toy[0]["arith"] == "—" and toy[1]["grid"] == ci_text([0.51, 0.58, 0.53]) + " (n=3)"
     report = (out / "REPORT.md").read_text()
     assert "![grpo-arith-curves](figures/grpo-arith-curves.png)" in report
@@ -138,7 +145,8 @@ def test_rebuild_is_byte_identical(tmp_path):
     for name in ("a", "b"):
         build(results, tmp_path / name, [REPO / "replications"])
         files = sorted(p for p in (tmp_path / name).rglob("*") if p.is_file())
-        digests.append({p.relative_to(tmp_path / name): hashlib.sha256(p.read_bytes()).hexdigest() for p in files})
+        digests.append({p.relative_to(tmp_path / name): hashlib.sha256(p.read_bytes()).hexdigest()
+                        for p in files})
     assert digests[0] == digests[1] and len(digests[0]) > 10
 
 
@@ -165,7 +173,8 @@ def test_a_table_that_cannot_be_built_is_reported(tmp_path):
     results = tmp_path / "results"
     shutil.copytree(FIXTURES / "results/grpo", results / "grpo")
     (tmp_path / "cards/grpo").mkdir(parents=True)
-    text = (REPO / "replications/grpo/CARD.md").read_text().replace("eval_metric: mean@k", "eval_metric: metrics/x")
+    text = (REPO / "replications/grpo/CARD.md").read_text()
+    text = text.replace("eval_metric: mean@k", "eval_metric: metrics/x")
     (tmp_path / "cards/grpo/CARD.md").write_text(text)
     report, errors = build(results, tmp_path / "out", [tmp_path / "cards"])
     assert any("grpo: KeyError" in e for e in errors)

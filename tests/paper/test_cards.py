@@ -32,7 +32,8 @@ def test_grpo_card_states_the_baseline_claim_and_paper_numbers():
     assert {(88.2, "P"), (51.7, "P")} <= reported
     claim, rft, sft = c.claims
     assert [rft.id, sft.id] == ["rl-beats-online-rft", "rl-beats-clean-sft"]
-    assert rft.terms == [Term("grpo", "final"), Term("online-rft", "final")] and (rft.margin, sft.margin) == (0.05, 0.05)
+    assert rft.terms == [Term("grpo", "final"), Term("online-rft", "final")]
+    assert (rft.margin, sft.margin) == (0.05, 0.05)
     assert claim.controls == ["online-rft", "clean-sft"]
     assert claim.terms == [Term("grpo", "final"), Term("grpo", "initial")]
     assert (claim.envs, claim.metric, claim.min_seeds) == (["arith"], "mean@k", 3)
@@ -45,7 +46,8 @@ def test_every_committed_claim_has_a_margin_and_a_reason():
     assert errors == {} and {"grpo", "sharp", "ccpo", "canopy"} <= set(cards)
     for card in cards.values():
         if card.method in ("grpo", "sharp", "ccpo", "canopy"):
-            assert not card.margins_preregistered  # set after their cpu-scale runs existed (#16); later cards may say so
+            # set after their cpu-scale runs existed (#16); later cards may say so
+            assert not card.margins_preregistered
         for claim in card.claims:
             assert claim.margin > 0 and claim.margin_why, (card.method, claim.id)
     ccpo = {c.id: c for c in cards["ccpo"].claims}
@@ -59,7 +61,8 @@ def test_every_committed_claim_has_a_margin_and_a_reason():
 def test_predicates():
     assert parse_predicate("a > b") == [Term("a", None), Term("b", None)]
     assert parse_predicate("c < b < a") == [Term("a", None), Term("b", None), Term("c", None)]
-    assert parse_predicate("sharp-exact > grpo@initial") == [Term("sharp-exact", None), Term("grpo", "initial")]
+    assert parse_predicate("sharp-exact > grpo@initial") == [Term("sharp-exact", None),
+                                                              Term("grpo", "initial")]
     for bad, match in [("a = b", "no '>'"), ("a > b < c", "mixes"), ("a > b c", "not an arm name"),
                        ("a > b > a", "repeats"), ("a@best > b", "not an arm name")]:
         with pytest.raises(CardError, match=match):
@@ -73,7 +76,8 @@ def test_claim_defaults_and_curve_metrics():
      margin: 1, margin_why: why, controls: c, confounds: [one, two], kind: sanity}""")
     x, y = c.claims
     assert x.terms == [Term("a", "final"), Term("b", "final")] and x.metric == "mean@k" and x.min_seeds == 3
-    assert (x.margin, x.margin_why, x.controls, x.confounds, x.kind) == (0.05, "5 points", [], [], "replication")
+    assert (x.margin, x.margin_why, x.controls, x.confounds, x.kind) == (
+        0.05, "5 points", [], [], "replication")
     assert y.terms == [Term("b", None), Term("a", None)] and y.window is None and y.envs == ["e", "f"]
     assert y.is_curve and y.min_seeds == 5
     assert (y.margin, y.controls, y.confounds, y.kind) == (1.0, ["c"], ["one", "two"], "sanity")
@@ -94,15 +98,17 @@ M = "margin: 0.05, margin_why: w"
         ("claims: [{id: x, text: X, predicate: 'a > b', env: e, margin: 0, margin_why: w}]", "number > 0"),
         ("claims: [{id: x, text: X, predicate: 'a > b', env: e, margin: yes, margin_why: w}]", "number > 0"),
         (f"claims: [{{id: x, text: X, predicate: 'a > b', env: e, {M}, controls: [b]}}]", "controls must be"),
-        (f"claims: [{{id: x, text: X, predicate: 'a > b', env: e, {M}, controls: [c@final]}}]", "controls must be"),
+        (f"claims: [{{id: x, text: X, predicate: 'a > b', env: e, {M}, controls: [c@final]}}]",
+         "controls must be"),
         (f"claims: [{{id: x, text: X, predicate: 'a > b', env: e, {M}, confounds: [1]}}]", "list of strings"),
         (f"claims: [{{id: x, text: X, predicate: 'a > b', env: e, {M}, kind: headline}}]", "kind must be"),
         ("margins_preregistered: maybe", "true or false"),
-        (f"claims: [{{id: x, text: X, predicate: 'a@final > b', env: e, metric: 'curve:kl', {M}}}]", "apply to eval"),
+        (f"claims: [{{id: x, text: X, predicate: 'a@final > b', env: e, metric: 'curve:kl', {M}}}]",
+         "apply to eval"),
         (f"claims: [{{id: x, text: X, predicate: 'a > b', env: e, window: 3, {M}}}]", "only to curve"),
         (f"claims: [{{id: x, text: X, predicate: 'a > a@final', env: e, {M}}}]", "itself"),
-        (f"claims: [{{id: x, text: X, predicate: 'a > b', env: e, {M}}}, {{id: x, text: Y, predicate: 'b > a', env: e, {M}}}]",
-         "unique"),
+        (f"claims: [{{id: x, text: X, predicate: 'a > b', env: e, {M}}}, "
+         f"{{id: x, text: Y, predicate: 'b > a', env: e, {M}}}]", "unique"),
         ("min_seeds: 0", "positive integer"),
         ("arms: {a: A}\nmain_arm: b", "main_arm"),
         ("reported: [{what: x}]", "what, value"),

@@ -57,7 +57,8 @@ def t_ci(x):
 def test_only_finished_valid_runs_count(results):
     assert [r.seed for r in results.of("grpo", "arith", "grpo")] == [0, 1, 2, 3]
     problems = {p.path.name: p for p in results.problems_of("grpo")}
-    assert problems["seed-4"].kind == "unfinished" and "no done marker (2 steps recorded)" in problems["seed-4"].reason
+    assert problems["seed-4"].kind == "unfinished"
+    assert "no done marker (2 steps recorded)" in problems["seed-4"].reason
     assert problems["seed-5"].kind == "invalid" and "eval.json is not valid JSON" in problems["seed-5"].reason
 
 
@@ -73,7 +74,8 @@ def test_missing_root_is_empty(tmp_path):
         (lambda p: (p / "metrics.jsonl").write_text('{"step": 0}\n'), "lacks"),
         (lambda p: (p / "eval.json").write_text('{"initial": {}}'), "lacks"),
         (lambda p: (p / "manifest.json").write_text(json.dumps({"arm": "other"})), "manifest.json says arm"),
-        (lambda p: (p / "eval.json").write_text((p / "eval.json").read_text().replace('"mean@k": 0.45', '"mean@k": NaN')),
+        (lambda p: (p / "eval.json").write_text(
+            (p / "eval.json").read_text().replace('"mean@k": 0.45', '"mean@k": NaN')),
          "mean@k is not a finite number"),
     ],
 )
@@ -119,8 +121,10 @@ def test_toy_verdicts_are_underpowered_at_3_seeds(results, cards):
     assert by_id["ordering"].needed == max(p.needed for p in by_id["ordering"].pairs)
     # stratified over two envs: the mean of per-env means, of values and of differences
     both = by_id["both-envs"]
-    assert [v[0] for v in both.values.values()] == pytest.approx([(0.5233333 + 0.2566667) / 2, (0.32 + 0.1633333) / 2])
-    assert both.pairs[0].diff == pytest.approx(stats.stratified_t_ci([[0.20, 0.20, 0.21], [0.10, 0.10, 0.08]]))
+    assert [v[0] for v in both.values.values()] == pytest.approx([(0.5233333 + 0.2566667) / 2,
+                                                                  (0.32 + 0.1633333) / 2])
+    assert both.pairs[0].diff == pytest.approx(
+        stats.stratified_t_ci([[0.20, 0.20, 0.21], [0.10, 0.10, 0.08]]))
     # curve claim "better < base" on the mean of the last 2 entropy values, tested as base > better
     assert [t.arm for t in by_id["entropy-collapses"].claim.terms] == ["base", "better"]
 
@@ -136,7 +140,8 @@ def test_controls_and_confounds_travel_with_the_claim(results, cards):
     data = claim_json("toy", cr, cards["toy"])
     assert data["controls"][0]["arm"] == "best" and data["controls"][0]["pairs"] == 3
     assert data["confounds"] == ["better also trains twice as long (a made-up confound)"]
-    assert (data["margin"], data["seeds_needed"], data["pairs"], data["margin_preregistered"]) == (0.05, 5, 3, False)
+    assert (data["margin"], data["seeds_needed"], data["pairs"], data["margin_preregistered"]) == (
+        0.05, 5, 3, False)
     assert data["seeds_per_arm"] == {"better": {"grid": 3}, "base": {"grid": 3}, "best": {"grid": 3}}
     assert data["estimate"] == pytest.approx(0.203333, abs=1e-6) and len(data["interval"]) == 2
 
@@ -169,8 +174,8 @@ claims:
 
 
 def claim_card(predicate: str, margin: float = 0.05, extra: str = ""):
-    return parse_card(CARD.format(claims=f"  - {{id: c, text: C, predicate: '{predicate}', env: e, margin: {margin}, "
-                                         f"margin_why: why{extra}}}"))
+    return parse_card(CARD.format(claims=f"  - {{id: c, text: C, predicate: '{predicate}', env: e, "
+                                         f"margin: {margin}, margin_why: why{extra}}}"))
 
 
 def write_arms(root: Path, monkeypatch, arms: dict[str, dict[int, float]]):
@@ -236,7 +241,8 @@ def test_only_seeds_present_in_both_arms_are_paired(tmp_path, monkeypatch):
 
 def test_a_run_without_a_warm_start_evaluation_counts_but_cannot_pair(tmp_path, cards):
     for seed in range(3):
-        shutil.copytree(FIXTURES / f"results/grpo/arith/grpo/seed-{seed}", tmp_path / f"grpo/arith/grpo/seed-{seed}")
+        shutil.copytree(FIXTURES / f"results/grpo/arith/grpo/seed-{seed}",
+                        tmp_path / f"grpo/arith/grpo/seed-{seed}")
     evals = tmp_path / "grpo/arith/grpo/seed-1/eval.json"
     data = json.loads(evals.read_text())
     del data["initial"]  # eval.at_start=false

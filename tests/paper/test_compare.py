@@ -15,9 +15,10 @@ import yaml
 
 from paper import build
 from paper.claims import HOLDS, INCONCLUSIVE, NO_EFFECT, OPPOSITE
-from paper.head_to_head import MARGIN, build_compare, compare_env, load_compare, ranking, versus
+from paper.head_to_head import MARGIN, build_compare, compare_env, load_compare, load_plan, ranking, versus
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+PLAN = Path(__file__).resolve().parents[2] / "results" / "compare" / "plan-cpu.json"  # make compare's
 _spec = importlib.util.spec_from_file_location("make_fixtures", FIXTURES / "make_fixtures.py")
 assert _spec and _spec.loader
 fx = importlib.util.module_from_spec(_spec)
@@ -43,8 +44,8 @@ def test_versus_is_the_claims_rule_by_hand():
     y = dict.fromkeys(range(5), 0.5)
     v = versus("a", "grpo", x, y)
     assert v.n == 5 and v.diff[0] == pytest.approx(0.10)
-    assert v.diff[2] - v.diff[0] == pytest.approx(2.7764 * np.std([0.10, 0.12, 0.08, 0.11, 0.09], ddof=1) / 5 ** 0.5,
-                                                  rel=1e-3)
+    sd = np.std([0.10, 0.12, 0.08, 0.11, 0.09], ddof=1)
+    assert v.diff[2] - v.diff[0] == pytest.approx(2.7764 * sd / 5 ** 0.5, rel=1e-3)
     assert v.verdict == HOLDS and versus("grpo", "a", y, x).verdict == OPPOSITE
     tiny = {s: 0.5 + d for s, d in enumerate([0.001, -0.002, 0.0, 0.002, -0.001])}
     assert versus("a", "grpo", tiny, y).verdict == NO_EFFECT  # inside +-MARGIN
@@ -58,7 +59,8 @@ def test_ranking_resamples_the_shared_seeds():
     scores = {"a": {0: 0.9, 1: 0.8, 2: 0.85}, "b": {0: 0.1, 1: 0.2, 2: 0.15}, "c": {0: 0.5, 1: 0.5, 2: 0.5}}
     out = ranking(scores)
     assert [m for m, *_ in out] == ["a", "c", "b"]
-    assert out[0][2] == (1.0, 1.0) and out[0][3] == 1.0 and out[2][3] == 0.0  # never overtaken in any resample
+    # never overtaken in any resample
+    assert out[0][2] == (1.0, 1.0) and out[0][3] == 1.0 and out[2][3] == 0.0
     assert math.isnan(ranking({"a": {0: 0.5}})[0][3])  # one seed: no interval
 
 
@@ -67,6 +69,8 @@ def results(tmp_path: Path) -> Path:
     root = tmp_path / "results"
     shutil.copytree(FIXTURES / "results", root)
     steps = root / "compare" / "steps"
+    steps.mkdir(parents=True)
+    shutil.copy(PLAN, root / "compare" / "plan-cpu.json")
     for s in range(5):
         write(steps, "grpo", "arith", "grpo", s, 0.40 + 0.01 * s, tokens=1000)
         write(steps, "canopy", "arith", "full", s, 0.50 + 0.01 * s + 0.002 * (s % 2), tokens=1500)
@@ -77,10 +81,13 @@ def results(tmp_path: Path) -> Path:
 def test_equal_steps_equal_tokens_and_missing_cells(results, tmp_path):
     steps, tokens = load_compare(results)
     c = compare_env("arith", steps, tokens)
-    assert c.vs_grpo_steps["canopy"].verdict == HOLDS and c.vs_grpo_steps["canopy"].diff[0] == pytest.approx(0.1008)
-    assert isinstance(c.vs_grpo_tokens["canopy"], str) and "1.50x" in c.vs_grpo_tokens["canopy"]  # not run yet
+    assert c.vs_grpo_steps["canopy"].verdict == HOLDS
+    assert c.vs_grpo_steps["canopy"].diff[0] == pytest.approx(0.1008)
+    # not run yet
+    assert isinstance(c.vs_grpo_tokens["canopy"], str) and "1.50x" in c.vs_grpo_tokens["canopy"]
     for s in range(5):  # GRPO at canopy's tokens
-        write(results / "compare" / "tokens" / "canopy", "grpo", "arith", "grpo", s, 0.45 + 0.01 * s, tokens=1500)
+        write(results / "compare" / "tokens" / "canopy", "grpo", "arith", "grpo", s, 0.45 + 0.01 * s,
+              tokens=1500)
     steps, tokens = load_compare(results)
     v = compare_env("arith", steps, tokens).vs_grpo_tokens["canopy"]
     assert not isinstance(v, str) and v.diff[0] == pytest.approx(0.0508) and v.b == "grpo at canopy's tokens"
@@ -105,4 +112,33 @@ def test_make_paper_strict_with_compare_absent_partial_and_present(results, tmp_
     broken = results / "compare" / "steps" / "grpo" / "arith" / "grpo" / "seed-0"
     write(results / "compare" / "steps", "grpo", "arith", "grpo", 0, 0.4)
     (broken / "eval.json").write_text("{")
-    assert [p for p in build_compare(results, None)[1] if "invalid run" in p and str(broken) in p]  # --strict fails on it
+    # --strict fails on it
+    assert [p for p in build_compare(results, None)[1] if "invalid run" in p and str(broken) in p]
+
+
+def test_the_matrix_is_the_plans_and_without_a_plan_there_is_none(results, tmp_path):
+    plan = load_plan(results, "cpu")
+    assert plan is not None and plan.methods[0] == "grpo" and plan.seeds["arith"] == 7
+    assert plan.applies["ccpo", "thinker_solver-freeride"] and not plan.applies["ccpo", "arith"]
+    (results / "compare" / "plan-cpu.json").unlink()
+    text, problems = build_compare(results, tmp_path / "out")
+    assert problems == [] and "No matrix at scale cpu: there is no `" in text and "plan-cpu.json`" in text
+    assert "| arith | canopy |" in text  # the runs that exist are still compared
+    assert not (tmp_path / "out" / "tables" / "compare-matrix-cpu.md").exists()
+    assert not (tmp_path / "out" / "figures" / "compare-matrix-cpu.png").exists()
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    ("{", "not readable JSON"), ("[]", "not a JSON object"), ('{"scale": "smoke"}', "its scale is 'smoke'"),
+    ('{"scale": "cpu", "methods": ["grpo"], "envs": ["arith"], "applies": {}, "seeds": {"arith": [0]}}',
+     "applies does not say"),
+    ('{"scale": "cpu", "methods": ["grpo"], "envs": ["arith"], "applies": {"grpo": {"arith": true}}, '
+     '"seeds": {}}', "seeds does not list"),
+])
+def test_a_plan_that_is_not_one_is_a_problem_not_a_crash(results, content, why):
+    (results / "compare" / "plan-cpu.json").write_text(content)
+    with pytest.raises(ValueError, match=why):
+        load_plan(results, "cpu")
+    text, problems = build_compare(results, None)
+    assert [p for p in problems if "plan-cpu.json: not a plan of the comparison" in p and why in p]
+    assert "No matrix at scale cpu: `" in text and why in text

@@ -1,5 +1,5 @@
-"""paper/extras.py and `method_tables`: a method's declared tables are found by name, written and
-shown; a broken one is reported, not raised; `make replicate-<m>` prints what `make paper` builds."""
+"""paper/extras.py and `method_tables`: a method's declared tables are found beside its card, written
+and shown; a broken one is reported, not raised; `make replicate-<m>` prints what `make paper` builds."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 import paper.build
 from paper.build import build, method_tables
-from paper.extras import extra_tables
+from paper.extras import extra_tables, load_tables, tables_file
 from paper.tables import Table
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -19,12 +19,31 @@ REPO = Path(__file__).resolve().parents[2]
 CARDS = [REPO / "replications", FIXTURES / "cards"]
 
 
-def test_extra_tables_are_found_by_the_registry_names():
-    assert set(extra_tables("ccpo")) == {"thinker", "compute"}
-    assert set(extra_tables("canopy")) == {"ablations", "training", "ordering"}
-    assert set(extra_tables("sharp")) == {"compute", "gap-growth"}
-    assert set(extra_tables("grpo")) == {"mode-selection"}
-    assert extra_tables("toy") == {}  # not a registered method
+def test_extra_tables_are_found_beside_the_cards():
+    assert set(extra_tables("ccpo", CARDS)) == {"thinker", "compute"}
+    assert set(extra_tables("canopy", CARDS)) == {"ablations", "training", "ordering"}
+    assert set(extra_tables("sharp", CARDS)) == {"compute", "gap-growth"}
+    assert set(extra_tables("grpo", CARDS)) == {"mode-selection"}
+    assert extra_tables("toy", CARDS) == {}  # a card without tables.py
+    assert extra_tables("ccpo", [FIXTURES / "cards"]) == {}  # no card of its own there
+    assert tables_file("grpo", CARDS) == REPO / "replications/grpo/tables.py"
+
+
+def test_a_tables_file_is_loaded_from_its_path_not_imported_as_a_package(tmp_path):
+    folder = tmp_path / "cards" / "solo"
+    folder.mkdir(parents=True)
+    (folder / "CARD.md").write_text("---\nmethod: solo\n---\n")
+    assert tables_file("solo", [tmp_path / "cards"]) is None  # a card without tables.py
+    (folder / "tables.py").write_text(
+        "from paper.tables import Table\n"
+        "EXTRA_TABLES = {'n': lambda runs: Table('x', 'N', ['n'], [[str(len(runs))]])}\n")
+    declared = extra_tables("solo", [tmp_path / "cards"])
+    assert declared["n"]([]).rows == [["0"]] and declared["n"].__module__ == "method_tables_solo"
+    (folder / "tables.py").write_text("import numpyy\n")
+    other = tmp_path / "other" / "solo"
+    shutil.copytree(folder, other)
+    with pytest.raises(ImportError):  # another file of the same method is loaded afresh
+        load_tables("solo", other / "tables.py")
 
 
 def test_declared_tables_are_written_and_shown(tmp_path, monkeypatch):
@@ -35,7 +54,7 @@ def test_declared_tables_are_written_and_shown(tmp_path, monkeypatch):
         return runs[0].evals["final"]["metrics"]["no_such_metric"]
 
     declared = {"seeds": seeds_table, "broken": broken}
-    monkeypatch.setattr(paper.build, "extra_tables", lambda method: declared if method == "grpo" else {})
+    monkeypatch.setattr(paper.build, "load_tables", lambda method, path: declared if method == "grpo" else {})
     report, errors = build(FIXTURES / "results", tmp_path, CARDS)
     text = report.read_text()
     assert (tmp_path / "tables/grpo-seeds.md").exists() and (tmp_path / "tables/grpo-seeds.tex").exists()
@@ -47,12 +66,12 @@ def test_declared_tables_are_written_and_shown(tmp_path, monkeypatch):
 
 
 def test_a_tables_module_that_does_not_import_is_the_methods_error(tmp_path, monkeypatch):
-    def fail(method):
+    def fail(method, path):
         raise ImportError("no module named numpyy")
 
-    monkeypatch.setattr(paper.build, "extra_tables", fail)
+    monkeypatch.setattr(paper.build, "load_tables", fail)
     report, errors = build(FIXTURES / "results", tmp_path, CARDS)
-    assert any("extra table replications/grpo/tables.py: does not import: ImportError" in e for e in errors)
+    assert any("replications/grpo/tables.py: does not import: ImportError" in e for e in errors)
     assert "## GRPO" in report.read_text()  # the rest of the report is still built
 
 
@@ -81,5 +100,5 @@ def test_method_tables_at_one_scale(tmp_path):
 
 @pytest.mark.parametrize("method", ["ccpo", "canopy", "sharp"])
 def test_each_methods_tables_name_their_files_after_it(method):
-    for name in extra_tables(method):
+    for name in extra_tables(method, CARDS):
         assert re.fullmatch(r"[a-z0-9-]+", name), name

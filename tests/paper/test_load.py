@@ -48,8 +48,10 @@ def config_of(path: Path) -> dict:
 
 @pytest.mark.parametrize(("damage", "reason"), [
     # each metrics line must be an object with an integer step
-    (lambda p: rewrite_metrics(p, [7, *metric_rows(p)[1:]]), "metrics.jsonl line 1 is a number, not an object"),
-    (lambda p: rewrite_metrics(p, [[0], *metric_rows(p)[1:]]), "metrics.jsonl line 1 is a list, not an object"),
+    (lambda p: rewrite_metrics(p, [7, *metric_rows(p)[1:]]),
+     "metrics.jsonl line 1 is a number, not an object"),
+    (lambda p: rewrite_metrics(p, [[0], *metric_rows(p)[1:]]),
+     "metrics.jsonl line 1 is a list, not an object"),
     (lambda p: rewrite_metrics(p, [{**r, "step": str(r["step"])} for r in metric_rows(p)]),
      "metrics.jsonl line 1: step is '0', not an integer"),
     (lambda p: rewrite_metrics(p, [{**r, "step": True} if r["step"] == 1 else r for r in metric_rows(p)]),
@@ -67,12 +69,14 @@ def config_of(path: Path) -> dict:
     (lambda p: set_eval(p, final={**json.loads((p / "eval.json").read_text())["final"], "step": "6"}),
      "eval.json 'final' step is '6', not an integer"),
     # a finished run has a row for every step of trainer.steps, and none beyond
-    (lambda p: rewrite_metrics(p, metric_rows(p)[:1]), "done, but metrics.jsonl has 1 of trainer.steps=6 rows"),
+    (lambda p: rewrite_metrics(p, metric_rows(p)[:1]),
+     "done, but metrics.jsonl has 1 of trainer.steps=6 rows"),
     (lambda p: rewrite_metrics(p, [r for r in metric_rows(p) if r["step"] != 3]), "missing: step 3"),
     (lambda p: rewrite_metrics(p, []), "has 0 of trainer.steps=6 rows (6 missing: step 0, 1, 2, 3, 4, ...)"),
     (lambda p: set_config(p, {**config_of(p), "trainer": {**config_of(p)["trainer"], "steps": 4}}),
      "metrics.jsonl has step 4, beyond trainer.steps=4"),
-    (lambda p: set_config(p, {**config_of(p), "trainer": {"lr": 0.1}}), "config.yaml has no integer trainer.steps"),
+    (lambda p: set_config(p, {**config_of(p), "trainer": {"lr": 0.1}}),
+     "config.yaml has no integer trainer.steps"),
 ])
 def test_a_done_run_of_the_wrong_shape_is_invalid(run, damage, reason):
     damage(run)
@@ -93,7 +97,8 @@ def test_a_linked_run_is_checked_against_the_arm_it_ran_as(tmp_path):
     link.symlink_to(own)
     results = load_results(tmp_path / "compare")
     assert results.problems == [] and [(r.arm, r.seed) for r in results.runs] == [("grpo", 0)]
-    copy = tmp_path / "copied/grpo/arith/grpo/seed-0"  # the same folder copied, not linked: the names disagree
+    # the same folder copied, not linked: the names disagree
+    copy = tmp_path / "copied/grpo/arith/grpo/seed-0"
     shutil.copytree(own, copy)
     [problem] = load_results(tmp_path / "copied").problems
     assert "manifest.json says arm='grpo-home' but the directory says 'grpo'" in problem.reason
@@ -119,7 +124,8 @@ def test_invalid_runs_are_listed_and_fail_strict(run, tmp_path, capsys):
     assert any("seed-0: invalid run, not counted: done, but metrics.jsonl has 1 of trainer.steps=6 rows" in e
                for e in errors), errors
     assert "seed-0`: invalid, done, but metrics.jsonl has 1 of trainer.steps=6 rows" in report.read_text()
-    args = ["--results", str(run.parents[3]), "--out", str(tmp_path / "out"), "--cards", str(REPO / "replications")]
+    args = ["--results", str(run.parents[3]), "--out", str(tmp_path / "out"),
+            "--cards", str(REPO / "replications")]
     assert main(args) == 0
     assert "invalid run, not counted" in capsys.readouterr().err  # listed on the console
     assert main([*args, "--strict"]) == 1

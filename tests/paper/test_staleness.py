@@ -11,7 +11,8 @@ from paper.staleness import stale_lines, staleness
 
 
 def _git(root: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout.strip()
+    done = subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True)
+    return done.stdout.strip()
 
 
 def _commit(root: Path, files: dict[str, str]) -> str:
@@ -24,18 +25,23 @@ def _commit(root: Path, files: dict[str, str]) -> str:
 
 
 def _run(sha: str, dirty: bool = False, method: str = "grpo") -> Run:
-    return Run(method, "arith", "grpo", 0, Path("results/x"), {}, {"git_sha": sha, "git_dirty": dirty}, [], {})
+    return Run(method, "arith", "grpo", 0, Path("results/x"), {}, {"git_sha": sha, "git_dirty": dirty}, [],
+               {})
 
 
 def test_runs_are_stale_exactly_when_result_affecting_files_changed(tmp_path):
     _git(tmp_path, "init", "-q")
-    first = _commit(tmp_path, {"common/trainer.py": "a", "paper/report.py": "a", "replications/sharp/method.py": "a"})
+    first = _commit(tmp_path, {"common/trainer.py": "a", "paper/report.py": "a",
+                               "replications/sharp/method.py": "a"})
     methods = frozenset({"grpo", "sharp"})
     assert staleness(_run(first), tmp_path, methods).reason is None
-    assert stale_lines([_run(first)], tmp_path)[0].startswith("**Code version**: all 1 finished runs are current")
-    _commit(tmp_path, {"paper/report.py": "b", "replications/sharp/method.py": "b"})  # presentation, another method
+    assert stale_lines([_run(first)], tmp_path)[0].startswith(
+        "**Code version**: all 1 finished runs are current")
+    # presentation, another method
+    _commit(tmp_path, {"paper/report.py": "b", "replications/sharp/method.py": "b"})
     assert staleness(_run(first), tmp_path, methods).reason is None
-    assert "replications/sharp/method.py" in str(staleness(_run(first, method="sharp"), tmp_path, methods).reason)
+    sharp = staleness(_run(first, method="sharp"), tmp_path, methods)
+    assert "replications/sharp/method.py" in str(sharp.reason)
     (tmp_path / "common" / "loss.py").write_text("new, not yet committed")  # the checkout's code, not HEAD's
     assert "common/loss.py" in str(staleness(_run(first), tmp_path, methods).reason)
     (tmp_path / "common" / "loss.py").unlink()

@@ -1,0 +1,42 @@
+"""`make compare` leaves its plan as data (`<out_dir>/compare/plan-<scale>.json`) for paper/head_to_head.py,
+which imports neither the runner nor the methods; the committed cpu plan is the one the code makes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from experiments import compare
+from experiments.compare import load_settings, matrix, plan_data, write_plan
+from paper.head_to_head import plan_path
+from replications import METHODS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_plan_is_the_whole_declared_comparison():
+    data = plan_data("cpu")
+    settings = load_settings()
+    assert data["methods"] == list(METHODS) and data["envs"] == list(settings) and data["baseline"] == "grpo"
+    applies = matrix(list(METHODS), settings)
+    assert all(data["applies"][m][t] == applies[m, t] for m in METHODS for t in settings)
+    assert data["seeds"]["arith"] == list(range(7))  # grpo's cpu replication: seeds 0-6
+    assert all(v == [] for v in plan_data("nosuchscale")["seeds"].values())
+
+
+def test_the_committed_cpu_plan_is_current():
+    path = plan_path(REPO / "results", "cpu")
+    assert json.loads(path.read_text()) == plan_data("cpu"), (
+        "results/compare/plan-cpu.json is out of date: PYTHONPATH=. python -c "
+        "\"from experiments.compare import write_plan; write_plan('results', 'cpu')\"")
+
+
+def test_a_run_writes_the_plan_and_a_dry_run_does_not(tmp_path, monkeypatch):
+    monkeypatch.setattr(compare, "launch_local", lambda cells, parallel, work: [])  # run nothing
+    monkeypatch.setattr(compare, "compare_tables", lambda method, scale, cells: "")
+    args = ["--scale", "smoke", "--envs", "arith", "--methods", "grpo", "--out-dir", str(tmp_path)]
+    assert compare.main([*args, "--dry-run"]) == 0
+    assert not plan_path(tmp_path, "smoke").exists()
+    assert compare.main(args) == 0
+    assert json.loads(plan_path(tmp_path, "smoke").read_text()) == plan_data("smoke")  # all methods, all envs
+    assert write_plan(tmp_path, "smoke") == tmp_path / "compare" / "plan-smoke.json"
