@@ -47,11 +47,12 @@ export TOKENIZERS_PARALLELISM ?= false
 # libgomp's spinning idle threads collapse throughput when cells share cores (measured: 8 s vs 0.7 s a step)
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: help setup test test-fast replicate-% paper verify bench lint status collect slurm-up slurm-down clean
+.PHONY: help setup test test-fast replicate-% design-% paper verify bench lint status collect slurm-up slurm-down clean
 
 help:
 	@echo "make setup                 create .venv and install the suite (VLLM=1 adds the vLLM CPU build)"
 	@echo "make replicate-<method>    run a replication (SCALE=smoke|cpu|paper CLUSTER=local|slurm SEEDS= FORCE= ARGS=)"
+	@echo "make design-<method>       can the testbed tell? every claim's gates on dev (results/<m>/design.json)"
 	@echo "make tune-<method>         the same dev-split sweep for every arm (GRID=trainer.lr=5e-4,1e-3 SEEDS=0)"
 	@echo "make new-method NAME=<name> scaffold replications/<name>/ (runs as GRPO until its hooks are edited)"
 	@echo "make compare               every method on every env where it applies, GRPO beside it (ENVS= METHODS= SCALE= SEEDS=)"
@@ -91,7 +92,7 @@ system-deps:
 	touch $@
 
 test: setup
-	$(PY) -m pytest -q $(if $(filter-out 1,$(strip $(TEST_WORKERS))),-n $(strip $(TEST_WORKERS)) --dist loadgroup)
+	$(PY) -m pytest -q --durations=25 $(if $(filter-out 1,$(strip $(TEST_WORKERS))),-n $(strip $(TEST_WORKERS)) --dist loadgroup)
 
 # each environment's oracle must reach 0.95 and a random policy stay under 0.2 (envs/api/check.py)
 .PHONY: check-envs
@@ -131,6 +132,10 @@ new-method: setup
 paper: setup
 	$(PY) -m paper.build $(if $(strip $(OUT)),--results '$(strip $(OUT))' --out '$(strip $(OUT))/paper')
 
+# can the testbed tell? every claim's gates on the dev split (experiments/design.py): results/<method>/design.json
+design-%: setup
+	@$(PY) -m experiments.design --method $* --scale $(strip $(SCALE)) $(if $(strip $(NO_PILOTS)),--no-pilots)
+
 # reruns a pinned sample of committed cells in .cache/verify/ and compares them with their records
 verify: setup
 	@$(PY) -m experiments.verify $(if $(strip $(METHOD)),--method $(strip $(METHOD))) $(if $(strip $(DRY_RUN)),--dry-run)
@@ -142,9 +147,11 @@ bench: setup .venv/.bench-done
 	$(PY) -m pip install -q -c constraints.txt -e '.[bench]'
 	touch $@
 
+# ruff (every rule of pyproject.toml, 110 columns included), the file-size rules, mypy
 lint: setup
-	$(PY) -m ruff check common replications slurm paper tests
-	$(PY) -m mypy common replications slurm --ignore-missing-imports
+	$(PY) -m ruff check .
+	$(PY) scripts/check_sizes.py
+	$(PY) -m mypy common envs experiments replications slurm bench paper --ignore-missing-imports
 
 status: setup
 	$(PY) -m slurm status

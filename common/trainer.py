@@ -288,10 +288,12 @@ class RLModule(L.LightningModule):
                 out += [scored.logp_B_T[b, : row.num_action_tokens].clone() for b, row in enumerate(chunk)]
         return out
 
-    def update(self, rows: list[Row], advantages: Advantages, step: int,
-               reference: list[torch.Tensor] | None = None) -> dict[str, float]:
+    def update(self, rows: list[Row], advantages: Advantages, step: int, reference: list[torch.Tensor] | None = None,
+               per_pass: bool = False) -> dict[str, Any]:
         """PPO epochs x minibatches over `rows`; each chunk's objective is `common.loss.policy_loss`.
-        `reference` (aligned with `rows`) is needed when `trainer.kl.placement` is not `none`.
+        `reference` (aligned with `rows`) is needed when `trainer.kl.placement` is not `none`. `per_pass`
+        adds `clip_fraction_by_pass` (one mean per minibatch update, in order: the design check's view
+        of how off-policy the passes after the first are).
 
         With several processes, minibatch i is the union of every rank's minibatch i: the token and
         row counts the loss divides by are summed over the ranks, and so are the gradients, before
@@ -307,9 +309,11 @@ class RLModule(L.LightningModule):
         pad = self.policy.tokenizer.pad_token_id
         rng = np.random.default_rng(derive_seed(self.cfg.seed, step, "minibatches"))
         stats: dict[str, list[float]] = {k: [] for k in ("loss", "clip_fraction", "entropy", "kl", "grad_norm", "logprob_diff_max")}
+        passes: list[float] = []
         for _epoch in range(t.ppo_epochs):
             order = rng.permutation(len(rows)) if t.minibatches > 1 else np.arange(len(rows))
             for mb_idx in np.array_split(order, t.minibatches):
+                first_chunk = len(stats["clip_fraction"])
                 mb = [rows[i] for i in mb_idx]
                 n_tokens, n_rows = sum(r.num_action_tokens for r in mb), len(mb)
                 if world > 1:  # every rank's share of the whole minibatch's mean
@@ -349,9 +353,12 @@ class RLModule(L.LightningModule):
                     total = sum_gradients_over_ranks(params, total)
                 grad_norm = torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], t.max_grad_norm)
                 opt.step()
+                passes.append(float(np.mean(stats["clip_fraction"][first_chunk:])))
                 stats["loss"].append(total)
                 stats["grad_norm"].append(float(grad_norm))
-        out = {k: float(np.mean(v)) for k, v in stats.items() if v}
+        out: dict[str, Any] = {k: float(np.mean(v)) for k, v in stats.items() if v}
+        if per_pass:
+            out["clip_fraction_by_pass"] = passes
         out.setdefault("loss", 0.0)
         out["logprob_diff_max"] = float(np.max(stats["logprob_diff_max"])) if stats["logprob_diff_max"] else 0.0
         out["rows"] = len(rows)

@@ -1,0 +1,414 @@
+"""Can the testbed tell? The design check of every claim of a method, run before its arms (#36).
+
+    python -m experiments.design --method ccpo           # = make design-ccpo; writes results/ccpo/design.json
+    python -m experiments.design --method ccpo --no-pilots   # the shared-batch figures only (minutes)
+
+For each claim of the method's card (`predicate: "a > b"`, or `"a@final > a@initial"`), three gates, each
+on the **dev** split, never the held-out one:
+
+1. *learnable*: the claim's control arm (`b`; for a claim about one arm's own gain, that arm) improves
+   on dev by at least the margin in a pilot (one seed, the arm's own budget, `eval.split=dev`):
+   final minus initial of the card's `eval_metric` (mean@k). Fails: the claim is **void**.
+2. *positive control*: where `conf/design.yaml` names an oracle arm for the claim (the mechanism's ideal
+   signal, built from hidden ground truth), its pilot beats the control's on dev by the margin. Fails:
+   **void**. No oracle: `null`.
+3. *separation*, on **one shared batch** of dev episodes played by the warm start with the claim's first
+   arm's play (its extra plays included), every arm's credit and advantages computed on those same
+   episodes (`common.credit.to_advantages`):
+   - arms that differ in credit: the correlation of their per-turn advantages, and the ratio of their
+     signal-to-noise: the credit gap of the claim's behaviour (mean advantage of the turns that show
+     it minus of the turns that do not; by default the turns of successful against failed episodes),
+     its mean over its standard deviation across `RESAMPLES` batches resampled from the groups. A
+     correlation above 0.95 with a signal-to-noise within 10% of the control's is a **design null**.
+   - arms that differ in the update schedule (`trainer.ppo_epochs`, `trainer.minibatches`): one real
+     update of the shared batch with that schedule; a second pass that clips under 1% of its tokens is
+     a **design null** (its KL to the sampling policy is reported beside it).
+   - arms that differ in what they sample (group size, tasks per step, a task pool): the share of
+     groups with a learning signal under each arm's own play; a ratio within 10% is a **design null**.
+   A claim whose gates all pass is `pass`.
+
+`results/<method>/design.json` keeps one shape for every method (`DESIGN_KEYS`). Pilots run in
+`<work_dir>/design/` (finished ones are reused; their figures, config hash and code are recorded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from common.util import atomic_write_json, flatten
+
+RESAMPLES = 200  # batches resampled from the shared batch's groups for the signal-to-noise
+BATCH_STEPS = 4  # the shared batch: this many steps' worth of the play arm's tasks
+CORRELATION_MAX = 0.95  # above (with the signal-to-noise within SNR_BAND): a design null
+SNR_BAND = 0.10
+CLIP_MIN = 0.01  # a second pass that clips less: a design null
+SAMPLING_BAND = 0.10
+SCHEDULE_KEYS = ("trainer.ppo_epochs", "trainer.minibatches")
+SAMPLING_KEYS = ("trainer.group_size", "trainer.tasks_per_step", "method.pool", "method.coverage",
+                 "method.drop_hardest_tier", "method.min_group", "method.update", "method.demonstrator_env")
+IGNORED_KEYS = ("arm", "seed", "eval.", "out_dir", "work_dir", "progress", "force", "loggers", "trainer.threads",
+                "trainer.checkpoint_every", "trainer.steps")
+DESIGN_KEYS = ("claims", "episodes", "code")
+
+
+@dataclass
+class ClaimSpec:
+    """What the design check needs of one claim (from the card and `conf/design.yaml`)."""
+
+    id: str
+    arms: list[str]  # the claimed order, best first; one arm for a claim about its own gain
+    control: str  # the arm that must learn (and that the oracle must beat)
+    margin: float
+    oracle: str | None = None
+    behaviour: str | None = None  # a labeler of replications/<m>/design.py BEHAVIOURS; None: success vs failure
+    play_arm: str | None = None  # the arm whose play makes the shared batch (default: the first arm)
+
+
+@dataclass
+class Batch:
+    """The shared batch: the groups one arm played, and the per-turn keys every arm is compared on."""
+
+    groups: list[Any]
+    keys: list[tuple[int, int]] = field(default_factory=list)  # (episode index, turn index) of trained turns
+    episodes: list[Any] = field(default_factory=list)
+
+
+# ---- the claims -----------------------------------------------------------------------------------
+def claim_specs(method: str) -> list[ClaimSpec]:
+    """Every claim of the method's card, with the design settings of `conf/design.yaml` (optional:
+    `claims: {<id>: {oracle: <arm>, behaviour: <name>, play_arm: <arm>}}`)."""
+    from experiments.run import conf_dir
+    from paper.cards import parse_card
+
+    card = parse_card((conf_dir(method).parent / "CARD.md").read_text())
+    extra_path = conf_dir(method) / "design.yaml"
+    extra = (yaml.safe_load(extra_path.read_text()) or {}).get("claims", {}) if extra_path.exists() else {}
+    unknown = sorted(set(extra) - {c.id for c in card.claims})
+    if unknown:
+        raise ValueError(f"{extra_path}: claims {unknown} are not in the card")
+    specs = []
+    for claim in card.claims:
+        arms = list(dict.fromkeys(t.arm for t in claim.terms))
+        control = arms[-1]
+        d = extra.get(claim.id) or {}
+        specs.append(ClaimSpec(claim.id, arms, control, claim.margin, d.get("oracle"), d.get("behaviour"),
+                               d.get("play_arm")))
+    return specs
+
+
+def arm_config(method: str, arm: str, scale: str, *extra: str) -> Any:
+    from experiments.run import compose
+
+    return compose(method, (f"scale={scale}", "seed=0", f"arm={arm}", "eval.split=dev", "eval.at_start=true", *extra))
+
+
+def difference_kind(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """What two arms' configs differ in: `schedule`, `sampling`, `credit` (method settings only) or
+    `objective` (anything else, e.g. the KL term or the loss aggregation)."""
+    fa, fb = flatten(a), flatten(b)
+    keys = {k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k) and not k.startswith(IGNORED_KEYS)}
+    if any(k in SCHEDULE_KEYS for k in keys):
+        return "schedule"
+    if any(k in SAMPLING_KEYS for k in keys):
+        return "sampling"
+    if keys and all(k.startswith("method.") for k in keys):
+        return "credit"
+    return "objective" if keys else "same"
+
+
+# ---- the shared batch -----------------------------------------------------------------------------
+@dataclass
+class Pieces:
+    """A warm-started policy playing one arm's config (what a run builds before its first step)."""
+
+    cfg: Any
+    method: Any
+    env: Any
+    policy: Any
+    rollout: Any
+    module: Any = None
+
+
+def build(method: str, arm: str, scale: str, work: Path) -> Pieces:
+    import torch
+
+    from common.chat import ChatFormat
+    from common.engines import make_engine
+    from common.engines.base import SamplingParams
+    from common.fit import resolve
+    from common.policy import Policy
+    from common.rollout import Rollout
+    from common.warmstart import warm_started_base
+    from replications import METHODS
+
+    cfg = arm_config(method, arm, scale)
+    r = resolve(cfg, METHODS)
+    torch.manual_seed(cfg.seed)
+    tokenizer, base, _ = warm_started_base(cfg.model, cfg.sft, r.env, cfg.seed, cfg.work_dir, progress=False)
+    policy = Policy(base, tokenizer, cfg.model, r.env.roles)
+    engine = make_engine(cfg, policy)
+    t = cfg.trainer
+    max_length = cfg.model.max_length if cfg.model.kind == "tiny" else getattr(base.config, "max_position_embeddings", 4096)
+    chat = ChatFormat.from_tokenizer(tokenizer) if cfg.model.chat_template else None
+    rollout = Rollout(r.env, engine, tokenizer, policy.role_adapter, policy.trainable_adapters,
+                      SamplingParams(t.temperature, 1.0, t.max_new_tokens, tuple(r.env.stop)), max_length, cfg.seed, chat)
+    return Pieces(cfg, r.method, r.env, policy, rollout)
+
+
+def shared_batch(p: Pieces) -> Batch:
+    """`BATCH_STEPS` steps' worth of dev tasks, played once by `p`'s method (its extra plays included)."""
+    from common.episode import step_episodes, tasks_of
+
+    dev = tasks_of(p.env.task_set()["dev"])
+    rng = random.Random(f"design/{p.cfg.seed}")
+    tasks = p.method.tasks(dev, 0, rng) + [t for s in range(1, BATCH_STEPS) for t in p.method.tasks(dev, s, rng)]
+    groups = p.method.play(p.rollout, tasks, 0, mode="train")
+    episodes = step_episodes(groups)
+    main = {id(e) for g in groups for e in g.episodes}  # the main plays: what every arm credits
+    keys = [(i, t) for i, e in enumerate(episodes) if id(e) in main
+            for t, turn in enumerate(e.turns) if turn.trainable and turn.adapter is not None and turn.action_ids]
+    return Batch(groups, keys, episodes)
+
+
+def advantages_of(arm_method: Any, batch: Batch) -> Any:
+    from common.credit import to_advantages
+
+    credit = arm_method.credit(copy.deepcopy(batch.groups), 0)
+    return to_advantages(batch.groups, credit, arm_method.agent_of, arm_method.estimator, arm_method.excluded)
+
+
+def labels(behaviour: str | None, method: str, batch: Batch) -> np.ndarray:
+    """Per compared turn: 1 where it shows the claim's behaviour, 0 where not, NaN where it says nothing."""
+    if behaviour is None:
+        return np.array([float(batch.episodes[i].success) for i, _ in batch.keys])
+    import importlib
+
+    labeler = importlib.import_module(f"replications.{method}.design").BEHAVIOURS[behaviour]
+    out = [labeler(batch.episodes[i], t) for i, t in batch.keys]
+    return np.array([np.nan if v is None else float(v) for v in out])
+
+
+def credit_gap(values: np.ndarray, label: np.ndarray) -> float:
+    on, off = values[label == 1], values[label == 0]
+    return float(on.mean() - off.mean()) if on.size and off.size else float("nan")
+
+
+def signal_to_noise(values: np.ndarray, label: np.ndarray, batch: Batch, batch_groups: int, seed: int = 0) -> float:
+    """The credit gap's mean over its SD across `RESAMPLES` batches of `batch_groups` groups drawn with
+    replacement from the shared batch's groups (turns keep their group)."""
+    from common.credit import episode_offsets
+
+    group_of = {}
+    for g, (offset, group) in enumerate(zip(episode_offsets(batch.groups), batch.groups, strict=True)):
+        for i in range(len(group.episodes)):
+            group_of[offset + i] = g
+    turn_group = np.array([group_of[i] for i, _ in batch.keys])
+    rng = np.random.default_rng(seed)
+    gaps = []
+    for _ in range(RESAMPLES):
+        picks = rng.integers(0, len(batch.groups), size=batch_groups)
+        idx = np.concatenate([np.flatnonzero(turn_group == g) for g in picks])
+        gap = credit_gap(values[idx], label[idx])
+        if gap == gap:
+            gaps.append(gap)
+    if len(gaps) < 2:
+        return float("nan")
+    sd = float(np.std(gaps, ddof=1))
+    return float(np.mean(gaps) / sd) if sd > 0 else float("inf") if np.mean(gaps) else float("nan")
+
+
+def correlation(a: np.ndarray, b: np.ndarray) -> float:
+    if a.size < 2 or a.std() == 0 or b.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def signal_fraction(groups: list[Any], arm_method: Any) -> float:
+    """The share of an arm's own groups that it learns from: whose trained turns do not all get one advantage."""
+    from common.credit import episode_offsets
+
+    adv = advantages_of(arm_method, Batch(groups))
+    shares = []
+    for offset, group in zip(episode_offsets(groups), groups, strict=True):
+        values = {round(adv.scalar((offset + i, t)), 12) for i, e in enumerate(group.episodes)
+                  for t in range(len(e.turns))}
+        shares.append(len(values) > 1)
+    return float(np.mean(shares)) if shares else float("nan")
+
+
+# ---- one real update (schedule arms) --------------------------------------------------------------
+def second_pass(p: Pieces, arm_method: Any, batch: Batch, work: Path) -> dict[str, float]:
+    """One real update of the shared batch with the arm's schedule: the clip fraction of the passes after
+    the first (an on-policy first pass never clips), and the KL (k1, per token) from the sampling policy
+    to the updated one on the batch's tokens."""
+    import torch
+
+    from common.batch import build_rows, score_rows
+    from common.records import RunDir
+    from common.trainer import RLModule
+
+    module = RLModule(p.cfg, arm_method, p.env, p.policy, p.rollout.engine, RunDir(work / "update", work / "ckpt"))
+    opt = module.configure_optimizers()
+    module.optimizers = lambda: opt  # type: ignore[method-assign, misc, assignment]  # outside a Lightning Trainer
+    module.manual_backward = lambda loss: loss.backward()  # type: ignore[method-assign, misc]
+    rows = build_rows(batch.episodes, arm_method.trainable_roles(0), arm_method.excluded)
+    reference = module.reference_logprobs(rows) if p.cfg.trainer.kl.placement != "none" else None
+    stats = module.update(rows, advantages_of(arm_method, batch), 0, reference, per_pass=True)
+    with torch.no_grad():
+        kls = []
+        for row in rows:
+            with p.policy.use(row.adapter) as model:
+                scored = score_rows(model, [row], p.policy.tokenizer.pad_token_id, with_entropy=False,
+                                    temperature=p.cfg.trainer.temperature)
+            logp = scored.logp_B_T[0, : row.num_action_tokens].float().cpu()
+            kls.append(torch.tensor(row.behaviour_logprobs()) - logp)
+        kl = float(torch.cat(kls).mean()) if kls else float("nan")
+    later: list[float] = list(stats["clip_fraction_by_pass"])[1:]
+    return {"clip_fraction": float(np.mean(later)) if later else float("nan"), "kl": kl}
+
+
+# ---- pilots ---------------------------------------------------------------------------------------
+def pilot_gain(method: str, arm: str, scale: str, metric: str, folder: Path) -> dict[str, Any]:
+    """The arm at seed 0 on dev, its own budget: final minus initial of `metric`, and the run's folder."""
+    from experiments.replicate import launch_local, plan
+    from paper.claims import eval_value
+
+    cells = plan(method, scale, [0], (f"out_dir={folder}", "eval.split=dev", "eval.at_start=true"), [arm])
+    failures = launch_local(cells, 1, cells[0].work_dir)
+    if failures:
+        raise RuntimeError(f"the design pilot of {method}/{arm} failed: {failures[0].splitlines()[-1]}")
+    evals = json.loads((cells[0].run_dir / "eval.json").read_text())
+    initial, final = eval_value(evals["initial"], metric), eval_value(evals["final"], metric)
+    return {"arm": arm, "initial": initial, "final": final, "gain": final - initial,
+            "run": str(cells[0].run_dir)}
+
+
+# ---- the gates ------------------------------------------------------------------------------------
+def gate(learnable: dict[str, Any], positive: dict[str, Any] | None, separation: dict[str, Any]) -> str:
+    if learnable.get("pass") is False or (positive is not None and positive.get("pass") is False):
+        return "void"
+    if separation.get("pass") is False:
+        return "design null"
+    return "pass"
+
+
+def separation_of(spec: ClaimSpec, method: str, scale: str, cache: dict[str, Any], work: Path) -> dict[str, Any]:
+    """The third gate's figures for one claim (see the module docstring)."""
+    if len(spec.arms) < 2:  # a claim about one arm's own gain: nothing to separate it from
+        return {"kind": "gain", "correlation": None, "snr_ratio": None, "clip_fraction": None, "pass": None}
+    play = spec.play_arm or spec.arms[0]
+    if play not in cache:
+        pieces = build(method, play, scale, work)
+        cache[play] = (pieces, shared_batch(pieces))
+    pieces, batch = cache[play]
+    treated, control = spec.arms[0], spec.control
+    cfgs = {arm: asdict(arm_config(method, arm, scale)) for arm in (treated, control)}
+    kind = difference_kind(cfgs[treated], cfgs[control])
+    out: dict[str, Any] = {"kind": kind, "correlation": None, "snr_ratio": None, "clip_fraction": None}
+    if kind == "credit":
+        label = labels(spec.behaviour, method, batch)
+        methods = {arm: arm_method(method, arm, scale) for arm in (treated, control)}
+        values = {arm: np.array([advantages_of(m, batch).scalar(k) for k in batch.keys]) for arm, m in methods.items()}
+        n = pieces.cfg.trainer.tasks_per_step
+        snr = {arm: signal_to_noise(values[arm], label, batch, n) for arm in values}
+        out["correlation"] = correlation(values[treated], values[control])
+        out["credit_gap"] = {arm: credit_gap(values[arm], label) for arm in values}
+        out["snr"] = snr
+        out["snr_ratio"] = snr[treated] / snr[control] if snr[control] not in (0, None) else float("nan")
+        close = out["correlation"] > CORRELATION_MAX and abs(out["snr_ratio"] - 1) < SNR_BAND
+        out["pass"] = not close
+    elif kind == "schedule":
+        out.update(second_pass(build(method, treated, scale, work), arm_method(method, treated, scale), batch, work))
+        out["pass"] = not out["clip_fraction"] < CLIP_MIN
+    elif kind == "sampling":
+        fractions = {}
+        for arm in (treated, control):
+            arm_pieces = pieces if arm == play else build(method, arm, scale, work)
+            fractions[arm] = signal_fraction(shared_batch(arm_pieces).groups, arm_pieces.method)
+        out["signal_fraction"] = fractions
+        ratio = fractions[treated] / fractions[control] if fractions[control] else float("nan")
+        out["pass"] = not abs(ratio - 1) < SAMPLING_BAND
+    else:
+        out["pass"] = None  # the arms differ in the objective (KL, aggregation): no same-batch figure
+    return out
+
+
+def arm_method(method: str, arm: str, scale: str) -> Any:
+    from common.fit import resolve
+    from replications import METHODS
+
+    return resolve(arm_config(method, arm, scale), METHODS).method
+
+
+def design(method: str, scale: str = "cpu", pilots: bool = True) -> dict[str, Any]:
+    """Every claim's gates and figures (the shape of `DESIGN_KEYS`)."""
+    from common.provenance import git_state
+    from experiments.run import conf_dir
+    from paper.cards import parse_card
+
+    card = parse_card((conf_dir(method).parent / "CARD.md").read_text())
+    metric = card.eval_metric or "mean@k"
+    work = Path(arm_config(method, card.main_arm or next(iter(card.arms)), scale).work_dir) / "design" / method
+    cache: dict[str, Any] = {}
+    gains: dict[str, dict[str, Any]] = {}
+    claims: dict[str, Any] = {}
+    for spec in claim_specs(method):
+        if pilots:
+            for arm in filter(None, (spec.control, spec.oracle)):
+                if arm not in gains:
+                    gains[arm] = pilot_gain(method, arm, scale, metric, work / "pilots")
+        learn = gains.get(spec.control)
+        learnable = {"arm": spec.control, "gain": learn["gain"] if learn else None,
+                     "pass": (learn["gain"] >= spec.margin) if learn else None}
+        positive = None
+        if spec.oracle is not None:
+            o = gains.get(spec.oracle)
+            diff = o["final"] - learn["final"] if o and learn else None
+            positive = {"arm": spec.oracle, "gain": diff, "pass": None if diff is None else diff >= spec.margin}
+        separation = separation_of(spec, method, scale, cache, work)
+        claims[spec.id] = {"learnable": learnable, "positive_control": positive, "separation": separation,
+                           "gate": gate(learnable, positive, separation), "margin": spec.margin, "arms": spec.arms}
+    episodes = sum(len(b.episodes) for _, b in cache.values())
+    return {"claims": claims, "episodes": episodes, "code": git_state(), "scale": scale, "metric": metric,
+            "pilots": gains, "split": "dev"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from replications import METHODS
+
+    p = argparse.ArgumentParser(prog="python -m experiments.design", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--method", required=True, choices=sorted(METHODS))
+    p.add_argument("--scale", default="cpu")
+    p.add_argument("--no-pilots", action="store_true", help="the shared-batch figures only (learnable: null)")
+    p.add_argument("--out", default="results", help="results/<method>/design.json under this folder")
+    args = p.parse_args(argv)
+    t0 = time.time()
+    try:
+        result = design(args.method, args.scale, pilots=not args.no_pilots)
+    except (ValueError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    path = Path(args.out) / args.method / "design.json"
+    atomic_write_json(path, result)
+    for cid, c in result["claims"].items():
+        print(f"[design] {cid}: {c['gate']}  (learnable {c['learnable']['gain']}, separation {c['separation']})")
+    print(f"[design] wrote {path} in {time.time() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    from experiments.design import main as design_main
+
+    sys.exit(design_main())
