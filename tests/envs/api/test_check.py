@@ -26,7 +26,7 @@ from envs.api.check import (
 )
 from envs.registry import ENVS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_every_environment_passes_from_the_command_line_within_five_minutes(wall_budget):

@@ -16,7 +16,7 @@ from common.config import build_dataclass  # noqa: E402
 from envs.benchmarks.reasoning_gym import ReasoningGymConfig, ReasoningGymEnv, answer_text, last_number  # noqa: E402
 from envs.registry import ENVS  # noqa: E402
 
-CONF = Path(__file__).resolve().parents[2] / "common" / "conf" / "env" / "reasoning_gym.yaml"
+CONF = Path(__file__).resolve().parents[3] / "common" / "conf" / "env" / "reasoning_gym.yaml"
 
 
 def make(**kw) -> ReasoningGymEnv:
