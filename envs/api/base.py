@@ -27,10 +27,11 @@ import math
 import random
 import re
 import signal
+import string
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -179,6 +180,9 @@ class Environment(ABC):
     # what it offers methods (envs/api/features.py: the vocabulary); `make compare` runs a method on it when
     # the method's `needs` are a subset
     offers: ClassVar[frozenset[str]] = frozenset()
+    # the settings that make the scripted demonstrator an oracle (its injected errors switched off), for
+    # `python -m envs check` (envs/api/check.py); empty: the demonstrator injects none
+    oracle_settings: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self, cfg: EnvConfig):
         cfg.check()
@@ -302,3 +306,25 @@ class Environment(ABC):
                 action = ep.expert_action()
                 yield obs.text + action
                 obs = ep.step(action).next
+
+    # ---- the check: `python -m envs check` (envs/api/check.py) --------------------------------------------
+    @classmethod
+    def settings_for_check(cls, settings: dict[str, Any]) -> dict[str, Any]:
+        """The settings the check builds this environment with, from those of its config file: by default
+        `oracle_settings` laid over them. An environment that needs more to run on a machine without its
+        data overrides it (paper_math: sample rows in the data sets' layouts)."""
+        return {**settings, **cls.oracle_settings}
+
+    def oracle_action(self, state: EpisodeState, obs: Observation) -> str:
+        """The oracle's action for the role that acts now (`obs`'s). Default: the scripted demonstrator's,
+        which `oracle_settings` make an oracle. An environment whose demonstrator lacks information
+        rather than making a mistake overrides it (voting: the voters not shown the asked fact guess, so
+        the oracle answers the hidden value for every voter)."""
+        return state.expert_action()
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """A uniformly random action of the form the environment expects, so that the verifier, not the
+        parser, has to reject it (the check fails an environment whose random policy wins too often).
+        Every environment of the suite says what random means for it in its override's docstring; this
+        default: 0 to 12 characters, uniform over letters, digits, space, `#` and `=`."""
+        return "".join(rng.choices(string.ascii_letters + string.digits + " #=", k=rng.randint(0, 12)))

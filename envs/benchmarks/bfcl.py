@@ -65,6 +65,7 @@ import importlib
 import inspect
 import json
 import random
+import re
 import secrets
 from dataclasses import dataclass, field
 from importlib import metadata, resources
@@ -415,6 +416,7 @@ class BfclEnv(Environment):
     roles = (AGENT,)
     offers = frozenset({"single_agent"})  # envs/api/features.py
     config_class = BfclConfig
+    oracle_settings = {"demo_slip": 0.0}
     stop = ()  # an action ends at the end of the model's turn (calls may span lines)
 
     def __init__(self, cfg: BfclConfig):
@@ -478,3 +480,19 @@ class BfclEnv(Environment):
                 "splits": {"train": self.cfg.train_size, "heldout": self.cfg.heldout_size, "dev": self.cfg.dev_size,
                            "demo": self.cfg.demo_size},
                 "heldout_ids": "scenario number % 5 == 0", "dev_ids": "scenario number % 10 == 3", "docs": self.cfg.docs}
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """`[]` (end the turn) with probability 0.3, else one call of an offered function, uniform, its
+        required arguments of their documented types (strings: words of the user's turn; numbers in
+        [0, 100])."""
+        if rng.random() < 0.3:
+            return END_TURN
+        doc = rng.choice(state.offered)  # type: ignore[attr-defined]
+        words = re.findall(r"[A-Za-z0-9_.]+", state.user_text) or ["x"]  # type: ignore[attr-defined]
+        values = {"string": lambda: rng.choice(words), "integer": lambda: rng.randint(0, 100),
+                  "float": lambda: round(rng.uniform(0, 100), 2), "boolean": lambda: rng.random() < 0.5,
+                  "array": lambda: [rng.choice(words)], "dict": dict}
+        props = doc.get("parameters", {}).get("properties", {})
+        kwargs = {k: values.get(props.get(k, {}).get("type", "string"), values["string"])()
+                  for k in doc.get("parameters", {}).get("required", [])}
+        return "[" + Call(doc["name"], kwargs).text() + "]"

@@ -235,6 +235,10 @@ class ReasoningGymEnv(Environment):
                 "generator_settings": self.cfg.generator_settings,
                 "tasks": {"train": self.cfg.train_size, "heldout": self.cfg.heldout_size, "demo": self.cfg.demo_size}}
 
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """`<answer><n>`, n uniform in [-1000, 1000]."""
+        return f"<answer>{rng.randint(-1000, 1000)}"
+
 
 def _registry() -> dict[str, tuple[type, type]]:
     """The package's generators: name -> (dataset class, config class)."""

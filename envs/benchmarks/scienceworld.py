@@ -150,6 +150,7 @@ class ScienceWorldEnv(Environment):
     roles = (AGENT,)
     offers = frozenset({"single_agent"})  # envs/api/features.py
     config_class = ScienceWorldConfig
+    oracle_settings = {"demo_slip": 0.0}
     stop = ("\n",)
 
     def __init__(self, cfg: ScienceWorldConfig):
@@ -222,3 +223,11 @@ class ScienceWorldEnv(Environment):
                            "demo": self.cfg.demo_size},
                 "heldout_ids": "ScienceWorld's test variations", "dev_ids": "its dev variations",
                 "simplification": self.cfg.simplification}
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """One of the simulator's action templates, uniform, its object slots filled uniformly from its
+        possible objects."""
+        sim = state.sim  # type: ignore[attr-defined]
+        objects = sim.get_possible_objects() or ["it"]
+        template = rng.choice(sim.get_possible_actions() or ["look around"])
+        return re.sub(r"OBJ\d?", lambda m: rng.choice(objects), template)

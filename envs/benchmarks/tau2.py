@@ -78,6 +78,9 @@ AGENT, USER = "agent", "user"
 STOP, USER_STOPS = "###STOP###", ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
 GREETING = "Hi! How can I help you today?"  # τ²'s orchestrator's first agent message
 MAX_ACTION_CHARS = 20_000
+# what a random agent says when it sends a message (`random_action`)
+RANDOM_MESSAGES = ("Sure, let me check that for you.", "Could you give me your user id?", "Is there anything else?",
+                   "I have processed your request.", "I am sorry, I cannot help with that.")
 FORMAT = ("To call a tool, reply with only <tool_call>{\"name\": \"<tool name>\", \"arguments\": {<arguments as JSON>}}"
           "</tool_call>. Any other reply is sent to the user as your message. Write ###STOP### in a message to end "
           "the conversation.")
@@ -390,6 +393,7 @@ class Tau2Env(Environment):
     roles = (AGENT, USER)
     offers = frozenset({"single_agent"})  # envs/api/features.py
     config_class = Tau2Config
+    oracle_settings = {"demo_slip": 0.0}
     stop = ()  # a message ends at the end of the model's turn
 
     def __init__(self, cfg: Tau2Config):
@@ -461,3 +465,21 @@ class Tau2Env(Environment):
                 "heldout_ids": "the package's test split", "dev_ids": "every 5th task of the package's train split",
                 "user": f"endpoint {self.cfg.user_model or '?'} at {self.cfg.user_url}" if self.cfg.user_url
                 else "the user role (a frozen model of the suite, or the scripted user when bound to scripted)"}
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """Agent: a tool call (probability 0.4: a tool uniform, each argument a word of the last observation
+        or a number in [0, 100]), a message (0.4: uniform over `RANDOM_MESSAGES`) or `###STOP###` (0.2); the
+        user is the scripted user."""
+        if obs.role == "user":
+            return state.expert_action()  # the scripted user: only the agent is random
+        u = rng.random()
+        if u < 0.2:
+            return "###STOP###"
+        if u < 0.6:
+            return rng.choice(RANDOM_MESSAGES)
+        name, schema = rng.choice(sorted(state.tools.items()))  # type: ignore[attr-defined]
+        words = re.findall(r"[A-Za-z0-9_]+", obs.text[-2000:]) or ["x"]
+        props = schema["function"]["parameters"].get("properties", {})
+        args = {k: rng.randint(0, 100) if v.get("type") in ("integer", "number") else rng.choice(words)
+                for k, v in props.items()}
+        return "<tool_call>" + json.dumps({"name": name, "arguments": args}) + "</tool_call>"

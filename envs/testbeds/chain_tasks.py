@@ -260,6 +260,7 @@ class ChainTasksEnv(Environment):
     roles = ("agent",)
     offers = frozenset({"single_agent"})  # envs/api/features.py
     config_class = ChainTasksConfig
+    oracle_settings = {"demo_slip": 0.0, "fault_rate": 0.0}
     stop = ("\n",)
 
     def __init__(self, cfg: ChainTasksConfig):
@@ -288,3 +289,15 @@ class ChainTasksEnv(Environment):
         if variant != "main":
             raise ValueError(f"chain_tasks has no episode variant {variant!r}")
         return ChainEpisode(task, self.cfg, rng)
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """A call: the verb uniform, its arguments uniform (items, names, days, quantities 1-5, ids 1-99)."""
+
+        def number() -> str:
+            return str(rng.randint(1, 99))
+
+        calls = {"add": lambda: [rng.choice(ITEMS), str(rng.randint(1, 5))], "remove": lambda: [rng.choice(ITEMS)],
+                 "pay": list, "find": lambda: [rng.choice(NAMES)], "send": lambda: [number(), number()],
+                 "book": lambda: [rng.choice(DAYS), number()], "done": list}
+        verb = rng.choice(sorted(calls))
+        return " ".join([verb, *calls[verb]()])

@@ -289,6 +289,7 @@ class ServiceDeskEnv(Environment):
     roles = ("agent",)
     offers = frozenset({"single_agent", "provenance_events"})  # envs/api/features.py
     config_class = ServiceDeskConfig
+    oracle_settings = {"demo_trap": 0.0, "demo_repeat": 0.0}
     stop = ("\n",)
 
     def __init__(self, cfg: ServiceDeskConfig):
@@ -324,3 +325,9 @@ class ServiceDeskEnv(Environment):
 
     def provenance(self) -> dict[str, Any]:
         return {**super().provenance(), "delays": list(self.tiers), "human_rate": self.cfg.human_rate}
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """A call, the verb uniform (ask, lookup, ok, refund, transfer, end); a refund's method uniform, its
+        id a capital letter, uniform."""
+        verb = rng.choice(["ask", "lookup", "ok", "refund", "transfer", "end"])
+        return f"refund {rng.choice(METHODS)} {rng.choice(IDS)}" if verb == "refund" else verb

@@ -259,6 +259,7 @@ class SkillFamiliesEnv(Environment):
     roles = ("solver", "curator")
     offers = frozenset({"task_families"})  # envs/api/features.py
     config_class = SkillFamiliesConfig
+    oracle_settings = {"demo_slip": 0.0}
     stop = ("\n",)
 
     def __init__(self, cfg: SkillFamiliesConfig):
@@ -362,6 +363,17 @@ class SkillFamiliesEnv(Environment):
     def provenance(self) -> dict[str, Any]:
         return {**super().provenance(), "demo": self.cfg.demo_size,
                 "design": "hidden step orders renamed per instance (replications/skillrise, [I])"}
+
+    def oracle_action(self, state: EpisodeState, obs: Observation) -> str:
+        """The hidden next step: the demonstrator searches where it has no skill document."""
+        return state.oracle_action()  # type: ignore[attr-defined, no-any-return]
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """Solver: one of the task's tool names, uniform; curator: `<skill>` and 0 to 4 words from the steps
+        and tool names `</skill>`."""
+        if obs.role == "curator":
+            return " <skill> " + " ".join(rng.choices([*ROLES, *NAMES], k=rng.randint(0, 4))) + " </skill>"
+        return " " + rng.choice([name for name, _ in state.tools])  # type: ignore[attr-defined]
 
 
 def _json(task: dict[str, Any]) -> str:

@@ -224,6 +224,7 @@ class ThinkerSolverEnv(Environment):
     roles = (THINKER, SOLVER)
     offers = frozenset({"multi_agent_shared_outcome", "two_role_dialogue"})  # envs/api/features.py
     config_class = ThinkerSolverConfig
+    oracle_settings = {"expert_help": 1.0, "expert_silent": 0.0, "expert_wrong": 0.0}
     stop = ("\n",)
 
     def __init__(self, cfg: ThinkerSolverConfig):
@@ -274,3 +275,12 @@ class ThinkerSolverEnv(Environment):
         if variant not in self.variants():
             raise ValueError(f"thinker_solver has no episode variant {variant!r}; it has {list(self.variants())}")
         return ThinkerSolverEpisode(task, self.cfg, rng, variant)
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """Thinker: silent or one value, uniform over the num_values + 1; Solver: ` #<v>`, v uniform. (The
+        oracle, the demonstrator that always helps, reaches 1 - the cost of a one-character message: 0.98
+        at the default cost.)"""
+        v = rng.randrange(self.cfg.num_values + 1)
+        if obs.role == "thinker":
+            return "" if v == self.cfg.num_values else f" {v}"
+        return f" #{rng.randrange(self.cfg.num_values)}"

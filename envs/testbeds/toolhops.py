@@ -317,3 +317,13 @@ class ToolHopsEnv(PlannerWorkersEnv):
     def provenance(self) -> dict[str, Any]:
         return {**super().provenance(), "mode": self.cfg.mode, "k": self.cfg.k, "extra_workers": self.cfg.extra_workers,
                 "contexts": len(ATTRIBUTES) * self.cfg.classes, "table_seed": TABLE_SEED}
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """Planner: as many attributes as the plan needs, each uniform; worker: a tool, uniform; answer:
+        k entity letters, each uniform."""
+        if obs.role == "worker":
+            return " " + rng.choice(TOOLS)
+        if obs.text.endswith("PLAN:"):
+            n = self.cfg.k + (self.cfg.extra_workers if self.cfg.mode == "parallel" else 0)
+            return " " + " ".join(rng.choices(ATTRIBUTES, k=n))
+        return " " + " ".join(rng.choices(ENTITIES, k=self.cfg.k))

@@ -265,6 +265,7 @@ class PlannerWorkersEnv(Environment):
     roles = ("planner", "worker")
     offers = frozenset({"multi_agent_shared_outcome", "counterfactual_replay"})  # envs/api/features.py
     stop = ("\n",)
+    oracle_settings = {"demo_distractor": 0.0, "demo_wrong": 0.0}
 
     def __init__(self, cfg: PlannerWorkersConfig):
         if not 2 <= cfg.k <= 5:
@@ -305,3 +306,10 @@ class ToolPlanEnv(PlannerWorkersEnv):
     def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
         self._main_only(variant)
         return ToolPlanEpisode(task, self.cfg, rng)
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """Planner: k attributes, each uniform; worker: a tool, uniform; answer: k value letters, each
+        uniform."""
+        if obs.role == "worker":
+            return " " + rng.choice(TOOLS)
+        return " " + " ".join(rng.choices(ATTRIBUTES if obs.text.endswith("PLAN:") else VALUES, k=self.cfg.k))

@@ -126,3 +126,12 @@ class VotingEnv(Environment):
         if variant not in self.variants():
             raise ValueError(f"voting has no episode variant {variant!r}; it has {list(self.variants())}")
         return VotingEpisode(task, rng, variant, self.cfg.num_values)
+
+    def oracle_action(self, state: EpisodeState, obs: Observation) -> str:
+        """The hidden right value, for every voter: the voters not shown the asked fact guess, so the
+        demonstrator is no oracle (it lacks information rather than making a mistake)."""
+        return f" #{state.value}"  # type: ignore[attr-defined]
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """` #<v>`, v uniform in [0, num_values)."""
+        return f" #{rng.randrange(self.cfg.num_values)}"

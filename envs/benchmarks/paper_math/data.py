@@ -32,10 +32,13 @@ verifies math-verify against when no data is staged.
 
 from __future__ import annotations
 
+import atexit
 import csv
 import functools
 import json
 import re
+import shutil
+import tempfile
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -498,3 +501,12 @@ def write_samples(root: str | Path, names: Sequence[str] | None = None) -> Path:
             else:
                 path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return root
+
+
+@functools.cache
+def sample_data() -> str:
+    """A temporary folder of sample rows for every data set (`write_samples`), written once per process and
+    removed at exit: what `python -m envs check` and the fuzz test play when no data is staged."""
+    folder = tempfile.mkdtemp(prefix="paper-data-samples-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return str(write_samples(folder))

@@ -50,7 +50,7 @@ from datasets import Dataset, DatasetDict
 
 from common.episode import Event
 from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
-from envs.benchmarks.paper_math.data import DATASETS, check_staged, load_split, split_files
+from envs.benchmarks.paper_math.data import DATASETS, check_staged, load_split, sample_data, split_files
 
 THINKER, SOLVER = "thinker", "solver"
 MAX_ANSWER_CHARS = 2000  # the tail of an action that math-verify parses
@@ -266,6 +266,22 @@ class PaperMathEnv(Environment):
                 "datasets": {n: DATASETS[n].source for n in self.datasets}, "files": files,
                 "tasks": {split: len(tasks[split]) for split in tasks}, "train_dropped_as_heldout": self.dropped,
                 "data_seed": self.cfg.data_seed}
+
+    @classmethod
+    def settings_for_check(cls, settings: dict[str, Any]) -> dict[str, Any]:
+        """Without a data folder in its config file, hand-written rows in the data sets' published layouts
+        (`sample_data`), every one checked (train and held-out), none set aside for dev."""
+        settings = super().settings_for_check(settings)
+        if not settings.get("path"):
+            settings["path"] = sample_data()
+            settings["dev_size"] = 0
+        return settings
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """Thinker: silent or a generic hint; Solver: `\\boxed{n}`, n uniform in [-1000, 1000]."""
+        if obs.role == "thinker":
+            return rng.choice(["", "Add the numbers.", "Use the quadratic formula."])
+        return f"The answer is $\\boxed{{{rng.randint(-1000, 1000)}}}$."
 
 
 class PaperMathTeamEnv(PaperMathEnv):

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from datasets import DatasetDict
 
-from envs.api.base import Environment, EpisodeState
+from envs.api.base import Environment, EpisodeState, Observation
 from envs.benchmarks.textworld import families
 from envs.benchmarks.textworld.games import (
     LICENSE,
@@ -26,6 +26,7 @@ class TextWorldEnv(Environment):
     roles: ClassVar[tuple[str, ...]] = (PLAYER,)
     offers = frozenset({"single_agent"})  # envs/api/features.py
     config_class = TextWorldConfig
+    oracle_settings = {"demo_slip": 0.0}
     stop = ("\n",)
 
     def __init__(self, cfg: TextWorldConfig):
@@ -88,3 +89,14 @@ class TextWorldEnv(Environment):
                 **({"families": "games built by textworld.GameMaker from per-family hidden recipes (colours of things "
                                 "on colours of places), fresh nouns per game, [I] for chains with a curate turn",
                     "family_distractors": self.cfg.family_distractors} if self.cfg.families else {})}
+
+    def oracle_action(self, state: EpisodeState, obs: Observation) -> str:
+        """With `families` the hidden recipe (the demonstrator searches where it has no skill document);
+        the default games' demonstrator is an oracle already."""
+        return getattr(state, "oracle_action", state.expert_action)()  # type: ignore[no-any-return]
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """A verb uniform over the game's verbs, with a direction (`go`) or an entity of the game, uniform."""
+        game = state.engine._game  # type: ignore[attr-defined]
+        verb = rng.choice([v for v in game.verbs if v not in ("look", "inventory")] or ["go"])
+        return f"{verb} {rng.choice(['north', 'south', 'east', 'west'] if verb == 'go' else game.entity_names or ['it'])}"

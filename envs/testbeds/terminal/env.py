@@ -356,6 +356,9 @@ class TerminalEnv(Environment):
     roles = ("agent",)
     offers = frozenset({"single_agent", "env_pool_with_audit"})  # envs/api/features.py
     config_class = TerminalConfig
+    oracle_settings = {"demo_shortcut": 0.0, "demo_slip": 0.0, "demo_loop": 0.0, "share_leak": 0.0,
+                       "share_weak": 0.0, "share_reject": 0.0, "share_unsolvable": 0.0, "share_trivial": 0.0,
+                       "share_ambiguous": 0.0}
     stop = ("\n",)
 
     def __init__(self, cfg: TerminalConfig):
@@ -403,3 +406,10 @@ class TerminalEnv(Environment):
                 "data_seed": c.data_seed, "train": c.train_size, "heldout": c.heldout_size, "dev": c.dev_size,
                 "demo": c.demo_size, "defect_shares": c.shares(), "backend": c.backend,
                 "sandbox": f"bubblewrap {sandbox.bwrap_version()}" if c.backend == "sandbox" else "simulated (tests only)"}
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """A command of the task vocabulary, uniform (`ls`, `cat F`, `cp memo out`, `grep kN F`, `wc -l F`,
+        `echo N > out` with N in [0, 99], `submit`)."""
+        file, key = rng.choice(["a", "b", "memo"]), f"k{rng.randrange(10)}"
+        return " " + rng.choice(["ls", f"cat {file}", "cp memo out", f"grep {key} {file}", f"wc -l {file}",
+                                 f"echo {rng.randint(0, 99)} > out", "submit"])

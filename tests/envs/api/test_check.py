@@ -15,15 +15,7 @@ import pytest
 
 from envs.__main__ import main
 from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
-from envs.api.check import (
-    ORACLE_MIN,
-    ORACLE_SETTINGS,
-    RANDOM_ACTIONS,
-    RANDOM_MAX,
-    CheckResult,
-    check_env,
-    table,
-)
+from envs.api.check import ORACLE_MIN, RANDOM_MAX, CheckResult, check_env, table
 from envs.registry import ENVS
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -47,10 +39,11 @@ def test_every_environment_passes_from_the_command_line_within_five_minutes(wall
 
 
 def test_every_environment_says_what_random_means_and_oracle_settings_exist():
-    assert set(ENVS) <= set(RANDOM_ACTIONS)
-    for name, settings in ORACLE_SETTINGS.items():
-        fields = {f.name for f in dataclasses.fields(ENVS[name].config_class)}
-        assert set(settings) <= fields, (name, set(settings) - fields)
+    for name, cls in ENVS.items():
+        assert cls.random_action is not Environment.random_action, f"{name} plays the default random action"
+        assert cls.random_action.__doc__, f"{name}'s random_action does not say what random means"
+        fields = {f.name for f in dataclasses.fields(cls.config_class)}
+        assert set(cls.oracle_settings) <= fields, (name, set(cls.oracle_settings) - fields)
 
 
 def test_the_demonstrators_injected_errors_are_what_the_oracle_switches_off():
@@ -108,7 +101,7 @@ class _EchoEnv(Environment):
                                               ({"reject_all": True}, "oracle")])
 def test_a_broken_verifier_fails_the_check(monkeypatch, capsys, setting, why):
     monkeypatch.setitem(ENVS, "echo", _EchoEnv)
-    monkeypatch.setitem(ORACLE_SETTINGS, "echo", setting)
+    monkeypatch.setattr(_EchoEnv, "oracle_settings", setting)
     code = main(["check", "echo", "arith", "--tasks", "8"])
     out, err = capsys.readouterr()
     assert "echo" in out and "arith" in out and "oracle" in out.splitlines()[0]

@@ -20,7 +20,7 @@ import pytest
 
 from common.episode import Event, EventKind
 from envs.api.base import Environment, StepResult, parse_int
-from envs.api.check import sample_data
+from envs.benchmarks.paper_math.data import sample_data
 from envs.registry import ENVS
 from envs.testbeds.chain_tasks import DAYS, ITEMS, NAMES, task_steps
 from envs.testbeds.toolplan import ATTRIBUTES, TOOLS
