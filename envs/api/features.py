@@ -43,10 +43,3 @@ FEATURES: dict[str, str] = {
 
 assert set(FEATURES) == set(get_args(Feature)), "FEATURES and Feature must list the same names"
 
-
-def check_features(features: frozenset[str], where: str) -> None:
-    """Raise ValueError naming `where` when a declared feature is not in the vocabulary."""
-    unknown = sorted(set(features) - set(FEATURES))
-    if unknown:
-        raise ValueError(f"{where} declares unknown features {unknown}; the vocabulary is {sorted(FEATURES)} "
-                         f"(envs/api/features.py)")
