@@ -2,7 +2,7 @@
 
 - `envs/api/`: the text-environment API (`base.py`) and its infrastructure: the features a method may
   need (`features.py`, `protocols.py`), the verifier check (`check.py`, `python -m envs check`), the fuzz
-  harness of hostile actions (`fuzz.py`) and the bubblewrap sandbox (`sandbox.py`);
+  harness of hostile actions (`fuzz.py`) and the bubblewrap sandbox (`sandbox/`);
 - `envs/testbeds/`: the suite's own environments, each built to expose one method's mechanism;
 - `envs/benchmarks/`: adapters of real benchmarks installed as packages, and the papers' staged data.
 

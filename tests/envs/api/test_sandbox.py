@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from envs.api import sandbox
-from envs.api.sandbox import Limits
+from envs.api.sandbox import Limits, uids
 
 pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=f"no sandbox here: {sandbox.available()}")
 
@@ -37,7 +37,7 @@ def sandbox_processes() -> list[int]:
             state = status.split("State:")[1].split()[0]
         except (OSError, ValueError, IndexError):
             continue
-        if sandbox.UID_RANGE[0] <= uid < sandbox.UID_RANGE[1] and state != "Z":
+        if uids.UID_RANGE[0] <= uid < uids.UID_RANGE[1] and state != "Z":
             pids.append(int(entry.name))
     return pids
 
@@ -241,7 +241,7 @@ def test_the_filter_checks_the_architecture_first():
 @pytest.fixture()
 def host_process_of_a_sandbox_uid():
     """A host process whose uid is the first of UID_RANGE (a uid a sandbox run may draw)."""
-    uid = sandbox.UID_RANGE[0]
+    uid = uids.UID_RANGE[0]
     proc = subprocess.Popen(["sleep", "60"], user=uid, group=uid, extra_groups=[])
     yield uid, proc
     proc.kill()
@@ -249,19 +249,19 @@ def host_process_of_a_sandbox_uid():
 
 
 class _Draws:
-    """random.SystemRandom stand-in: randrange returns `uids` in turn."""
+    """random.SystemRandom stand-in: randrange returns `drawn` in turn."""
 
-    def __init__(self, uids):
-        self.uids = iter(uids)
+    def __init__(self, drawn):
+        self.drawn = iter(drawn)
 
     def randrange(self, start, stop):
-        return next(self.uids)
+        return next(self.drawn)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes run as uids of UID_RANGE only when started by root")
 def test_a_host_process_of_the_drawn_uid_survives_the_run(host_process_of_a_sandbox_uid, monkeypatch):
     uid, proc = host_process_of_a_sandbox_uid
-    monkeypatch.setattr(sandbox.random, "SystemRandom", lambda: _Draws([uid, uid + 1]))
+    monkeypatch.setattr(uids.random, "SystemRandom", lambda: _Draws([uid, uid + 1]))
     r = sandbox.run(["/bin/sh", "-c", "sleep 30 & echo started"], limits=FAST)  # a daemon left behind
     assert r.ok and r.stdout.strip() == "started"
     assert proc.poll() is None  # the host's process of that uid is alive: the run drew another uid
@@ -271,7 +271,7 @@ def test_a_host_process_of_the_drawn_uid_survives_the_run(host_process_of_a_sand
 @pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes run as uids of UID_RANGE only when started by root")
 def test_a_run_kills_only_its_own_pid_namespace(host_process_of_a_sandbox_uid, monkeypatch):
     uid, proc = host_process_of_a_sandbox_uid
-    monkeypatch.setattr(sandbox, "_reserve_uid", lambda stack: uid)  # even forced onto a uid in use
+    monkeypatch.setattr(uids, "reserve_uid", lambda stack: uid)  # even forced onto a uid in use
     r = sandbox.run(["/bin/sh", "-c", "sleep 30 & echo started"], limits=FAST)
     assert r.ok and proc.poll() is None
     assert sandbox_processes() == [proc.pid]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from envs.api import sandbox
+from envs.api.sandbox import uids
 from envs.testbeds.terminal.env import (
     SandboxShell,
     SimShell,
@@ -112,7 +113,7 @@ def test_no_sandbox_process_outlives_a_fork_bomb(own_sandbox_uids):
     shell = SandboxShell(TerminalConfig().limits(), cache=False)
     outcome, _ = shell.run("f() { f | f & }; f; wait", {"a": "x\n"})
     assert outcome.failed == "process limit"
-    assert not any(sandbox.UID_RANGE[0] <= uid < sandbox.UID_RANGE[1] for uid in live_uids())
+    assert not any(uids.UID_RANGE[0] <= uid < uids.UID_RANGE[1] for uid in live_uids())
 
 
 def live_uids():
