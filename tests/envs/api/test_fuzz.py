@@ -17,7 +17,7 @@ import pytest
 
 from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
 from envs.api.fuzz import fuzz
-from envs.benchmarks.paper_math.data import sample_data
+from envs.benchmarks.paper_math.samples import sample_data
 from envs.registry import ENVS
 from envs.testbeds.chain_tasks import DAYS, ITEMS, NAMES, task_steps
 from envs.testbeds.toolplan import ATTRIBUTES, TOOLS
@@ -43,7 +43,7 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
                   {"families": True, "quest_lengths": [1, 2], "max_steps": 5, "demo_slip": 0.5, "dev_size": 2, "invalid_penalty": 0.5}],
     # one JVM per live episode, ~0.1 s per command: two short task types, two commands per episode
     "scienceworld": [{"task_names": ["lifespan-shortest-lived", "find-plant"], "max_steps": 2, "dev_size": 2, "demo_slip": 0.5}],
-    # hand-written rows in GSM8K's and MATH's published layouts (envs/benchmarks/paper_math/data.py)
+    # hand-written rows in GSM8K's and MATH's published layouts (envs/benchmarks/paper_math/samples.py)
     "paper_math": [{"path": sample_data(), "dev_size": 4}],
     "paper_math_team": [{"path": sample_data(), "train": ["math"], "heldout": ["math500", "aime24"], "dev_size": 4}],
     "service_desk": [{"delays": [0, 2, 4]}, {"delays": [8], "slack": 0, "demo_trap": 0.9, "demo_repeat": 0.9}],

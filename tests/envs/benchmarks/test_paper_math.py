@@ -15,15 +15,10 @@ pytest.importorskip("math_verify")  # the `envs` extra (make setup)
 
 from datasets import Dataset  # noqa: E402
 
-from envs.benchmarks.paper_math.data import (  # noqa: E402
-    DATASETS,
-    StagedDataError,
-    check_staged,
-    load_split,
-    split_files,
-    write_samples,
-)
+from envs.benchmarks.paper_math.data import DATASETS, StagedDataError, check_staged, split_files  # noqa: E402
 from envs.benchmarks.paper_math.env import PaperMathConfig, PaperMathEnv, PaperMathTeamEnv, check_answer  # noqa: E402
+from envs.benchmarks.paper_math.loading import load_split  # noqa: E402
+from envs.benchmarks.paper_math.samples import write_samples  # noqa: E402
 from envs.registry import ENVS  # noqa: E402
 
 
