@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.episode import Event, EventKind
-from envs.api.base import Environment, StepResult
+from envs.api.base import Environment, Observation, StepResult
 
 EVENT_KINDS = set(typing.get_args(EventKind))
 HUGE = "9" * 5000  # past int()'s 4300-digit limit
@@ -101,7 +101,7 @@ def play(env: Environment, task: dict[str, Any], variant: str, seed: int, choose
     """One episode; `choose(turn)` gives the action (None: the demonstrator's). Returns the hostile
     actions played (and adds the roles that played one to `roles`)."""
     ep = env.new_episode(task, random.Random(seed), variant)
-    obs = ep.start()
+    obs: Observation | None = ep.start()
     turns = hostile = 0
     while obs is not None:
         _require(obs.role in env.roles, f"{env.name}: unknown role {obs.role!r}")
