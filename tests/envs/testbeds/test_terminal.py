@@ -15,14 +15,8 @@ import pytest
 
 from envs.api import sandbox
 from envs.api.sandbox import uids
-from envs.testbeds.terminal.env import (
-    SandboxShell,
-    SimShell,
-    TerminalConfig,
-    TerminalEnv,
-    outcome_bytes,
-    repeat_flags,
-)
+from envs.testbeds.terminal.env import TerminalConfig, TerminalEnv, repeat_flags
+from envs.testbeds.terminal.shells import SandboxShell, SimShell, outcome_bytes
 from envs.testbeds.terminal.tasks import DEFECTS, make_task, quota, verify
 from replications.river.penalty import repeated_turns
 
