@@ -1,7 +1,7 @@
 """Every environment of the suite, by name (`ENVS`): the one registry."""
 
 from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
-from envs.benchmarks.bfcl import BfclEnv
+from envs.benchmarks.bfcl.env import BfclEnv
 from envs.benchmarks.humaneval.env import HumanEvalEnv
 from envs.benchmarks.paper_math.env import PaperMathEnv, PaperMathTeamEnv
 from envs.benchmarks.reasoning_gym import ReasoningGymEnv

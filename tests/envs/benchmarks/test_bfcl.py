@@ -10,7 +10,9 @@ import pytest
 
 pytest.importorskip("bfcl_eval", reason="bfcl-eval is not installed (make setup installs it --no-deps)")
 
-from envs.benchmarks.bfcl import CATEGORIES, BfclConfig, BfclEnv, parse_calls, scenarios, split_of  # noqa: E402
+from envs.benchmarks.bfcl.apps import scenarios  # noqa: E402
+from envs.benchmarks.bfcl.calls import parse_calls  # noqa: E402
+from envs.benchmarks.bfcl.env import CATEGORIES, BfclConfig, BfclEnv, split_of  # noqa: E402
 from envs.registry import ENVS  # noqa: E402
 
 
