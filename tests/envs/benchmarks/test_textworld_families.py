@@ -11,7 +11,8 @@ import random
 import pytest
 
 from envs.benchmarks.textworld.env import TextWorldEnv
-from envs.benchmarks.textworld.families import COLOURS, FILLER, doc_kind, doc_right, guided_pairs, parse_skill
+from envs.benchmarks.textworld.families import FILLER, doc_kind, doc_right, guided_pairs, parse_skill
+from envs.benchmarks.textworld.family_games import COLOURS
 from envs.benchmarks.textworld.games import TextWorldConfig, _textworld
 
 try:
