@@ -9,7 +9,7 @@ from envs.benchmarks.scienceworld import ScienceWorldEnv
 from envs.benchmarks.tau2.env import Tau2Env
 from envs.benchmarks.textworld.env import TextWorldEnv
 from envs.testbeds.arith import ArithEnv
-from envs.testbeds.braid import BraidEnv
+from envs.testbeds.braid.env import BraidEnv
 from envs.testbeds.chain_tasks import ChainTasksEnv
 from envs.testbeds.service_desk import ServiceDeskEnv
 from envs.testbeds.skill_families import SkillFamiliesEnv

@@ -1,4 +1,4 @@
-"""envs/testbeds/braid.py: operations and contracts on hand-computed cases, the generator's
+"""envs/testbeds/braid/: operations and contracts on hand-computed cases, the generator's
 invariants, the splits, and the text episode."""
 
 import json
