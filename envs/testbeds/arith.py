@@ -93,7 +93,8 @@ class ArithEpisode(EpisodeState):
             answer = parse_int(m.group(1)) if m is not None else None
             worked = "=" in action  # wrote intermediate steps rather than jumping to the answer
             if answer is None:
-                why = "no final answer: end the reply with #<integer>" if m is None else "the final answer has too many digits"
+                why = ("no final answer: end the reply with #<integer>" if m is None
+                       else "the final answer has too many digits")
                 result = _invalid(0, why)
                 result.info["worked"] = worked
                 return result
