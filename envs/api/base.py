@@ -98,7 +98,8 @@ def cpu_time_limit(seconds: float) -> Iterator[None]:
             signal.signal(signal.SIGPROF, previous)
     used = time.process_time() - start
     if used > seconds:
-        raise StepTimeLimit(f"the step used {used:.1f} s of CPU time, more than its {seconds:g} s (env.step_cpu_s)")
+        raise StepTimeLimit(f"the step used {used:.1f} s of CPU time, more than its {seconds:g} s "
+                            "(env.step_cpu_s)")
 
 
 @dataclass
@@ -152,7 +153,8 @@ class EnvConfig:
     train_size: int = 512  # tasks in the train split
     heldout_size: int = 128  # tasks in the held-out split
     demo_size: int = 0  # tasks in a separate split for the SFT warm start's demonstrations (0: use train)
-    dev_size: int = 64  # tasks in the dev split: design, tuning and pilots evaluate here (eval.split=dev), never on held-out
+    # tasks in the dev split: design, tuning and pilots evaluate here (eval.split=dev), never on held-out
+    dev_size: int = 64
     data_seed: int = 1234  # seed of the task generator (independent of the run seed)
     # CPU seconds one step may take (the rollout's `cpu_time_limit`; past it: a faulted invalid action).
     # Steps take microseconds; paper_math's math-verify may take 3 x 5 s of its own timeouts
@@ -162,12 +164,13 @@ class EnvConfig:
         """Raise ValueError (one line: the setting and how to fix it) on a setting that cannot work."""
         for key in ("train_size", "heldout_size"):
             if getattr(self, key) < 1:
-                raise ValueError(f"env.{key} must be >= 1 (an empty split has nothing to train on or evaluate); "
-                                 f"got {getattr(self, key)}")
+                raise ValueError(f"env.{key} must be >= 1 (an empty split has nothing to train on or "
+                                 f"evaluate); got {getattr(self, key)}")
         if self.demo_size < 0:
             raise ValueError(f"env.demo_size must be >= 0 (0: demonstrate train tasks); got {self.demo_size}")
         if self.dev_size < 0:
-            raise ValueError(f"env.dev_size must be >= 0 (0: no dev split, so eval.split=dev is refused); got {self.dev_size}")
+            raise ValueError("env.dev_size must be >= 0 (0: no dev split, so eval.split=dev is refused); "
+                             f"got {self.dev_size}")
 
 
 class Environment(ABC):
@@ -186,15 +189,18 @@ class Environment(ABC):
 
     def __init__(self, cfg: EnvConfig):
         cfg.check()
-        if not (cfg.step_cpu_s > 0 and math.isfinite(cfg.step_cpu_s)):  # here: every environment's check, overridden or not
-            raise ValueError(f"env.step_cpu_s must be a number of seconds > 0 (default 30); got {cfg.step_cpu_s}")
+        # here: every environment's check, overridden or not
+        if not (cfg.step_cpu_s > 0 and math.isfinite(cfg.step_cpu_s)):
+            raise ValueError("env.step_cpu_s must be a number of seconds > 0 (default 30); "
+                             f"got {cfg.step_cpu_s}")
         self.cfg = cfg
         self._tasks: DatasetDict | None = None
 
     # ---- tasks -------------------------------------------------------------------------
     @abstractmethod
     def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
-        """One task as a JSON-serializable dict (an override may take further keyword arguments: `split_plan`'s)."""
+        """One task as a JSON-serializable dict (an override may take further keyword arguments:
+        `split_plan`'s)."""
 
     @property
     @abstractmethod
@@ -228,7 +234,8 @@ class Environment(ABC):
                 while len(rows["id"]) < size:
                     attempts += 1
                     if attempts > 50 * size + 1000:
-                        raise ValueError(f"{self.name}: cannot generate {size} distinct {split} tasks; lower env.{split}_size")
+                        raise ValueError(f"{self.name}: cannot generate {size} distinct {split} tasks; "
+                                         f"lower env.{split}_size")
                     tier, extra = plan[len(rows["id"])]
                     task = self.generate_task(rng, tier, **extra)
                     key = self.task_key(task)
@@ -275,7 +282,8 @@ class Environment(ABC):
                 "train": self.cfg.train_size, "heldout": self.cfg.heldout_size, "dev": self.cfg.dev_size}
 
     def check_context(self, count_tokens: Callable[[str], int], max_length: int, max_new_tokens: int) -> None:
-        """Raise ValueError (one line) when a first observation and one turn do not fit in `max_length` tokens.
+        """Raise ValueError (one line) when a first observation and one turn do not fit in `max_length`
+        tokens.
 
         Run once the tokenizer exists (a tiny model's is trained on `corpus()`); the config check can only
         require `max_length > max_new_tokens`. Every variant's first observation of every train and held-out
@@ -291,8 +299,9 @@ class Environment(ABC):
                     if n > longest:
                         longest, text = n, obs.text
         if longest + max_new_tokens > max_length:
-            raise ValueError(f"model.max_length={max_length} is too short for {self.name}: its longest prompt is {longest} "
-                             f"tokens ({text[:40]!r}...) + trainer.max_new_tokens={max_new_tokens}; "
+            raise ValueError(f"model.max_length={max_length} is too short for {self.name}: its longest "
+                             f"prompt is {longest} tokens ({text[:40]!r}...) + "
+                             f"trainer.max_new_tokens={max_new_tokens}; "
                              f"raise model.max_length to at least {longest + max_new_tokens}")
 
     def corpus(self, n: int = 400) -> Iterator[str]:

@@ -115,5 +115,6 @@ def check_env(name: str, tasks: int = 32, seed: int = 0) -> CheckResult:
 def table(results: list[CheckResult]) -> str:
     lines = [f"{'env':<16} {'tasks':>5} {'oracle':>7} {'random':>7}  check", "-" * 46]
     for r in results:
-        lines.append(f"{r.env:<16} {r.tasks:>5} {r.oracle:>7.3f} {r.random:>7.3f}  {'ok' if not r.problems() else 'FAIL'}")
+        verdict = "ok" if not r.problems() else "FAIL"
+        lines.append(f"{r.env:<16} {r.tasks:>5} {r.oracle:>7.3f} {r.random:>7.3f}  {verdict}")
     return "\n".join(lines)

@@ -40,22 +40,25 @@ ODD_SPACE = "\t\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u2028\u2029\u3000\ufeff"
 CONTROL = "".join(map(chr, range(32))) + "\x7f"
 
 HOSTILE = [
-    "", " ", "\n", "\t \r\n", ODD_SPACE, "\x00", "\x00" * 100, CONTROL, "\x1b[31m#1\x1b[0m", "\ud800", "\ufffd",
-    HUGE, "#" + HUGE, " #-" + HUGE, "#" + "9" * 100_000, "#" * 100_000, "=" * 100_000, " " * 100_000,
-    "a " * 50_000, "1 " * 50_000, "#1 " * 30_000, "add tea " + HUGE, "send " + HUGE + " " + HUGE,
-    "book mon " + HUGE, "add tea ٣", "add\u3000tea\u30002", "#١٦", "١٦", "F=١", "#𝟏𝟔", " census\x00",
-    "pop\u00a0area", "done\x00", UNICODE_DIGITS, "#" + UNICODE_DIGITS, "A=" + HUGE, " " + HUGE, "-" * 10_000 + "1",
+    "", " ", "\n", "\t \r\n", ODD_SPACE, "\x00", "\x00" * 100, CONTROL, "\x1b[31m#1\x1b[0m", "\ud800",
+    "\ufffd", HUGE, "#" + HUGE, " #-" + HUGE, "#" + "9" * 100_000, "#" * 100_000, "=" * 100_000,
+    " " * 100_000, "a " * 50_000, "1 " * 50_000, "#1 " * 30_000, "add tea " + HUGE,
+    "send " + HUGE + " " + HUGE, "book mon " + HUGE, "add tea ٣", "add\u3000tea\u30002", "#١٦", "١٦", "F=١",
+    "#𝟏𝟔", " census\x00", "pop\u00a0area", "done\x00", UNICODE_DIGITS, "#" + UNICODE_DIGITS, "A=" + HUGE,
+    " " + HUGE, "-" * 10_000 + "1",
 ]
 
 
 def fake_calls(rng: random.Random, words: Sequence[str] = (), plan_words: Sequence[str] = ()) -> list[str]:
     """Near misses in the environments' syntax (answers, messages, tool calls, plans): `words` are the
     environments' own (items, names, tools), `plan_words` those a plan is made of (attributes)."""
-    number = rng.choice(["0", "7", "-3", "+5", "007", "9" * 18, "9" * 19, HUGE, "-" + HUGE, "١٦", "1_000", "𝟏", "²"])
+    number = rng.choice(["0", "7", "-3", "+5", "007", "9" * 18, "9" * 19, HUGE, "-" + HUGE, "١٦", "1_000",
+                         "𝟏", "²"])
     letter = rng.choice(["F", "A", "Z", "f", "É", ""])
     word = rng.choice([*words, "x", "", HUGE])
     return [
-        f"#{number}", f" #{number}", f"# {number} ", f"{number}", f"{letter}={number}", f" {letter} = {number}\n",
+        f"#{number}", f" #{number}", f"# {number} ", f"{number}", f"{letter}={number}",
+        f" {letter} = {number}\n",
         f"1+2=3 #{number}", f"#{number}#{number}", f"add {word} {number}", f"add {word} {number} {number}",
         f"send {number} {number}", f"book {word} {number}", f"find {word}", f"remove {word}", "pay", "done",
         f"done {number}", f"pay{number}", f" {word}",
@@ -67,8 +70,9 @@ def fake_calls(rng: random.Random, words: Sequence[str] = (), plan_words: Sequen
 def random_text(rng: random.Random) -> str:
     """Random text from one of a few alphabets (printable, digits and signs, control and odd space,
     Unicode digits), mostly short, one time in fifty 100,000 characters long."""
-    alphabet = rng.choice([string.printable, string.digits + " #=-+", CONTROL + ODD_SPACE, UNICODE_DIGITS + "# ",
-                           string.ascii_lowercase + " 0123456789", string.printable + UNICODE_DIGITS + ODD_SPACE])
+    alphabet = rng.choice([string.printable, string.digits + " #=-+", CONTROL + ODD_SPACE,
+                           UNICODE_DIGITS + "# ", string.ascii_lowercase + " 0123456789",
+                           string.printable + UNICODE_DIGITS + ODD_SPACE])
     n = rng.choice([0, 1, 2, 5, 20, 80, 300]) if rng.random() < 0.98 else 100_000
     return "".join(rng.choices(alphabet, k=n))
 
@@ -92,7 +96,8 @@ def check_result(env: Environment, r: Any) -> None:
         json.dumps(e.data)
     json.dumps(r.info)  # records are JSON
     if r.next is not None:
-        _require(r.next.role in env.roles and isinstance(r.next.text, str) and isinstance(r.next.new_context, bool),
+        _require(r.next.role in env.roles and isinstance(r.next.text, str)
+                 and isinstance(r.next.new_context, bool),
                  f"{env.name}: malformed next observation {r.next!r:.200}")
 
 
@@ -105,7 +110,8 @@ def play(env: Environment, task: dict[str, Any], variant: str, seed: int, choose
     turns = hostile = 0
     while obs is not None:
         _require(obs.role in env.roles, f"{env.name}: unknown role {obs.role!r}")
-        expert = ep.expert_action()  # the demonstrator reads state hostile turns left behind: it must not raise
+        # the demonstrator reads state hostile turns left behind: it must not raise
+        expert = ep.expert_action()
         _require(isinstance(expert, str), f"{env.name}: the demonstrator's action is not text")
         action = choose(turns)
         if action is not None:
@@ -139,7 +145,8 @@ def fuzz(env: Environment, turn_cap: Callable[[dict[str, Any]], int], rng: rando
             for turn in range(turn_cap(task)):
                 for text in [*HOSTILE, *fake_calls(rng, words, plan_words)]:
                     at_turn = lambda t, turn=turn, text=text: text if t == turn else None  # noqa: E731
-                    report.hostile += play(env, task, variant, rng.randrange(10**6), at_turn, report.roles, turn_cap)
+                    seed = rng.randrange(10**6)
+                    report.hostile += play(env, task, variant, seed, at_turn, report.roles, turn_cap)
 
     def choose(t: int) -> str | None:
         u = rng.random()
