@@ -105,7 +105,8 @@ def test_a_broken_verifier_fails_the_check(monkeypatch, capsys, setting, why):
     code = main(["check", "echo", "arith", "--tasks", "8"])
     out, err = capsys.readouterr()
     assert "echo" in out and "arith" in out and "oracle" in out.splitlines()[0]
-    if why is None:  # a right verifier; the random policy (short random strings) never guesses a 6-digit number
+    # a right verifier; the random policy (short random strings) never guesses a 6-digit number
+    if why is None:
         assert code == 0 and "error" not in err
         return
     assert code == 1 and f"error: echo: the {why}" in err and "error: arith" not in err
@@ -119,7 +120,8 @@ def test_json_output_and_an_environment_that_cannot_start(monkeypatch, capsys):
     monkeypatch.setitem(ENVS, "broken", Broken)
     assert main(["check", "arith", "broken", "--json", "--tasks", "4"]) == 1
     out, err = capsys.readouterr()
-    assert json.loads(out) == [{"env": "arith", "tasks": 4, "oracle": 1.0, "random": json.loads(out)[0]["random"]}]
+    random_mean = json.loads(out)[0]["random"]
+    assert json.loads(out) == [{"env": "arith", "tasks": 4, "oracle": 1.0, "random": random_mean}]
     assert "error: broken: cannot run (ValueError: needs a package that is not installed)" in err
 
 

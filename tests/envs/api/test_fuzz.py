@@ -29,29 +29,40 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
     "arith": [{"mode": "single"}, {"mode": "stepwise", "max_ops": 4}],
     "chain_tasks": [{}, {"busy_rate": 0.5, "fault_rate": 0.5, "demo_slip": 0.5}],
     "toolplan": [{"k": 2}, {"k": 5}],
-    "toolhops": [{"k": 2}, {"k": 5, "classes": 8}, {"mode": "parallel", "k": 3, "extra_workers": 3, "classes": 1}],
-    "thinker_solver": [{}, {"question": "sum", "see_probs": [0.1, 0.5, 0.9], "follow_known": 0.3, "cost_per_char": 0.0}],
+    "toolhops": [{"k": 2}, {"k": 5, "classes": 8},
+                 {"mode": "parallel", "k": 3, "extra_workers": 3, "classes": 1}],
+    "thinker_solver": [{}, {"question": "sum", "see_probs": [0.1, 0.5, 0.9], "follow_known": 0.3,
+                            "cost_per_char": 0.0}],
     "voting": [{}],
     "reasoning_gym": [{}, {"untagged": "last_number"}],
     "humaneval": [{}],
     "bfcl": [{"max_steps_per_turn": 2}, {"categories": ["miss_func", "long_context"], "max_steps_per_turn": 2,
                                          "docs": "signatures", "max_result_chars": 200, "demo_slip": 0.5}],
-    # retail (its database copies in ~0.04 s; airline's in ~0.25 s) and short conversations: an episode copies it at its first tool call
-    "tau2": [{"domains": ["retail"], "dev_size": 4, "max_messages": 2, "tool_docs": "signatures", "demo_slip": 0.5}],
+    # retail (its database copies in ~0.04 s; airline's in ~0.25 s) and short conversations: an episode
+    # copies it at its first tool call
+    "tau2": [{"domains": ["retail"], "dev_size": 4, "max_messages": 2, "tool_docs": "signatures",
+              "demo_slip": 0.5}],
     "textworld": [{"max_steps": 6, "quest_lengths": [1, 3], "demo_slip": 0.5, "dev_size": 2},
-                  # families (SkillRise's chains): solver and curator, the curate variant; 12 two-game families
-                  {"families": True, "quest_lengths": [1, 2], "max_steps": 5, "demo_slip": 0.5, "dev_size": 2, "invalid_penalty": 0.5}],
+                  # families (SkillRise's chains): solver and curator, the curate variant; 12 two-game
+                  # families
+                  {"families": True, "quest_lengths": [1, 2], "max_steps": 5, "demo_slip": 0.5, "dev_size": 2,
+                   "invalid_penalty": 0.5}],
     # one JVM per live episode, ~0.1 s per command: two short task types, two commands per episode
-    "scienceworld": [{"task_names": ["lifespan-shortest-lived", "find-plant"], "max_steps": 2, "dev_size": 2, "demo_slip": 0.5}],
+    "scienceworld": [{"task_names": ["lifespan-shortest-lived", "find-plant"], "max_steps": 2, "dev_size": 2,
+                      "demo_slip": 0.5}],
     # hand-written rows in GSM8K's and MATH's published layouts (envs/benchmarks/paper_math/samples.py)
     "paper_math": [{"path": sample_data(), "dev_size": 4}],
-    "paper_math_team": [{"path": sample_data(), "train": ["math"], "heldout": ["math500", "aime24"], "dev_size": 4}],
-    "service_desk": [{"delays": [0, 2, 4]}, {"delays": [8], "slack": 0, "demo_trap": 0.9, "demo_repeat": 0.9}],
+    "paper_math_team": [{"path": sample_data(), "train": ["math"], "heldout": ["math500", "aime24"],
+                         "dev_size": 4}],
+    "service_desk": [{"delays": [0, 2, 4]},
+                     {"delays": [8], "slack": 0, "demo_trap": 0.9, "demo_repeat": 0.9}],
     "braid": [{}, {"demo_error": 1.0}],
     # the simulated shell (the real sandbox runs each command in bubblewrap, ~30 ms: its hostile commands
     # are tested one by one in test_terminal.py)
-    "terminal": [{"backend": "sim"}, {"backend": "sim", "max_turns": 4, "demo_loop": 1.0, "demo_shortcut": 0.5}],
-    "skill_families": [{}, {"order_length": 3, "min_plan": 1, "distractors": 2, "max_misses": 0, "demo_slip": 0.5}],
+    "terminal": [{"backend": "sim"},
+                 {"backend": "sim", "max_turns": 4, "demo_loop": 1.0, "demo_shortcut": 0.5}],
+    "skill_families": [{}, {"order_length": 3, "min_plan": 1, "distractors": 2, "max_misses": 0,
+                            "demo_slip": 0.5}],
 }
 # hostile actions per setting beyond the every-string-at-every-turn pass (humaneval runs each action
 # in the real sandbox, ~50 ms: its hostile programs are tested one by one in test_sandbox/test_humaneval)
@@ -71,13 +82,15 @@ TURN_CAPS: dict[str, Callable[[Environment, dict[str, Any]], int]] = {
     "voting": lambda env, task: 3,
     "reasoning_gym": lambda env, task: 1,
     "humaneval": lambda env, task: 1,
-    "bfcl": lambda env, task: len(task["question"]) * (env.cfg.max_steps_per_turn + 1),  # type: ignore[attr-defined]
+    "bfcl": lambda env, task: (len(task["question"])
+                               * (env.cfg.max_steps_per_turn + 1)),  # type: ignore[attr-defined]
     "tau2": lambda env, task: 2 * env.cfg.max_messages,  # type: ignore[attr-defined]
     "textworld": lambda env, task: env.cfg.max_steps,  # type: ignore[attr-defined]
     "scienceworld": lambda env, task: env.cfg.max_steps,  # type: ignore[attr-defined]
     "paper_math": lambda env, task: 1,
     "paper_math_team": lambda env, task: 3,
-    "service_desk": lambda env, task: (2 if task["intent"] == "human" else 4 + task["delay"]) + env.cfg.slack,  # type: ignore[attr-defined]
+    "service_desk": lambda env, task: ((2 if task["intent"] == "human" else 4 + task["delay"])
+                                       + env.cfg.slack),  # type: ignore[attr-defined]
     "braid": lambda env, task: len(task["nodes"]),
     "terminal": lambda env, task: env.cfg.max_turns,  # type: ignore[attr-defined]
     "skill_families": lambda env, task: task["plan"] + env.cfg.max_misses,  # type: ignore[attr-defined]
@@ -97,7 +110,8 @@ def test_every_environment_is_fuzzed():
 @pytest.mark.parametrize("env", environments())
 def test_step_never_raises_on_hostile_text(env, request):
     report = fuzz(env, lambda task: TURN_CAPS[env.name](env, task), random.Random(request.node.name),
-                  full_pass_tasks=FULL_PASS_TASKS.get(env.name, 2), mixture=MIXTURE_BUDGET.get(env.name, 3000),
+                  full_pass_tasks=FULL_PASS_TASKS.get(env.name, 2),
+                  mixture=MIXTURE_BUDGET.get(env.name, 3000),
                   words=WORDS, plan_words=ATTRIBUTES)
     assert report.roles == set(env.roles)
 

@@ -16,7 +16,8 @@ import pytest
 from envs.api import sandbox
 from envs.api.sandbox import Limits, uids
 
-pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=f"no sandbox here: {sandbox.available()}")
+pytestmark = pytest.mark.skipif(sandbox.available() is not None,
+                                reason=f"no sandbox here: {sandbox.available()}")
 
 PY = ["/usr/bin/python3", "-I", "main.py"]
 FAST = Limits(wall_s=5.0, cpu_s=2, memory_mb=256, processes=8, output_bytes=1 << 16, disk_mb=8)
@@ -49,7 +50,8 @@ def _own_uids(own_sandbox_uids):
 
 @pytest.fixture()
 def canary(tmp_path):
-    """A host folder and file the hostile programs target; yields a function telling whether they are intact."""
+    """A host folder and file the hostile programs target; yields a function telling whether they are
+    intact."""
     folder = tmp_path / "canary"
     folder.mkdir()
     (folder / "secret.txt").write_text("do not touch")
@@ -67,7 +69,8 @@ def canary(tmp_path):
 
 
 def test_a_plain_program_runs_and_sees_its_files():
-    r = sandbox.run(["/usr/bin/python3", "-I", "main.py"], {"main.py": "print(open('data.txt').read())", "data.txt": "42"})
+    r = sandbox.run(["/usr/bin/python3", "-I", "main.py"],
+                    {"main.py": "print(open('data.txt').read())", "data.txt": "42"})
     assert r.ok and r.stdout.strip() == "42" and not r.timed_out
 
 
@@ -101,7 +104,8 @@ def test_rm_rf_root_is_contained(canary):
     assert python("print('alive')").stdout.strip() == "alive"
 
 
-@pytest.mark.parametrize("path", ["/etc/shadow", "/etc/passwd", "/root", "/home", "/work", "/tmp", "REPO", "CANARY"])
+@pytest.mark.parametrize("path", ["/etc/shadow", "/etc/passwd", "/root", "/home", "/work", "/tmp", "REPO",
+                                  "CANARY"])
 def test_files_outside_the_task_directory_are_unreadable(path, canary):
     folder, _ = canary
     path = {"REPO": str(Path(__file__).resolve()), "CANARY": str(folder / "secret.txt")}.get(path, path)
@@ -123,11 +127,13 @@ def test_writes_outside_the_task_directory_fail(canary):
 def test_sockets_cannot_reach_anything():
     for code in ["import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=2)",
                  "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=2)",
-                 "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.sendto(b'x', ('8.8.8.8', 53))",
+                 "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                 "s.sendto(b'x', ('8.8.8.8', 53))",
                  "import urllib.request\nurllib.request.urlopen('http://example.com', timeout=2)"]:
         r = python(code)
         # no route, no name resolution; the sandbox has only its own loopback, the host's port 22 is not there
-        assert not r.ok and not r.timed_out and any(why in r.stderr for why in ("unreachable", "refused", "name resolution")), code
+        refused = ("unreachable", "refused", "name resolution")
+        assert not r.ok and not r.timed_out and any(why in r.stderr for why in refused), code
     # a server may listen in its own network namespace, where nobody can reach it: it waits out the clock
     r = python("import socket\ns = socket.socket()\ns.bind(('0.0.0.0', 8080))\ns.listen()\ns.accept()",
                Limits(wall_s=1.0))
@@ -187,7 +193,8 @@ print("held_mb", held)
 
 def test_sysv_shared_memory_cannot_hold_more_than_the_memory_cap():
     r = python(SHM_HOLD, Limits(wall_s=20.0, cpu_s=10, memory_mb=128, output_bytes=1 << 16, disk_mb=8))
-    assert r.stdout.split()[-2:] == ["held_mb", "0"] and "shmget: Operation not permitted" in r.stdout, r.stdout
+    assert r.stdout.split()[-2:] == ["held_mb", "0"], r.stdout
+    assert "shmget: Operation not permitted" in r.stdout, r.stdout
 
 
 def test_each_denied_system_call_fails_with_eperm():
@@ -196,7 +203,8 @@ def test_each_denied_system_call_fails_with_eperm():
     code = ("import ctypes, sys\nlibc = ctypes.CDLL(None, use_errno=True)\n"
             f"for name, nr in {calls!r}.items():\n"
             "    ctypes.set_errno(0)\n"
-            "    r = libc.syscall(nr, 0, 0, 0, 0, 0, 0)\n"  # all-zero arguments: harmless wherever a call is allowed
+            # all-zero arguments: harmless wherever a call is allowed
+            "    r = libc.syscall(nr, 0, 0, 0, 0, 0, 0)\n"
             "    print(name, r, ctypes.get_errno())\n")
     r = python(code)
     assert r.ok, r.stderr
@@ -207,7 +215,8 @@ def test_each_denied_system_call_fails_with_eperm():
 def test_the_sandbox_init_cannot_be_traced():
     code = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
             "libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]\n"
-            "print(libc.ptrace(16, 1, None, None), os.strerror(ctypes.get_errno()))\n")  # PTRACE_ATTACH to bwrap's init
+            # PTRACE_ATTACH to bwrap's init
+            "print(libc.ptrace(16, 1, None, None), os.strerror(ctypes.get_errno()))\n")
     r = python(code, Limits(wall_s=3.0, cpu_s=2))
     assert r.ok and r.stdout.strip() == "-1 Operation not permitted", (r.stdout, r.timed_out)
 
@@ -216,7 +225,8 @@ def test_the_sandbox_init_cannot_be_traced():
 def test_system_calls_of_another_abi_cannot_bypass_the_filter():
     i386 = ("import ctypes, mmap, os\n"
             "m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
-            "m.write(bytes([0xB8, 0x14, 0, 0, 0, 0xCD, 0x80, 0xC3]))\n"  # mov eax, 20 (i386 getpid); int 0x80; ret
+            # mov eax, 20 (i386 getpid); int 0x80; ret
+            "m.write(bytes([0xB8, 0x14, 0, 0, 0, 0xCD, 0x80, 0xC3]))\n"
             "f = ctypes.CFUNCTYPE(ctypes.c_long)(ctypes.addressof(ctypes.c_char.from_buffer(m)))\n"
             "print(f())\n")
     r = python(i386)
@@ -281,7 +291,8 @@ def test_several_sandboxes_at_once_talk_through_passed_pipes():
     reads, writes = os.pipe()
     try:
         say = ["/usr/bin/python3", "-I", "-c", f"import os; os.write({writes}, b'hello')"]
-        hear = ["/usr/bin/python3", "-I", "-c", f"import os; print(os.read({reads}, 100), os.read({reads}, 100))"]
+        hear = ["/usr/bin/python3", "-I", "-c",
+                f"import os; print(os.read({reads}, 100), os.read({reads}, 100))"]
         with sandbox.started(say, limits=FAST, pass_fds=(writes,)) as a, \
                 sandbox.started(hear, limits=FAST, pass_fds=(reads,)) as b:
             os.close(writes)

@@ -75,13 +75,16 @@ def test_demonstrator_shortcut_share():
 
 
 def test_numbers_are_bounded_ascii():
-    """A non-ASCII digit (#١٦ reads as 16 to int()) or a number past 18 digits is an invalid action, never a crash."""
+    """A non-ASCII digit (#١٦ reads as 16 to int()) or a number past 18 digits is an invalid action, never
+    a crash."""
     task = {"start": 7, "steps": [["+", 9]]}  # 16
     assert make().new_episode(task, random.Random(0)).step(" #16").success
     for answer in [" #١٦", " #𝟏𝟔", " #1６", " #" + "9" * 19, " #" + "9" * 5000, " #-" + "1" * 100_000]:
         r = make().new_episode(task, random.Random(0)).step(answer)
-        assert r.next is None and r.reward == 0.0 and r.info["invalid"] and [e.kind for e in r.events] == ["invalid_action"]
+        assert r.next is None and r.reward == 0.0 and r.info["invalid"]
+        assert [e.kind for e in r.events] == ["invalid_action"]
     for answer in ["١٦", "9" * 5000]:
         r = make("stepwise").new_episode(task, random.Random(0)).step(answer)
         assert r.next is None and [e.kind for e in r.events] == ["invalid_action"]
-    assert make("stepwise").new_episode(task, random.Random(0)).step("016").success  # ASCII, leading zero: as before
+    # ASCII, leading zero: as before
+    assert make("stepwise").new_episode(task, random.Random(0)).step("016").success

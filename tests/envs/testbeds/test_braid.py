@@ -71,7 +71,8 @@ def test_types_and_reading_hostile_text():
 
 def test_perturb_keeps_the_type_and_changes_the_value():
     rng = random.Random(0)
-    for value, kind in [(0, "int"), (500, "int"), ([], "list"), ([5], "list"), ([1, 2, 3], "list"), ("a", "str"), ("abc", "str")]:
+    for value, kind in [(0, "int"), (500, "int"), ([], "list"), ([5], "list"), ([1, 2, 3], "list"),
+                        ("a", "str"), ("abc", "str")]:
         for _ in range(50):
             wrong = perturb(value, rng)
             assert wrong != value and is_type(wrong, kind)

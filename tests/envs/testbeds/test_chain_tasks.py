@@ -98,8 +98,9 @@ def test_the_todo_moves_on_with_the_steps_call_right_or_wrong():
     env = make()
     ep = env.new_episode(TASK, random.Random(0))
     ep.start()
-    assert ep.step("add jam 1").next.text.endswith("todo: buy tea 2\n> ")  # another item: the step is not done
-    assert ep.step("add tea 5").next.text.endswith("todo: buy rice 1\n> ")  # its item, a wrong quantity: moves on
+    # another item: the step is not done; its item, a wrong quantity: moves on
+    assert ep.step("add jam 1").next.text.endswith("todo: buy tea 2\n> ")
+    assert ep.step("add tea 5").next.text.endswith("todo: buy rice 1\n> ")
     assert ep.world.cart == {"jam": 1, "tea": 5}
 
 
@@ -107,7 +108,8 @@ def test_errors_are_recoverable_and_malformed_calls_never_raise():
     env = make(slack=20)
     ep = env.new_episode(TASK, random.Random(0))
     ep.start()
-    for garbage in ["", "buy tea", "add tea", "add tea two", "\x00\x01", "fly", "done now", "send 1 2", "book xmas 12"]:
+    for garbage in ["", "buy tea", "add tea", "add tea two", "\x00\x01", "fly", "done now", "send 1 2",
+                    "book xmas 12"]:
         r = ep.step(garbage)
         assert r.next is not None and r.next.text.startswith("error: ") and r.reward == 0.0
         assert r.next.text.endswith("todo: buy tea 2\n> ")
@@ -125,14 +127,16 @@ def test_busy_refusals_change_nothing_and_the_demonstrator_recovers():
         ep = env.new_episode(TASK, random.Random(seed))
         obs = ep.start()
         while obs is not None:
-            before = (dict(ep.world.cart), ep.world.paid, list(ep.world.mails), list(ep.world.meetings), ep.cursor)
+            world = ep.world
+            before = (dict(world.cart), world.paid, list(world.mails), list(world.meetings), ep.cursor)
             action = ep.expert_action()
             result = ep.step(action)
             obs = result.next
             if obs is not None and obs.text.startswith("error: busy"):
                 assert (ep.world.cart, ep.world.paid, ep.world.mails, ep.world.meetings, ep.cursor) == before
                 again = ep.expert_action()  # the same call, or the id looked up again
-                assert again == action or (again.startswith("find ") and action.split()[0] in ("send", "book"))
+                looked_up_again = again.startswith("find ") and action.split()[0] in ("send", "book")
+                assert again == action or looked_up_again
                 recovered += again != action
         assert result.success
     assert recovered > 0
@@ -168,7 +172,8 @@ def test_demonstrator_slips_quantities_and_days_only():
             adds = [a for a in actions if a.startswith(f"add {item} ")]
             wrong += adds[0] != f"add {item} {qty}"
             values += 1
-        assert all(a == f"find {task['contact']}" for a in actions if a.startswith("find"))  # names never slip
+        # names never slip
+        assert all(a == f"find {task['contact']}" for a in actions if a.startswith("find"))
     assert 0.25 < wrong / values < 0.35
     assert 0.05 < sum(success) / len(success) < 0.2  # about 0.7 ** 6 (five quantities and a day)
 
@@ -182,12 +187,13 @@ def test_bad_config_fails():
 
 
 def test_numbers_are_bounded_ascii():
-    """A quantity or an id past 18 digits is a bad call (no effect), never a crash; leading zeros read as before."""
+    """A quantity or an id past 18 digits is a bad call (no effect), never a crash; leading zeros read as
+    before."""
     env = make(slack=20)
     ep = env.new_episode(TASK, random.Random(0))
     ep.start()
-    for call in ["add tea " + "9" * 19, "add tea " + "9" * 5000, "send " + "1" * 5000 + " 47", "book fri " + "1" * 5000,
-                 "add tea ٢", "add tea ²"]:
+    for call in ["add tea " + "9" * 19, "add tea " + "9" * 5000, "send " + "1" * 5000 + " 47",
+                 "book fri " + "1" * 5000, "add tea ٢", "add tea ²"]:
         r = ep.step(call)
         assert r.next.text.startswith("error: bad call") and [e.kind for e in r.events] == ["invalid_action"]
     assert ep.world.cart == {}

@@ -1,4 +1,5 @@
-"""service_desk: the customer, the tools, the trap, the delay knob, the budget, provenance, probes, the demonstrator."""
+"""service_desk: the customer, the tools, the trap, the delay knob, the budget, provenance, probes, the
+demonstrator."""
 
 import json
 import random
@@ -10,7 +11,8 @@ from envs.testbeds.service_desk import DONE_TALKING, ServiceDeskConfig, ServiceD
 
 def task(intent="refund", delay=2, method="cash", order="K", trap="Q"):
     return {"intent": intent, "method": method, "order": order, "trap": trap, "delay": delay,
-            "remarks": ["it was a gift", "the box was blue", "i live far away", "it came late"][:delay], "probe": "refund"}
+            "remarks": ["it was a gift", "the box was blue", "i live far away", "it came late"][:delay],
+            "probe": "refund"}
 
 
 def play(actions, t=None, **cfg):
@@ -57,7 +59,8 @@ def test_trap_errors_and_costs_an_action():
     assert (2, "provenance", {"source": 1, "kind": "failed_utilization"}) in events  # the fallback lookup
     assert result.reward == 1.0 and result.info["trap_use"] is True
     # trap and a repeated lookup in one episode exhaust the budget (ideal 6 + slack 1)
-    result, _, _ = play(["ask", "refund cash Q", "lookup", "lookup", "ok", "ok", "refund cash K", "end"], slack=1)
+    result, _, _ = play(["ask", "refund cash Q", "lookup", "lookup", "ok", "ok", "refund cash K", "end"],
+                        slack=1)
     assert result.reward == 0.0 and result.info["out_of_turns"] is True
 
 
@@ -66,8 +69,10 @@ def test_wrong_method_or_id_fails():
     result, texts, events = play(["ask", "lookup", "ok", "ok", "refund cash L", "end"])
     assert texts[-1].startswith("tool: error: no order L") and result.reward == 0.0
     # a second refund is refused (state unchanged): it costs an action and is flagged as an error
-    result, texts, events = play(["ask", "lookup", "ok", "ok", "refund cash K", "refund cash K", "end"], slack=2)
-    assert texts[-1].startswith("tool: error: already refunded") and (5, "error", {"why": "tool: error: already refunded"}) in events
+    result, texts, events = play(["ask", "lookup", "ok", "ok", "refund cash K", "refund cash K", "end"],
+                                 slack=2)
+    assert texts[-1].startswith("tool: error: already refunded")
+    assert (5, "error", {"why": "tool: error: already refunded"}) in events
     assert result.reward == 1.0
 
 
@@ -77,8 +82,9 @@ def test_remarks_must_be_acknowledged_before_closing():
     assert result.reward == 0.0
 
 
-@pytest.mark.parametrize("bad", ["", "  ", "refund", "refund cash", "refund gold K", "refund cash ٨٣", "refund cash 9" * 50,
-                                 "lookup K", "ask me", "\x00", "transfer now", "9" * 5000, "Ask"])
+@pytest.mark.parametrize("bad", ["", "  ", "refund", "refund cash", "refund gold K", "refund cash ٨٣",
+                                 "refund cash 9" * 50, "lookup K", "ask me", "\x00", "transfer now",
+                                 "9" * 5000, "Ask"])
 def test_malformed_actions_are_invalid_observations(bad):
     result, texts, events = play(["ask", bad])
     assert result.next is not None and texts[-1].startswith("error: bad call")
@@ -170,12 +176,15 @@ def test_demonstrations_teach_copying_with_the_same_id_tokens():
                 refunds += 1
                 _, method, order = action.split()
                 assert f"user: refund to {method} please" in context
-                assert order == (context.rsplit("tool: order ", 1)[1][0] if "tool: order " in context else t["trap"])
+                looked_up = "tool: order " in context
+                assert order == (context.rsplit("tool: order ", 1)[1][0] if looked_up else t["trap"])
                 shown = tok.encode(f"tool: order {order}", add_special_tokens=False)
                 called = demonstrated_action_ids(tok, action, "\n")
                 assert tok.decode(called[-1:]) == "\n"
-                n = next(i for i in range(1, 4) if shown[-i:] == called[-1 - i:-1] and tok.decode(shown[-i:]) == f" {order}")
-                assert n <= 2  # the space and the letter: one or two tokens, the same in the reply and the call
+                n = next(i for i in range(1, 4)
+                         if shown[-i:] == called[-1 - i:-1] and tok.decode(shown[-i:]) == f" {order}")
+                # the space and the letter: one or two tokens, the same in the reply and the call
+                assert n <= 2
             obs = ep.step(action).next
             context += action + "\n"
     assert refunds > 150

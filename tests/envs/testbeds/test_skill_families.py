@@ -15,7 +15,8 @@ TASK = {"family": "t", "order": ["read", "sort", "check", "write"], "plan": 3,
 
 
 def env(**kw) -> SkillFamiliesEnv:
-    return SkillFamiliesEnv(SkillFamiliesConfig(**{"train_size": 30, "heldout_size": 6, "dev_size": 6, "demo_size": 50, **kw}))
+    settings = {"train_size": 30, "heldout_size": 6, "dev_size": 6, "demo_size": 50, **kw}
+    return SkillFamiliesEnv(SkillFamiliesConfig(**settings))
 
 
 def play(e: SkillFamiliesEnv, task: dict, actions: list[str], variant: str = "main"):
@@ -55,7 +56,8 @@ def test_curate_parses_classifies_and_penalizes():
     task = {**TASK, "skill": "read", "found": ["3", "1"]}
     texts, r = play(e, task, [" <skill> read sort </skill>"], "curate")
     assert texts[0] == "skill: read\ntools: 1 sort 2 clean 3 read 4 check\nfound: 3 read 1 sort\ncurate:"
-    assert r.info["skill"] == "read sort" and r.info["doc_abstract"] and r.info["doc_right"] and r.reward == 0.0
+    assert r.info["skill"] == "read sort" and r.info["doc_abstract"] and r.info["doc_right"]
+    assert r.reward == 0.0
     _, r = play(e, task, [" <skill> sort read </skill>"], "curate")
     assert r.info["doc_abstract"] and not r.info["doc_right"]  # abstract, but the wrong order
     _, r = play(e, task, [" <skill> 3 1 </skill>"], "curate")
@@ -64,13 +66,15 @@ def test_curate_parses_classifies_and_penalizes():
     assert r.info["doc_empty"] and r.reward == 0.0
     for bad in [" read sort", " <skill> a b c d e f g </skill>", " <skill> Read </skill>", "<skill>"]:
         _, r = play(e, task, [bad], "curate")
-        assert r.reward == -0.5 and r.info["skill"] == "" and any(ev.kind == "invalid_action" for ev in r.events)
+        assert r.reward == -0.5 and r.info["skill"] == ""
+        assert any(ev.kind == "invalid_action" for ev in r.events)
 
 
 def test_parse_and_kind():
     assert parse_skill("x <skill> read 2 </skill> y", 6) == ["read", "2"]
     assert parse_skill("<skill>read</skill><skill>sort</skill>", 6) == ["read"]
-    assert doc_kind([]) == "empty" and doc_kind(["read", "sort"]) == "abstract" and doc_kind(["3", "1"]) == "concrete"
+    assert doc_kind([]) == "empty" and doc_kind(["read", "sort"]) == "abstract"
+    assert doc_kind(["3", "1"]) == "concrete"
     assert doc_kind(["read", "3"]) == "other" and doc_kind(["banana"]) == "other"
 
 
@@ -104,7 +108,8 @@ def test_splits_are_whole_families_with_orders_of_their_own():
         rows = [json.loads(r["task"]) for r in sets[split]]
         assert [r["plan"] for r in rows] == [2, 3, 4] * (len(rows) // 3)
         for i in range(0, len(rows), 3):
-            assert len({r["family"] for r in rows[i:i + 3]}) == 1 and len({tuple(r["order"]) for r in rows[i:i + 3]}) == 1
+            family = rows[i:i + 3]
+            assert len({r["family"] for r in family}) == 1 and len({tuple(r["order"]) for r in family}) == 1
             orders[tuple(rows[i]["order"])] = split
     assert len(orders) == (30 + 6 + 6) // 3  # no order in two families
     with pytest.raises(ValueError, match="multiple of 3"):

@@ -20,12 +20,14 @@ from envs.testbeds.terminal.shells import SandboxShell, SimShell, outcome_bytes
 from envs.testbeds.terminal.tasks import DEFECTS, make_task, quota, verify
 from replications.river.penalty import repeated_turns
 
-needs_sandbox = pytest.mark.skipif(sandbox.available() is not None, reason=f"no sandbox here: {sandbox.available()}")
+needs_sandbox = pytest.mark.skipif(sandbox.available() is not None,
+                                   reason=f"no sandbox here: {sandbox.available()}")
 NO_ERRORS = {"demo_shortcut": 0.0, "demo_slip": 0.0, "demo_loop": 0.0}
 
 
 def env_of(**kw) -> TerminalEnv:
-    settings = {"train_size": 200, "heldout_size": 30, "dev_size": 12, "demo_size": 20, "backend": "sim", **kw}
+    settings = {"train_size": 200, "heldout_size": 30, "dev_size": 12, "demo_size": 20, "backend": "sim",
+                **kw}
     return TerminalEnv(TerminalConfig(**settings))
 
 
@@ -134,7 +136,8 @@ def test_run_shell_carries_the_task_directory():
 @needs_sandbox
 def test_run_shell_keeps_hard_links_and_any_number_of_files_it_is_given():
     r = sandbox.run_shell("ln a hard", {"a": "x\n"})
-    assert r.result.ok and r.files == {"a": b"x\n", "hard": b"x\n"}  # both names, whichever tar archived first
+    # both names, whichever tar archived first
+    assert r.result.ok and r.files == {"a": b"x\n", "hard": b"x\n"}
     r = sandbox.run_shell("cat a hard", r.files)
     assert r.result.ok and r.result.stdout == "x\nx\n"
     # one archive on stdin, not one descriptor and one bwrap argument per file
@@ -216,8 +219,8 @@ def test_defect_shares_are_exact_and_only_in_train():
     tasks = env.task_set()
     counts = collections.Counter(json.loads(r["task"])["defect"] for r in tasks["train"])
     c = env.cfg
-    expected = {"leak": c.share_leak, "weak": c.share_weak, "reject": c.share_reject, "unsolvable": c.share_unsolvable,
-                "trivial": c.share_trivial, "ambiguous": c.share_ambiguous}
+    expected = {"leak": c.share_leak, "weak": c.share_weak, "reject": c.share_reject,
+                "unsolvable": c.share_unsolvable, "trivial": c.share_trivial, "ambiguous": c.share_ambiguous}
     for defect, share in expected.items():
         assert counts[defect] == round(share * 400)
     assert counts["clean"] == 400 - sum(round(s * 400) for s in expected.values())
@@ -225,7 +228,8 @@ def test_defect_shares_are_exact_and_only_in_train():
         assert {json.loads(r["task"])["defect"] for r in tasks[split]} == {"clean"}
     assert set(tasks["train"]["tier"]) == {1} and set(tasks["demo"]["tier"]) == {1}
     assert 2 in set(tasks["heldout"]["tier"]) and 2 in set(tasks["dev"]["tier"])  # composition: never trained
-    keys = {s: {json.dumps([json.loads(r["task"])["instruction"], json.loads(r["task"])["files"]]) for r in tasks[s]} for s in tasks}
+    shown = {s: [json.loads(r["task"]) for r in tasks[s]] for s in tasks}
+    keys = {s: {json.dumps([t["instruction"], t["files"]]) for t in shown[s]} for s in tasks}
     assert all(not (keys[a] & keys[b]) for a in keys for b in keys if a < b)
 
 
@@ -243,7 +247,8 @@ def test_each_defect_does_what_its_label_says():
     rng = random.Random(1)
     for _ in range(100):
         clean = make_task(rng, 1, "clean")
-        assert clean["files"]["memo"].strip() != clean["answer"] and verify(clean["verifier"], clean["answer"])
+        assert clean["files"]["memo"].strip() != clean["answer"]
+        assert verify(clean["verifier"], clean["answer"])
         assert not verify(clean["verifier"], clean["files"]["memo"])  # the memo shortcut fails on clean tasks
         leak = make_task(rng, 1, "leak")
         assert leak["files"]["memo"].strip() == leak["answer"]
@@ -258,7 +263,8 @@ def test_each_defect_does_what_its_label_says():
         assert verify(trivial["verifier"], trivial["files"]["out"])
         ambiguous = make_task(rng, 1, "ambiguous")
         key = ambiguous["instruction"].split()[1].rstrip(";")
-        assert key in ambiguous["files"]["a"] and key in ambiguous["files"]["b"] and " in " not in ambiguous["instruction"]
+        assert key in ambiguous["files"]["a"] and key in ambiguous["files"]["b"]
+        assert " in " not in ambiguous["instruction"]
 
 
 def test_quota_is_exact():
@@ -291,7 +297,8 @@ def test_heldout_oracle_solves_both_tiers_and_the_demonstrator_errs():
     rewards = [play(env, json.loads(r["task"]))[0].reward for r in env.task_set()["heldout"]]
     assert sum(rewards) == len(rewards)
     noisy = env_of(heldout_size=60, demo_shortcut=0.2, demo_slip=0.2, demo_loop=0.3)
-    results = [play(noisy, json.loads(r["task"]), seed=s)[0] for s in range(3) for r in noisy.task_set()["heldout"]]
+    results = [play(noisy, json.loads(r["task"]), seed=s)[0]
+               for s in range(3) for r in noisy.task_set()["heldout"]]
     success = sum(r.reward for r in results) / len(results)
     assert 0.4 < success < 0.8
     assert any(r.info["looped"] for r in results) and any(r.info["read_memo"] for r in results)
@@ -321,7 +328,8 @@ def test_loop_rule_is_rivers():
     rng = random.Random(0)
     words = ["ls", "cat", "a", "b", "k1", "47", ""]
     for _ in range(500):
-        turns = [(" ".join(rng.choices(words, k=rng.randint(0, 3))), " ".join(rng.choices(words, k=rng.randint(0, 3))))
+        turns = [(" ".join(rng.choices(words, k=rng.randint(0, 3))),
+                  " ".join(rng.choices(words, k=rng.randint(0, 3))))
                  for _ in range(rng.randint(0, 8))]
         assert repeat_flags(turns) == repeated_turns(turns)
 

@@ -45,8 +45,10 @@ def play(task, actions, **kw):
 
 def test_registered_and_settings_checked():
     assert ENVS["toolhops"] is ToolHopsEnv
-    for bad, match in (({"k": 6}, "env.k"), ({"mode": "tree"}, "env.mode"), ({"extra_workers": 1}, "needs env.mode=parallel"),
-                       ({"mode": "parallel", "k": 2, "extra_workers": 3}, "extra_workers"), ({"classes": 9}, "env.classes"),
+    for bad, match in (({"k": 6}, "env.k"), ({"mode": "tree"}, "env.mode"),
+                       ({"extra_workers": 1}, "needs env.mode=parallel"),
+                       ({"mode": "parallel", "k": 2, "extra_workers": 3}, "extra_workers"),
+                       ({"classes": 9}, "env.classes"),
                        ({"demo_distractor": 0.8, "demo_wrong": 0.3}, "sum <= 1")):
         with pytest.raises(ValueError, match=match):
             env(**bad)
@@ -64,7 +66,8 @@ def test_hidden_table_has_8_x_classes_contexts():
 def test_chain_right_tools_solve_and_the_next_query_is_the_last_result():
     e1 = fact("boss", "k", WORLD)
     e2 = fact("twin", e1, WORLD)
-    seen, r = play(CHAIN, [" boss twin", " " + right_tool("boss", "k", 4), " " + right_tool("twin", e1, 4), f" {e1} {e2}"])
+    seen, r = play(CHAIN, [" boss twin", " " + right_tool("boss", "k", 4), " " + right_tool("twin", e1, 4),
+                           f" {e1} {e2}"])
     assert seen[0] == "Q: k > boss > twin\nPLAN:"
     assert seen[1].startswith("SUB: boss ") and seen[1].endswith(" k\nTOOL:")
     assert seen[2].endswith(f" {e1}\nTOOL:")  # worker 2's query is built from worker 1's result
@@ -75,8 +78,8 @@ def test_chain_right_tools_solve_and_the_next_query_is_the_last_result():
 def test_an_upstream_distractor_makes_a_right_downstream_call_wrong():
     wrong = decoy("boss", "k", WORLD)
     downstream = fact("twin", wrong, WORLD)
-    _, r = play(CHAIN, [" boss twin", " " + distractor_tool("boss", "k", 4), " " + right_tool("twin", wrong, 4),
-                        f" {wrong} {downstream}"])
+    _, r = play(CHAIN, [" boss twin", " " + distractor_tool("boss", "k", 4),
+                        " " + right_tool("twin", wrong, 4), f" {wrong} {downstream}"])
     rec = r.info["record"]
     assert rec["tool_kinds"] == ["distractor", "value"] and r.reward == 0.0
     assert rec["results"] == [wrong, downstream] and downstream != rec["truth"][1]
@@ -92,11 +95,13 @@ def test_after_an_error_the_downstream_worker_is_blocked():
 def test_chain_replay_reruns_the_tools_downstream_of_a_masked_worker():
     e1 = fact("boss", "k", WORLD)
     e2 = fact("twin", e1, WORLD)
-    _, r = play(CHAIN, [" boss twin", " " + right_tool("boss", "k", 4), " " + right_tool("twin", e1, 4), f" {e1} {e2}"])
+    _, r = play(CHAIN, [" boss twin", " " + right_tool("boss", "k", 4), " " + right_tool("twin", e1, 4),
+                        f" {e1} {e2}"])
     rec = r.info["record"]
     assert replay(rec, frozenset()).value == 1.0
     masked_first = replay(rec, frozenset({0}))
-    assert masked_first.results == [PLACEHOLDER, PLACEHOLDER]  # worker 2's tool re-run on the placeholder query
+    # worker 2's tool re-run on the placeholder query
+    assert masked_first.results == [PLACEHOLDER, PLACEHOLDER]
     assert masked_first.value == 0.0
     masked_second = replay(rec, frozenset({1}))
     assert masked_second.results == [e1, PLACEHOLDER] and masked_second.answer == [e1, PLACEHOLDER]
@@ -106,8 +111,9 @@ def test_chain_replay_reruns_the_tools_downstream_of_a_masked_worker():
 def test_parallel_redundant_workers_replay_by_hand():
     """K=2 facts, 3 workers: 0 and 2 both on fact 0, right; 1 on fact 1, right."""
     v0, v1 = fact("boss", "k", WORLD), fact("twin", "m", WORLD)
-    seen, r = play(PARALLEL, [" boss twin boss", " " + right_tool("boss", "k", 4), " " + right_tool("twin", "m", 4),
-                              " " + right_tool("boss", "k", 4), f" {v0} {v1}"], mode="parallel", extra_workers=1)
+    seen, r = play(PARALLEL, [" boss twin boss", " " + right_tool("boss", "k", 4),
+                              " " + right_tool("twin", "m", 4), " " + right_tool("boss", "k", 4),
+                              f" {v0} {v1}"], mode="parallel", extra_workers=1)
     assert seen[-1] == f"R: boss {v0} ; twin {v1} ; boss {v0}\nANS:"
     rec = r.info["record"]
     assert rec["slots"] == [0, 1, 0] and rec["worker_truth"] == [v0, v1, v0] and r.reward == 1.0
@@ -122,8 +128,9 @@ def test_parallel_replay_falls_back_to_the_other_worker_of_a_fact():
     """Worker 0 calls the distractor (its value was answered), worker 2 the right tool: masking 0 lets
     the replayed planner answer fact 0 with worker 2's value."""
     v0, v1, bad = fact("boss", "k", WORLD), fact("twin", "m", WORLD), decoy("boss", "k", WORLD)
-    _, r = play(PARALLEL, [" boss twin boss", " " + distractor_tool("boss", "k", 4), " " + right_tool("twin", "m", 4),
-                           " " + right_tool("boss", "k", 4), f" {bad} {v1}"], mode="parallel", extra_workers=1)
+    _, r = play(PARALLEL, [" boss twin boss", " " + distractor_tool("boss", "k", 4),
+                           " " + right_tool("twin", "m", 4), " " + right_tool("boss", "k", 4),
+                           f" {bad} {v1}"], mode="parallel", extra_workers=1)
     rec = r.info["record"]
     assert r.reward == 0.0 and replay(rec, frozenset()).value == pytest.approx(0.25)
     assert replay(rec, frozenset({0})).answer == [v0, v1] and replay(rec, frozenset({0})).value == 1.0
@@ -140,7 +147,8 @@ def test_malformed_actions_are_invalid_not_exceptions():
     assert any(e.kind == "invalid_action" for e in r.events)
 
 
-@pytest.mark.parametrize("settings", [{"k": 4}, {"mode": "parallel", "k": 2, "extra_workers": 2, "classes": 8}])
+@pytest.mark.parametrize("settings", [{"k": 4},
+                                      {"mode": "parallel", "k": 2, "extra_workers": 2, "classes": 8}])
 def test_demonstrator_error_rates_and_oracle(settings):
     e = env(**settings)
     ok = 0

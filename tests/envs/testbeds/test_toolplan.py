@@ -16,7 +16,8 @@ from envs.testbeds.toolplan import (
     replay,
 )
 
-TASK = {"queries": [["pop", "k"], ["area", "m"], ["year", "b"]], "values": ["Q", "F", "Z"], "decoys": ["R", "G", "A"]}
+TASK = {"queries": [["pop", "k"], ["area", "m"], ["year", "b"]], "values": ["Q", "F", "Z"],
+        "decoys": ["R", "G", "A"]}
 
 
 def play(actions, task=TASK, k=3):
@@ -67,7 +68,8 @@ def test_wrong_attribute_in_plan_gives_errors():
 def test_malformed_plan_ends_with_an_invalid_action(plan):
     _, result, obs = play([plan])
     assert obs is None and result.reward == 0.0
-    assert [e.kind for e in result.events] == ["invalid_action"] and "attributes" in result.events[0].data["why"]
+    assert [e.kind for e in result.events] == ["invalid_action"]
+    assert "attributes" in result.events[0].data["why"]
     assert result.info["record"]["answer"] is None
 
 
@@ -98,7 +100,8 @@ def test_replay_replaces_the_masked_workers_outputs():
 
 
 def test_demonstrator_is_imperfect_but_plans_and_composes_right():
-    env = ToolPlanEnv(ToolPlanConfig(k=4, train_size=64, heldout_size=8, demo_distractor=0.25, demo_wrong=0.1))
+    env = ToolPlanEnv(ToolPlanConfig(k=4, train_size=64, heldout_size=8, demo_distractor=0.25,
+                                     demo_wrong=0.1))
     rng = random.Random(0)
     kinds = []
     for row in env.task_set()["train"]:

@@ -21,7 +21,8 @@ def play(env, actions, variant="main"):
 
 def test_majority():
     assert majority_correct([1, 1, 2], 1) and not majority_correct([1, 2, 3], 1)
-    assert not majority_correct([1, None, None], 1) and majority_correct([1, 1], 1) and not majority_correct([1, 2], 1)
+    assert not majority_correct([1, None, None], 1) and majority_correct([1, 1], 1)
+    assert not majority_correct([1, 2], 1)
 
 
 def test_votes_and_variants():
