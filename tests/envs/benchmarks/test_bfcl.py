@@ -1,4 +1,5 @@
-"""The bfcl environment: fixed splits, the ground truth passes BFCL's checker, wrong plays fail, hostile calls never run."""
+"""The bfcl environment: fixed splits, the ground truth passes BFCL's checker, wrong plays fail, hostile
+calls never run."""
 
 from __future__ import annotations
 
@@ -78,7 +79,8 @@ def test_a_missing_call_or_an_idle_agent_fails():
     reward, _, info = play(ep, lambda turn, step: "[]")
     assert reward == 0.0 and info["error_type"] == "multi_turn:empty_turn_model_response"
     _, ep, _ = episode(0)  # right calls in the wrong folder: the file system's state differs
-    reward, _, info = play(ep, lambda turn, step: "[mkdir(dir_name='temp')]" if (turn, step) == (0, 0) else None)
+    reward, _, info = play(ep, lambda turn, step: "[mkdir(dir_name='temp')]" if (turn, step) == (0, 0)
+                           else None)
     assert reward == 0.0 and info["error_type"] == "multi_turn:instance_state_mismatch"
 
 
@@ -86,7 +88,8 @@ def test_calls_run_on_the_apps_and_results_come_back():
     _, ep, _ = episode(0)
     r = ep.step("[pwd(), cd(folder='document'), ls()]")
     shown = r.next.text
-    assert "'role': 'tool'" in shown and "final_report.pdf" in shown and '"current_working_directory": "document"' in shown
+    assert "'role': 'tool'" in shown and "final_report.pdf" in shown
+    assert '"current_working_directory": "document"' in shown
     r = ep.step("```\n[cd(folder='nowhere')]\n```")  # backticks stripped as BFCL strips them
     assert "nowhere" in r.next.text and "No such file or directory" in r.next.text
 
@@ -102,7 +105,8 @@ def test_text_ends_the_turn_and_malformed_calls_are_invalid_actions():
 
 MATH = next(i for i, t in enumerate(scenarios("base")) if "MathAPI" in t["involved_classes"])
 HOSTILE = [
-    "[__import__(name='os')]", "[eval(source='1')]", "[exec(source='import os')]", "[breakpoint()]", "[input()]",
+    "[__import__(name='os')]", "[eval(source='1')]", "[exec(source='import os')]", "[breakpoint()]",
+    "[input()]",
     "[os.system(command='ls')]", "[cd(folder=__import__('os').getcwd())]", "[cd(folder=1+1)]",
     "[cd(folder=(lambda: 1)())]", "[cd(**{'folder': 'x'})]", "[power(base=9, exponent=9**99)]",
     "[power(base=9, exponent=999999999)]", "[logarithm(value=2, base=10, precision=100000000)]",
@@ -118,19 +122,22 @@ def test_hostile_calls_never_run_and_change_nothing(action):
     _, ep, _ = episode(MATH)
     r = ep.step(action)
     assert r.next is not None and r.next.text.count("Error during execution") == 1 and ep.decoded == [[]]
-    reward, _, info = play(ep, lambda turn, step: None)  # the rest of the episode as the ground truth: still right
+    # the rest of the episode as the ground truth: still right
+    reward, _, info = play(ep, lambda turn, step: None)
     assert reward == 1.0, info
 
 
 def test_the_hanging_round_number_returns_at_once():
     _, ep, _ = episode(MATH)
     before = time.process_time()
-    r = ep.step("[round_number(number=7, decimal_places=-100000000)]")  # the issue's 51 characters: > 60 s before
+    # the issue's 51 characters: > 60 s before
+    r = ep.step("[round_number(number=7, decimal_places=-100000000)]")
     assert time.process_time() - before < 1.0
     assert "decimal_places out of the range this environment runs" in r.next.text and ep.decoded == [[]]
 
 
-@pytest.mark.parametrize("action", ["[" * 5000 + "cd(folder='x')" + "]" * 5000, "(" * 100_000, "[cd(folder='x')]" * 3000])
+@pytest.mark.parametrize("action", ["[" * 5000 + "cd(folder='x')" + "]" * 5000, "(" * 100_000,
+                                    "[cd(folder='x')]" * 3000])
 def test_unparsable_or_huge_actions_end_the_turn_as_invalid(action):
     _, ep, _ = episode(0)
     r = ep.step(action)

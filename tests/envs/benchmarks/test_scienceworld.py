@@ -11,7 +11,8 @@ import pytest
 
 pytest.importorskip("scienceworld", reason="scienceworld is not installed (the `envs` extra)")
 if shutil.which("java") is None:
-    pytest.skip("ScienceWorld's simulator needs Java 17 (apt-get install -y openjdk-17-jre-headless)", allow_module_level=True)
+    pytest.skip("ScienceWorld's simulator needs Java 17 (apt-get install -y openjdk-17-jre-headless)",
+                allow_module_level=True)
 
 from envs.benchmarks.scienceworld import ScienceWorldConfig, ScienceWorldEnv, variations  # noqa: E402
 from envs.registry import ENVS  # noqa: E402
@@ -36,7 +37,8 @@ def test_splits_are_scienceworlds_own_variations(env):
             assert t["variation"] in table[t["task_name"]][theirs], (split, t)
     assert [t["task_name"] for t in tasks(env, "heldout")][:3] == NAMES
     with pytest.raises(ValueError, match="unknown ScienceWorld task"):
-        ScienceWorldEnv(ScienceWorldConfig(task_names=["boil-the-ocean"], cache_dir=env.cfg.cache_dir)).tiers  # noqa: B018
+        unknown = ScienceWorldConfig(task_names=["boil-the-ocean"], cache_dir=env.cfg.cache_dir)
+        ScienceWorldEnv(unknown).tiers  # noqa: B018
 
 
 def play(env, task, choose):
@@ -55,7 +57,8 @@ def test_the_gold_sequence_scores_100(env):
         assert r.reward == 1.0 and r.success and r.info["score"] == 100, t
 
 
-@pytest.mark.parametrize("action", ["", "dance wildly", "\x00\x01\x1b[31m", "x" * 100_000, "open\nthe door"[:0] + "zzz"])
+@pytest.mark.parametrize("action", ["", "dance wildly", "\x00\x01\x1b[31m", "x" * 100_000,
+                                    "open\nthe door"[:0] + "zzz"])
 def test_unknown_commands_are_invalid(env, action):
     ep = env.new_episode(tasks(env, "train")[0], random.Random(0))
     ep.start()

@@ -48,9 +48,11 @@ def test_splits_are_the_packages_and_disjoint(env):
     ts = env.task_set()
     assert (len(ts["train"]), len(ts["heldout"]), len(ts["dev"])) == (84, 60, 20)
     ids = {s: set(ts[s]["id"]) for s in ts}
-    assert not ids["train"] & ids["heldout"] and not ids["train"] & ids["dev"] and not ids["dev"] & ids["heldout"]
+    assert not ids["train"] & ids["heldout"] and not ids["train"] & ids["dev"]
+    assert not ids["dev"] & ids["heldout"]
     for domain in ("airline", "retail"):
-        assert {f"{domain}/{t['id']}" for t in split_tasks(domain)["heldout"]} == {i for i in ids["heldout"] if i.startswith(domain)}
+        heldout = {i for i in ids["heldout"] if i.startswith(domain)}
+        assert {f"{domain}/{t['id']}" for t in split_tasks(domain)["heldout"]} == heldout
     assert {t["package_split"] for t in split_tasks("retail")["heldout"]} == {"test"}
     with pytest.raises(ValueError, match="20 heldout tasks"):
         Tau2Env(Tau2Config(domains=["airline"], heldout_size=21, train_size=1, dev_size=1))
@@ -69,7 +71,8 @@ def test_a_missing_write_or_an_untold_fact_fails(env):
     r, _ = play(Tau2Env(Tau2Config(demo_slip=1.0)).new_episode(t, random.Random(0)))  # drops the last action
     assert r.reward == 0.0 and r.info["reward_parts"]["env"] == 0.0
     r, _ = play(env.new_episode(t, random.Random(0)),  # every action made, the required facts never said
-                agent=lambda ep, obs: None if ep.done_actions < len(ep.plan) else "Thank you for your patience.")
+                agent=lambda ep, obs: (None if ep.done_actions < len(ep.plan)
+                                       else "Thank you for your patience."))
     assert r.reward == 0.0 and r.info["reward_parts"] == {"env": 1.0, "communicate": 0.0}
 
 
@@ -77,13 +80,15 @@ def test_the_agent_sees_policy_tools_and_the_users_words(env):
     t = with_actions("airline")
     ep = env.new_episode(t, random.Random(0))
     obs = ep.start()
-    assert obs.role == USER and "<scenario>" in obs.text and obs.text.endswith("Agent: Hi! How can I help you today?")
+    assert obs.role == USER and "<scenario>" in obs.text
+    assert obs.text.endswith("Agent: Hi! How can I help you today?")
     first = ep.expert_action()
     obs = ep.step(first).next
     assert obs.role == AGENT and "<policy>" in obs.text and '"name": "book_reservation"' in obs.text
     assert obs.text.endswith(f"User: {first}")
     r = ep.step('<tool_call>{"name": "get_user_details", "arguments": {"user_id": "nobody_0"}}</tool_call>')
-    assert r.next.role == AGENT and r.next.text.startswith("Tool result: Error") and r.events[0].data["ok"] is False
+    assert r.next.role == AGENT and r.next.text.startswith("Tool result: Error")
+    assert r.events[0].data["ok"] is False
     r = ep.step("What is your reservation number?")
     assert r.next.role == USER and r.next.text == "Agent: What is your reservation number?"
     short = Tau2Env(Tau2Config(tool_docs="signatures")).new_episode(t, random.Random(0))
@@ -93,7 +98,8 @@ def test_the_agent_sees_policy_tools_and_the_users_words(env):
 
 @pytest.mark.parametrize("action", [
     "<tool_call>{not json}</tool_call>", '{"name": "rm_rf", "arguments": {}}', '{"name": "calculate"}x',
-    '{"name": "calculate", "arguments": {"expression": "9**9**9**9"}}', '{"name": "calculate", "arguments": []}',
+    '{"name": "calculate", "arguments": {"expression": "9**9**9**9"}}',
+    '{"name": "calculate", "arguments": []}',
     '<tool_call>{"name": "calculate", "arguments": {"expression": "' + "(" * 300 + '"}}</tool_call>',
     "{" * 100_000, "<tool_call>" + "[" * 100_000, "", "   ", '{"name": "x", "arguments": {}}' + " " * 30_000,
 ])
@@ -103,7 +109,8 @@ def test_malformed_agent_actions_are_invalid_and_change_nothing(env, action):
     ep.step(ep.expert_action())
     before = len(ep.trajectory)
     r = ep.step(action)
-    assert r.next.role == AGENT and r.next.text.startswith("Error: ") and [e.kind for e in r.events] == ["invalid_action"]
+    assert r.next.role == AGENT and r.next.text.startswith("Error: ")
+    assert [e.kind for e in r.events] == ["invalid_action"]
     assert len(ep.trajectory) == before
     r, _ = play(ep)  # the ground truth from here still passes
     assert r.reward == 1.0
@@ -111,7 +118,8 @@ def test_malformed_agent_actions_are_invalid_and_change_nothing(env, action):
 
 def test_the_conversation_is_capped_and_stops_end_it(env):
     ep = Tau2Env(Tau2Config(max_messages=6)).new_episode(with_actions("retail"), random.Random(0))
-    r, _ = play(ep, agent=lambda ep, obs: "Could you tell me more?", user=lambda ep, obs: "I already told you.")
+    r, _ = play(ep, agent=lambda ep, obs: "Could you tell me more?",
+                user=lambda ep, obs: "I already told you.")
     assert r.reward == 0.0 and r.info["termination"] == "max_messages" and len(ep.trajectory) == 6
     ep = env.new_episode(with_actions("retail"), random.Random(0))
     r, _ = play(ep, agent=lambda ep, obs: f"Goodbye. {STOP}")
@@ -151,12 +159,14 @@ def test_a_user_behind_an_openai_compatible_endpoint():
         r = ep.step("Which order?")
         assert r.next is None and r.info["termination"] == "user_stop"
         first = FakeUser.seen[0]
-        assert first["model"] == "fake" and first["messages"][0]["role"] == "system" and "<scenario>" in first["messages"][0]["content"]
+        assert first["model"] == "fake" and first["messages"][0]["role"] == "system"
+        assert "<scenario>" in first["messages"][0]["content"]
         assert FakeUser.seen[-1]["messages"][-1] == {"role": "user", "content": "Which order?"}
     finally:
         server.shutdown()
-    down = Tau2Env(Tau2Config(user_url=f"http://127.0.0.1:{server.server_port}/v1", user_timeout_s=2)).new_episode(
-        task("retail", "0"), random.Random(0))
+    unreachable = f"http://127.0.0.1:{server.server_port}/v1"
+    down = Tau2Env(Tau2Config(user_url=unreachable, user_timeout_s=2)).new_episode(task("retail", "0"),
+                                                                                   random.Random(0))
     with pytest.raises(OSError):
         down.start()  # no user, no episode: the rollout's caller sees the endpoint is down
     with pytest.raises(ValueError, match="user_url"):

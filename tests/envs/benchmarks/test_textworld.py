@@ -40,9 +40,11 @@ def play(env, task, choose):
 
 def test_splits_are_seeded_disjoint_and_tiered(env):
     seeds = {s: {t["seed"] for t in tasks(env, s)} for s in ("train", "heldout", "dev")}
-    assert not seeds["train"] & seeds["heldout"] and not seeds["train"] & seeds["dev"] and not seeds["dev"] & seeds["heldout"]
+    assert not seeds["train"] & seeds["heldout"] and not seeds["train"] & seeds["dev"]
+    assert not seeds["dev"] & seeds["heldout"]
     assert [t["quest_length"] for t in tasks(env)] == [1, 2, 3, 1, 2, 3]
-    again = TextWorldEnv(TextWorldConfig(train_size=6, heldout_size=3, dev_size=3, cache_dir=env.cfg.cache_dir))
+    again = TextWorldEnv(TextWorldConfig(train_size=6, heldout_size=3, dev_size=3,
+                                         cache_dir=env.cfg.cache_dir))
     assert tasks(again, "heldout") == tasks(env, "heldout")
 
 
@@ -62,10 +64,12 @@ def test_the_winning_policy_wins_every_game(env):
 def test_the_first_observation_states_the_objective_and_the_room(env):
     ep = env.new_episode(tasks(env)[0], random.Random(0))
     text = ep.start().text
-    assert text.startswith("Objective: ") and "You are in the " in text and "Commands: " in text and text.endswith(">")
+    assert text.startswith("Objective: ") and "You are in the " in text
+    assert "Commands: " in text and text.endswith(">")
 
 
-@pytest.mark.parametrize("action", ["", "dance", "go up", "\x00", "take " + "x" * 100_000, "GO\tNORTH\nlook"[:0] + "xyzzy"])
+@pytest.mark.parametrize("action", ["", "dance", "go up", "\x00", "take " + "x" * 100_000,
+                                    "GO\tNORTH\nlook"[:0] + "xyzzy"])
 def test_commands_the_game_does_not_admit_are_invalid(env, action):
     ep = env.new_episode(tasks(env)[1], random.Random(0))
     ep.start()

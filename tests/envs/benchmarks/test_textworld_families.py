@@ -23,8 +23,9 @@ except ImportError:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory) -> TextWorldEnv:
-    return TextWorldEnv(TextWorldConfig(families=True, train_size=9, heldout_size=6, dev_size=3, demo_slip=0.0,
-                                        invalid_penalty=0.25, demo_abstract=1.0, demo_concrete=0.0, cache_dir=str(tmp_path_factory.mktemp("twf"))))
+    return TextWorldEnv(TextWorldConfig(families=True, train_size=9, heldout_size=6, dev_size=3,
+                                        demo_slip=0.0, invalid_penalty=0.25, demo_abstract=1.0,
+                                        demo_concrete=0.0, cache_dir=str(tmp_path_factory.mktemp("twf"))))
 
 
 def tasks(env: TextWorldEnv, split: str = "train") -> list[dict]:
@@ -53,7 +54,8 @@ def follow(doc: str):
         for thing_colour, place_colour in pairs:
             if any(c.startswith(f"take {thing_colour} ") and f" from {place_colour} " in c for c in listed):
                 continue  # already on its place
-            put = next((c for c in listed if c.startswith(f"put {thing_colour} ") and f" on {place_colour} " in c), None)
+            put = next((c for c in listed
+                        if c.startswith(f"put {thing_colour} ") and f" on {place_colour} " in c), None)
             take = next((c for c in listed if c.startswith(f"take {thing_colour} ")), None)
             if put or take:
                 return put or take
@@ -76,19 +78,22 @@ def test_a_family_shares_its_recipe_and_nothing_else(env):
             names = {n for _, n in t["things"] + t["places"]}
             assert len(t["things"]) == len(t["places"]) == t["plan"] + 1  # one distractor each
             # the plan's colours are there; the distractors' colours are in no step of the recipe
-            assert {c for c, _ in t["things"]} - {a for a, _ in recipe[:t["plan"]]} <= set(COLOURS) - set(colours)
+            distractors = {c for c, _ in t["things"]} - {a for a, _ in recipe[:t["plan"]]}
+            assert distractors <= set(COLOURS) - set(colours)
             assert len(names) == len(t["things"]) + len(t["places"])
         # the same abstract order under different names: games of a family rarely share a noun
         nouns = [{n for _, n in t["things"]} for t in fam]
         assert nouns[0] != nouns[1] != nouns[2]
     heldout = tasks(env, "heldout") + tasks(env, "dev")
-    assert not recipes & {json.dumps(t["recipe"]) for t in heldout}  # no recipe in two splits (nor two families)
+    # no recipe in two splits (nor two families)
+    assert not recipes & {json.dumps(t["recipe"]) for t in heldout}
     assert len(recipes | {json.dumps(t["recipe"]) for t in heldout}) == 6
 
 
 def test_roles_variants_and_the_default_mode_is_unchanged(env):
     assert env.roles == ("solver", "curator") and env.variants() == ("main", "curate")
-    plain = TextWorldEnv(TextWorldConfig(train_size=3, heldout_size=3, dev_size=3, cache_dir=env.cfg.cache_dir))
+    plain = TextWorldEnv(TextWorldConfig(train_size=3, heldout_size=3, dev_size=3,
+                                         cache_dir=env.cfg.cache_dir))
     assert plain.roles == ("player",) and plain.variants() == ("main",) and TextWorldEnv.roles == ("player",)
     assert set(json.loads(plain.task_set()["train"]["task"][0])) == {"quest_length", "seed"}
     with pytest.raises(ValueError, match="variant"):
@@ -115,11 +120,13 @@ def test_a_wrong_placement_scores_nothing_and_the_limit_ends_the_game(env):
     assert "Score: 0 of 2." in ep.step(f"take {thing}").next.text
     assert "Score: 0 of 2." in ep.step(f"put {thing} on {wrong}").next.text
     r = ep.step("dance")
-    assert [e.kind for e in r.events] == ["invalid_action"] and r.next.text.startswith("Invalid command. Score: 0 of 2.")
+    assert [e.kind for e in r.events] == ["invalid_action"]
+    assert r.next.text.startswith("Invalid command. Score: 0 of 2.")
     ep.step(f"take {thing} from {wrong}")
     assert "Score: 1 of 2." in ep.step(f"put {thing} on {right}").next.text
     r = ep.step("look")
-    assert r.next is None and not r.success and r.info["steps"] == 6 and r.info["found"] == [f"put {thing} on {right}"]
+    assert r.next is None and not r.success and r.info["steps"] == 6
+    assert r.info["found"] == [f"put {thing} on {right}"]
     assert r.reward == pytest.approx(-0.25)  # one invalid command, env.invalid_penalty = 0.25
 
 
@@ -157,7 +164,8 @@ def test_a_right_document_wins_every_game_of_the_chain(env):
 
 
 @pytest.mark.parametrize("action, words", [
-    (" <skill> red on blue, then green on yellow </skill>", ["red", "on", "blue", "then", "green", "on", "yellow"]),
+    (" <skill> red on blue, then green on yellow </skill>",
+     ["red", "on", "blue", "then", "green", "on", "yellow"]),
     ("<skill>Red On Blue.</skill> trailing", ["red", "on", "blue"]),
     ("<skill></skill>", []),
     ("<skill>" + " w" * 12 + "</skill>", ["w"] * 12),
@@ -190,8 +198,10 @@ def test_an_invalid_curate_is_an_invalid_action_with_the_penalty(env):
     obs = ep.start()
     assert obs.role == "curator" and "Right placements in the last game: none." in obs.text
     r = ep.step("red on blue")  # no tags
-    assert r.next is None and [e.kind for e in r.events] == ["invalid_action"] and "<skill>" in r.events[0].data["why"]
-    assert r.reward == pytest.approx(-0.25) and not r.success and r.info["skill"] == "" and r.info["doc_empty"]
+    assert r.next is None and [e.kind for e in r.events] == ["invalid_action"]
+    assert "<skill>" in r.events[0].data["why"]
+    assert r.reward == pytest.approx(-0.25) and not r.success
+    assert r.info["skill"] == "" and r.info["doc_empty"]
     ok = env.new_episode(t, random.Random(0), "curate").step("<skill>" + " red" * 13 + "</skill>")  # too long
     assert ok.events and ok.reward == pytest.approx(-0.25)
 
@@ -229,7 +239,8 @@ def test_guided_pairs_by_hand():
                                                                               ("blue lamp", "white desk")]
     assert guided_pairs("mug on desk", things, places) == [("red mug", "white desk")]  # nouns that are here
     assert guided_pairs("cup on shelf then blue on white", things, places) == [("blue lamp", "white desk")]
-    assert guided_pairs("red green blue", things, places) == [("red mug", "green stand")]  # an odd word is dropped
+    # an odd word is dropped
+    assert guided_pairs("red green blue", things, places) == [("red mug", "green stand")]
     assert guided_pairs("", things, places) == []
 
 
@@ -276,16 +287,19 @@ def test_the_demo_split_is_scripted_chains_and_leaves_the_other_splits_alone(tmp
         chain = rows[5 * c: 5 * c + 5]
         assert [r.get("kind", "solve") for r in chain] == ["solve", "curate", "solve", "curate", "solve"]
         assert len({r["family"] for r in chain}) == 1 and chain[0]["skill"] == "" and chain[1]["skill"] == ""
-        for p in (1, 3):  # each curate row holds the placements found in the game before it, with its document
+        # each curate row holds the placements found in the game before it, with its document
+        for p in (1, 3):
             cur = chain[p]
             assert cur["plan"] == chain[p - 1]["plan"] and cur["skill"] == chain[p - 1]["skill"]
             assert all(f.startswith("put ") for f in cur["found"]) and len(cur["found"]) <= cur["plan"]
-            assert isinstance(env.new_episode(cur, random.Random(0)), type(env.new_episode(cur, random.Random(0), "curate")))
+            curate = type(env.new_episode(cur, random.Random(0), "curate"))
+            assert isinstance(env.new_episode(cur, random.Random(0)), curate)
             kinds.append(doc_kind(chain[p + 1]["skill"].split()))  # what the scripted curator wrote
     assert set(kinds) <= {"abstract", "concrete", "empty"} and {"abstract", "empty"} <= set(kinds)
 
 
-@pytest.mark.parametrize("abstract, concrete, kind", [(1.0, 0.0, "abstract"), (0.0, 1.0, "concrete"), (0.0, 0.0, "empty")])
+@pytest.mark.parametrize("abstract, concrete, kind", [(1.0, 0.0, "abstract"), (0.0, 1.0, "concrete"),
+                                                      (0.0, 0.0, "empty")])
 def test_the_scripted_curator_writes_each_kind(env, abstract, concrete, kind):
     t = tasks(env)[1]
     names = {c: f"{c} {n}" for c, n in t["things"] + t["places"]}
@@ -296,11 +310,15 @@ def test_the_scripted_curator_writes_each_kind(env, abstract, concrete, kind):
     done = ep.step(ep.expert_action())
     assert done.info[f"doc_{kind}"] and done.info["doc_right"] == (kind == "abstract")
     if kind == "concrete":
-        assert done.info["skill"] == " ".join(f"{names[a].split()[1]} on {names[b].split()[1]}" for a, b in t["recipe"][:2])
+        nouns = [f"{names[a].split()[1]} on {names[b].split()[1]}" for a, b in t["recipe"][:2]]
+        assert done.info["skill"] == " ".join(nouns)
 
 
 def test_the_warm_start_key_covers_the_families_code(env):
-    """An edit of the demonstrator or of the demo chains builds a new warm start (textworld imports its families)."""
+    """An edit of the demonstrator or of the demo chains builds a new warm start (textworld imports its
+    families)."""
     from common.warmstart import warm_start_code
 
-    assert {"envs.benchmarks.textworld.games", "envs.benchmarks.textworld.families"} <= set(warm_start_code(env))
+    families = {"envs.benchmarks.textworld.games", "envs.benchmarks.textworld.families",
+                "envs.benchmarks.textworld.family_games", "envs.benchmarks.textworld.family_splits"}
+    assert families <= set(warm_start_code(env))
