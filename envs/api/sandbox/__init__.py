@@ -54,22 +54,9 @@ The parts: `box` (starting and ending a sandbox, its limits, `available`), `secc
 `uids` (whom a run runs as, `UID_RANGE`, and killing what it left) and `shell` (`run_shell`).
 """
 
-from envs.api.sandbox.box import (
-    INSTALL_HINT,
-    IO_DIR,
-    SANDBOX_UID,
-    TASK_DIR,
-    Limits,
-    Result,
-    Sandbox,
-    available,
-    bwrap_version,
-    run,
-    started,
-)
+from envs.api.sandbox.box import Limits, Result, Sandbox, available, bwrap_version, run, started
 from envs.api.sandbox.seccomp import DENIED_SYSCALLS, seccomp_filter
 from envs.api.sandbox.shell import ShellResult, run_shell
 
-__all__ = ["DENIED_SYSCALLS", "INSTALL_HINT", "IO_DIR", "SANDBOX_UID", "TASK_DIR", "Limits", "Result",
-           "Sandbox", "ShellResult", "available", "bwrap_version", "run", "run_shell", "seccomp_filter",
-           "started"]
+__all__ = ["DENIED_SYSCALLS", "Limits", "Result", "Sandbox", "ShellResult", "available", "bwrap_version",
+           "run", "run_shell", "seccomp_filter", "started"]
