@@ -73,27 +73,25 @@ FULL_PASS_TASKS: dict[str, int] = {"tau2": 1, "scienceworld": 1}
 
 # The most turns an episode of `task` may take (chain_tasks: busy refusals do not count against its
 # call budget but never come twice in a row).
-TURN_CAPS: dict[str, Callable[[Environment, dict[str, Any]], int]] = {
+TURN_CAPS: dict[str, Callable[[Any, dict[str, Any]], int]] = {
     "arith": lambda env, task: len(task["steps"]),
-    "chain_tasks": lambda env, task: 2 * (len(task_steps(task)) + env.cfg.slack),  # type: ignore[attr-defined]
+    "chain_tasks": lambda env, task: 2 * (len(task_steps(task)) + env.cfg.slack),
     "toolplan": lambda env, task: len(task["queries"]) + 2,
-    "toolhops": lambda env, task: len(task["attrs"]) + env.cfg.extra_workers + 2,  # type: ignore[attr-defined]
+    "toolhops": lambda env, task: len(task["attrs"]) + env.cfg.extra_workers + 2,
     "thinker_solver": lambda env, task: 3,
     "voting": lambda env, task: 3,
     "reasoning_gym": lambda env, task: 1,
     "humaneval": lambda env, task: 1,
-    "bfcl": lambda env, task: (len(task["question"])
-                               * (env.cfg.max_steps_per_turn + 1)),  # type: ignore[attr-defined]
-    "tau2": lambda env, task: 2 * env.cfg.max_messages,  # type: ignore[attr-defined]
-    "textworld": lambda env, task: env.cfg.max_steps,  # type: ignore[attr-defined]
-    "scienceworld": lambda env, task: env.cfg.max_steps,  # type: ignore[attr-defined]
+    "bfcl": lambda env, task: len(task["question"]) * (env.cfg.max_steps_per_turn + 1),
+    "tau2": lambda env, task: 2 * env.cfg.max_messages,
+    "textworld": lambda env, task: env.cfg.max_steps,
+    "scienceworld": lambda env, task: env.cfg.max_steps,
     "paper_math": lambda env, task: 1,
     "paper_math_team": lambda env, task: 3,
-    "service_desk": lambda env, task: ((2 if task["intent"] == "human" else 4 + task["delay"])
-                                       + env.cfg.slack),  # type: ignore[attr-defined]
+    "service_desk": lambda env, task: (2 if task["intent"] == "human" else 4 + task["delay"]) + env.cfg.slack,
     "braid": lambda env, task: len(task["nodes"]),
-    "terminal": lambda env, task: env.cfg.max_turns,  # type: ignore[attr-defined]
-    "skill_families": lambda env, task: task["plan"] + env.cfg.max_misses,  # type: ignore[attr-defined]
+    "terminal": lambda env, task: env.cfg.max_turns,
+    "skill_families": lambda env, task: task["plan"] + env.cfg.max_misses,
 }
 
 

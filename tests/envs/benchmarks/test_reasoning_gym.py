@@ -130,7 +130,8 @@ def test_basic_arithmetic_without_parentheses_is_refused():
     # with parentheses allowed the printed expression evaluates to the answer
     for task in tasks(env, "train"):
         expression = task["metadata"]["expression"]
-        assert abs(eval(expression) - float(task["answer"])) < 1e-6, (expression, task["answer"])  # noqa: S307
+        truth = float(task["answer"])
+        assert abs(eval(expression) - truth) < 1e-6, (expression, task["answer"])  # noqa: S307
 
 
 @pytest.mark.parametrize("text", ["", "<answer>", "<answer></answer>", "<answer>" + "9" * 100_000,
