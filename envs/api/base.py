@@ -27,10 +27,11 @@ import math
 import random
 import re
 import signal
+import string
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -97,7 +98,8 @@ def cpu_time_limit(seconds: float) -> Iterator[None]:
             signal.signal(signal.SIGPROF, previous)
     used = time.process_time() - start
     if used > seconds:
-        raise StepTimeLimit(f"the step used {used:.1f} s of CPU time, more than its {seconds:g} s (env.step_cpu_s)")
+        raise StepTimeLimit(f"the step used {used:.1f} s of CPU time, more than its {seconds:g} s "
+                            "(env.step_cpu_s)")
 
 
 @dataclass
@@ -151,7 +153,8 @@ class EnvConfig:
     train_size: int = 512  # tasks in the train split
     heldout_size: int = 128  # tasks in the held-out split
     demo_size: int = 0  # tasks in a separate split for the SFT warm start's demonstrations (0: use train)
-    dev_size: int = 64  # tasks in the dev split: design, tuning and pilots evaluate here (eval.split=dev), never on held-out
+    # tasks in the dev split: design, tuning and pilots evaluate here (eval.split=dev), never on held-out
+    dev_size: int = 64
     data_seed: int = 1234  # seed of the task generator (independent of the run seed)
     # CPU seconds one step may take (the rollout's `cpu_time_limit`; past it: a faulted invalid action).
     # Steps take microseconds; paper_math's math-verify may take 3 x 5 s of its own timeouts
@@ -161,12 +164,13 @@ class EnvConfig:
         """Raise ValueError (one line: the setting and how to fix it) on a setting that cannot work."""
         for key in ("train_size", "heldout_size"):
             if getattr(self, key) < 1:
-                raise ValueError(f"env.{key} must be >= 1 (an empty split has nothing to train on or evaluate); "
-                                 f"got {getattr(self, key)}")
+                raise ValueError(f"env.{key} must be >= 1 (an empty split has nothing to train on or "
+                                 f"evaluate); got {getattr(self, key)}")
         if self.demo_size < 0:
             raise ValueError(f"env.demo_size must be >= 0 (0: demonstrate train tasks); got {self.demo_size}")
         if self.dev_size < 0:
-            raise ValueError(f"env.dev_size must be >= 0 (0: no dev split, so eval.split=dev is refused); got {self.dev_size}")
+            raise ValueError("env.dev_size must be >= 0 (0: no dev split, so eval.split=dev is refused); "
+                             f"got {self.dev_size}")
 
 
 class Environment(ABC):
@@ -179,18 +183,24 @@ class Environment(ABC):
     # what it offers methods (envs/api/features.py: the vocabulary); `make compare` runs a method on it when
     # the method's `needs` are a subset
     offers: ClassVar[frozenset[str]] = frozenset()
+    # the settings that make the scripted demonstrator an oracle (its injected errors switched off), for
+    # `python -m envs check` (envs/api/check.py); empty: the demonstrator injects none
+    oracle_settings: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self, cfg: EnvConfig):
         cfg.check()
-        if not (cfg.step_cpu_s > 0 and math.isfinite(cfg.step_cpu_s)):  # here: every environment's check, overridden or not
-            raise ValueError(f"env.step_cpu_s must be a number of seconds > 0 (default 30); got {cfg.step_cpu_s}")
+        # here: every environment's check, overridden or not
+        if not (cfg.step_cpu_s > 0 and math.isfinite(cfg.step_cpu_s)):
+            raise ValueError("env.step_cpu_s must be a number of seconds > 0 (default 30); "
+                             f"got {cfg.step_cpu_s}")
         self.cfg = cfg
         self._tasks: DatasetDict | None = None
 
     # ---- tasks -------------------------------------------------------------------------
     @abstractmethod
     def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
-        """One task as a JSON-serializable dict (an override may take further keyword arguments: `split_plan`'s)."""
+        """One task as a JSON-serializable dict (an override may take further keyword arguments:
+        `split_plan`'s)."""
 
     @property
     @abstractmethod
@@ -224,7 +234,8 @@ class Environment(ABC):
                 while len(rows["id"]) < size:
                     attempts += 1
                     if attempts > 50 * size + 1000:
-                        raise ValueError(f"{self.name}: cannot generate {size} distinct {split} tasks; lower env.{split}_size")
+                        raise ValueError(f"{self.name}: cannot generate {size} distinct {split} tasks; "
+                                         f"lower env.{split}_size")
                     tier, extra = plan[len(rows["id"])]
                     task = self.generate_task(rng, tier, **extra)
                     key = self.task_key(task)
@@ -271,7 +282,8 @@ class Environment(ABC):
                 "train": self.cfg.train_size, "heldout": self.cfg.heldout_size, "dev": self.cfg.dev_size}
 
     def check_context(self, count_tokens: Callable[[str], int], max_length: int, max_new_tokens: int) -> None:
-        """Raise ValueError (one line) when a first observation and one turn do not fit in `max_length` tokens.
+        """Raise ValueError (one line) when a first observation and one turn do not fit in `max_length`
+        tokens.
 
         Run once the tokenizer exists (a tiny model's is trained on `corpus()`); the config check can only
         require `max_length > max_new_tokens`. Every variant's first observation of every train and held-out
@@ -287,8 +299,9 @@ class Environment(ABC):
                     if n > longest:
                         longest, text = n, obs.text
         if longest + max_new_tokens > max_length:
-            raise ValueError(f"model.max_length={max_length} is too short for {self.name}: its longest prompt is {longest} "
-                             f"tokens ({text[:40]!r}...) + trainer.max_new_tokens={max_new_tokens}; "
+            raise ValueError(f"model.max_length={max_length} is too short for {self.name}: its longest "
+                             f"prompt is {longest} tokens ({text[:40]!r}...) + "
+                             f"trainer.max_new_tokens={max_new_tokens}; "
                              f"raise model.max_length to at least {longest + max_new_tokens}")
 
     def corpus(self, n: int = 400) -> Iterator[str]:
@@ -302,3 +315,25 @@ class Environment(ABC):
                 action = ep.expert_action()
                 yield obs.text + action
                 obs = ep.step(action).next
+
+    # ---- the check: `python -m envs check` (envs/api/check.py) --------------------------------------------
+    @classmethod
+    def settings_for_check(cls, settings: dict[str, Any]) -> dict[str, Any]:
+        """The settings the check builds this environment with, from those of its config file: by default
+        `oracle_settings` laid over them. An environment that needs more to run on a machine without its
+        data overrides it (paper_math: sample rows in the data sets' layouts)."""
+        return {**settings, **cls.oracle_settings}
+
+    def oracle_action(self, state: EpisodeState, obs: Observation) -> str:
+        """The oracle's action for the role that acts now (`obs`'s). Default: the scripted demonstrator's,
+        which `oracle_settings` make an oracle. An environment whose demonstrator lacks information
+        rather than making a mistake overrides it (voting: the voters not shown the asked fact guess, so
+        the oracle answers the hidden value for every voter)."""
+        return state.expert_action()
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """A uniformly random action of the form the environment expects, so that the verifier, not the
+        parser, has to reject it (the check fails an environment whose random policy wins too often).
+        Every environment of the suite says what random means for it in its override's docstring; this
+        default: 0 to 12 characters, uniform over letters, digits, space, `#` and `=`."""
+        return "".join(rng.choices(string.ascii_letters + string.digits + " #=", k=rng.randint(0, 12)))

@@ -33,7 +33,8 @@ FEATURES: dict[str, str] = {
     "multi_agent_shared_outcome": "two or more roles act in one episode and share its one outcome",
     "counterfactual_replay": "a finished episode re-scored with some agents masked, without sampling "
                              "(envs.api.protocols.CounterfactualReplay: a coalition's value)",
-    "two_role_dialogue": "a thinker writes to a solver who answers; the solver can also play alone (variant 'solo')",
+    "two_role_dialogue": "a thinker writes to a solver who answers; the solver can also play alone "
+                         "(variant 'solo')",
     "majority_vote": "several voters answer and the majority decides (variants 'without<i>')",
     "provenance_events": "the environment reports which earlier turn each action used (provenance events)",
     "env_pool_with_audit": "train tasks carry audit labels of their defects, so a task pool can be filtered",
@@ -43,10 +44,3 @@ FEATURES: dict[str, str] = {
 
 assert set(FEATURES) == set(get_args(Feature)), "FEATURES and Feature must list the same names"
 
-
-def check_features(features: frozenset[str], where: str) -> None:
-    """Raise ValueError naming `where` when a declared feature is not in the vocabulary."""
-    unknown = sorted(set(features) - set(FEATURES))
-    if unknown:
-        raise ValueError(f"{where} declares unknown features {unknown}; the vocabulary is {sorted(FEATURES)} "
-                         f"(envs/api/features.py)")

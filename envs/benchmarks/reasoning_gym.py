@@ -57,8 +57,10 @@ class ReasoningGymConfig(EnvConfig):
     train_generators: list[str] = field(
         default_factory=lambda: ["basic_arithmetic", "chain_sum", "products", "leg_counting", "aiw"])
     heldout_generators: list[str] = field(default_factory=lambda: ["gsm_symbolic"])
-    generator_settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # generator -> its config fields
-    instruction: str = "Give your final answer between <answer> and </answer>."  # appended to every question
+    # generator -> its config fields
+    generator_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # appended to every question
+    instruction: str = "Give your final answer between <answer> and </answer>."
     # without <answer>: `tag` = an invalid action (the package's convention); `last_number` = the last
     # number of the text is the answer (for small instruct models that do not write the tags yet)
     untagged: str = "tag"
@@ -68,7 +70,8 @@ NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")  # ASCII digits only (\d takes any
 
 
 def last_number(action: str) -> str | None:
-    """The last ASCII number of the text (an optional minus sign, digits, an optional decimal part); None without one.
+    """The last ASCII number of the text (an optional minus sign, digits, an optional decimal part); None
+    without one.
 
     >>> last_number("3 ÷ 9 = 0.5."), last_number("12 - 60 = -48 apples"), last_number("no number")
     ('0.5', '-48', None)
@@ -111,7 +114,8 @@ class ReasoningGymEpisode(EpisodeState):
         if answer is None and self.env.cfg.untagged == "last_number":
             answer = last_number(action)
         if answer is None:
-            return StepResult(None, events=[Event("invalid_action", 0, {"why": f"no final answer: write {OPEN}...{CLOSE}"})],
+            no_answer = {"why": f"no final answer: write {OPEN}...{CLOSE}"}
+            return StepResult(None, events=[Event("invalid_action", 0, no_answer)],
                               info={"score": 0.0, "answered": False, "tagged": False, "scorer_error": False})
         try:
             score = float(self.env.scorer(self.task["generator"])(answer, self.task))
@@ -132,9 +136,11 @@ class ReasoningGymEnv(Environment):
 
     def __init__(self, cfg: ReasoningGymConfig):
         if not cfg.train_generators or not cfg.heldout_generators:
-            raise ValueError("env.train_generators and env.heldout_generators each need at least one generator")
+            raise ValueError("env.train_generators and env.heldout_generators each need at least one "
+                             "generator")
         known = _registry()
-        unknown = sorted({*cfg.train_generators, *cfg.heldout_generators, *cfg.generator_settings} - set(known))
+        named = {*cfg.train_generators, *cfg.heldout_generators, *cfg.generator_settings}
+        unknown = sorted(named - set(known))
         if unknown:
             raise ValueError(f"unknown reasoning_gym generator(s) {unknown}; the package has {sorted(known)}")
         for gen, settings in cfg.generator_settings.items():
@@ -144,8 +150,9 @@ class ReasoningGymEnv(Environment):
         if cfg.generator_settings.get("basic_arithmetic", {}).get("allow_parentheses") is False:
             # reasoning-gym 0.1.25 prints the expression without its parentheses but answers the
             # parenthesized one: about a third of the answers are wrong ("Calculate 5 / 9." -> 10)
-            raise ValueError("env.generator_settings.basic_arithmetic.allow_parentheses=false gives wrong answers in "
-                             "reasoning-gym (the question drops the parentheses the answer uses); leave it true")
+            raise ValueError("env.generator_settings.basic_arithmetic.allow_parentheses=false gives wrong "
+                             "answers in reasoning-gym (the question drops the parentheses the answer uses); "
+                             "leave it true")
         if cfg.untagged not in ("tag", "last_number"):
             raise ValueError(f"env.untagged must be 'tag' or 'last_number'; got {cfg.untagged!r}")
         super().__init__(cfg)
@@ -171,7 +178,8 @@ class ReasoningGymEnv(Environment):
         return self._datasets[key]
 
     def scorer(self, generator: str) -> Any:
-        """The generator's `score_answer(answer, entry)` (it reads only the entry, not the dataset's items)."""
+        """The generator's `score_answer(answer, entry)` (it reads only the entry, not the dataset's
+        items)."""
         return self._dataset(generator, 0, 1).score_answer
 
     def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
@@ -194,7 +202,8 @@ class ReasoningGymEnv(Environment):
                      ("heldout", self.cfg.heldout_size, self.cfg.heldout_generators)]
             if self.cfg.demo_size:
                 sizes.append(("demo", self.cfg.demo_size, self.cfg.train_generators))
-            if self.cfg.dev_size:  # the held-out generators, other questions: design and tuning see the test's kind of task
+            # the held-out generators, other questions: design and tuning see the test's kind of task
+            if self.cfg.dev_size:
                 sizes.append(("dev", self.cfg.dev_size, self.cfg.heldout_generators))
             seen: set[str] = set()
             splits = {}
@@ -213,9 +222,11 @@ class ReasoningGymEnv(Environment):
         return self._tasks
 
     def _stream(self, split: str, generator: str, size: int) -> Any:
-        """The tasks of one (split, generator), in a fixed order from a seed of (data_seed, split, generator)."""
+        """The tasks of one (split, generator), in a fixed order from a seed of (data_seed, split,
+        generator)."""
         seed = zlib.crc32(f"{self.cfg.data_seed}/{split}/{generator}".encode())
-        budget = 4 * size + 100  # room for questions already taken by another split (and a generator's repeats)
+        # room for questions already taken by another split (and a generator's repeats)
+        budget = 4 * size + 100
         dataset = self._dataset(generator, seed, budget)
         for i in range(budget):
             yield self._entry(generator, dataset[i])
@@ -231,9 +242,15 @@ class ReasoningGymEnv(Environment):
         """Where the tasks come from, for the run's manifest."""
         return {"benchmark": "Reasoning Gym (Stojanovski et al. 2025, arXiv 2505.24760)", "package": PACKAGE,
                 "version": metadata.version(PACKAGE), "license": LICENSE,
-                "generators": {"train": list(self.cfg.train_generators), "heldout": list(self.cfg.heldout_generators)},
+                "generators": {"train": list(self.cfg.train_generators),
+                               "heldout": list(self.cfg.heldout_generators)},
                 "generator_settings": self.cfg.generator_settings,
-                "tasks": {"train": self.cfg.train_size, "heldout": self.cfg.heldout_size, "demo": self.cfg.demo_size}}
+                "tasks": {"train": self.cfg.train_size, "heldout": self.cfg.heldout_size,
+                          "demo": self.cfg.demo_size}}
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """`<answer><n>`, n uniform in [-1000, 1000]."""
+        return f"<answer>{rng.randint(-1000, 1000)}"
 
 
 def _registry() -> dict[str, tuple[type, type]]:

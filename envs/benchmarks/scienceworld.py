@@ -135,7 +135,8 @@ class ScienceWorldEpisode(EpisodeState):
         except Exception as e:  # the simulator choking on odd text: the command had no effect
             reply, ended = f"{UNKNOWN} ({type(e).__name__})", False
         self.steps += 1
-        events = [Event("invalid_action", 0, {"why": "the simulator does not know this command"})] if reply.startswith(UNKNOWN) else []
+        unknown = {"why": "the simulator does not know this command"}
+        events = [Event("invalid_action", 0, unknown)] if reply.startswith(UNKNOWN) else []
         if ended or self.steps >= self.limit:
             self.done = True
             self._release()
@@ -150,11 +151,13 @@ class ScienceWorldEnv(Environment):
     roles = (AGENT,)
     offers = frozenset({"single_agent"})  # envs/api/features.py
     config_class = ScienceWorldConfig
+    oracle_settings = {"demo_slip": 0.0}
     stop = ("\n",)
 
     def __init__(self, cfg: ScienceWorldConfig):
         if cfg.max_steps < 0 or not 0.0 <= cfg.demo_slip <= 1.0:
-            raise ValueError(f"env.max_steps must be >= 0 and env.demo_slip in [0, 1]; got {cfg.max_steps}, {cfg.demo_slip}")
+            raise ValueError("env.max_steps must be >= 0 and env.demo_slip in [0, 1]; "
+                             f"got {cfg.max_steps}, {cfg.demo_slip}")
         super().__init__(cfg)
         self.cfg: ScienceWorldConfig = cfg
 
@@ -171,12 +174,15 @@ class ScienceWorldEnv(Environment):
         return tuple(range(1, len(self.names) + 1))
 
     def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
-        """A train variation of the tier's task type, drawn at random (the splits are fixed: see `task_set`)."""
+        """A train variation of the tier's task type, drawn at random (the splits are fixed: see
+        `task_set`)."""
         name = self.names[tier - 1]
-        return {"task_name": name, "variation": rng.choice(variations(self.cfg.cache_dir, self.cfg.simplification)[name]["train"])}
+        train = variations(self.cfg.cache_dir, self.cfg.simplification)[name]["train"]
+        return {"task_name": name, "variation": rng.choice(train)}
 
     def task_set(self) -> DatasetDict:
-        """Each split round robin over the task types, in variation order: ScienceWorld's own train / dev / test."""
+        """Each split round robin over the task types, in variation order: ScienceWorld's own train / dev /
+        test."""
         if self._tasks is None:
             table = variations(self.cfg.cache_dir, self.cfg.simplification)
             c = self.cfg
@@ -190,16 +196,18 @@ class ScienceWorldEnv(Environment):
                             out.append(q.pop(0))
                 return out[skip:]
 
-            chosen = {"train": round_robin("train", 0, c.train_size), "heldout": round_robin("test", 0, c.heldout_size)}
+            chosen = {"train": round_robin("train", 0, c.train_size),
+                      "heldout": round_robin("test", 0, c.heldout_size)}
             if c.demo_size:
                 chosen["demo"] = round_robin("train", c.train_size, c.demo_size)
             if c.dev_size:
                 chosen["dev"] = round_robin("dev", 0, c.dev_size)
             for split, rows in chosen.items():
-                want = {"train": c.train_size, "heldout": c.heldout_size, "demo": c.demo_size, "dev": c.dev_size}[split]
+                want = {"train": c.train_size, "heldout": c.heldout_size, "demo": c.demo_size,
+                        "dev": c.dev_size}[split]
                 if len(rows) < want:
-                    raise ValueError(f"scienceworld has {len(rows)} {split} variations of {len(self.names)} task types: "
-                                     f"lower env.{split}_size; got {want}")
+                    raise ValueError(f"scienceworld has {len(rows)} {split} variations of {len(self.names)} "
+                                     f"task types: lower env.{split}_size; got {want}")
             self._tasks = DatasetDict({
                 split: Dataset.from_dict({"id": [f"{t['task_name']}/{t['variation']}" for t in rows],
                                           "tier": [self.names.index(t["task_name"]) + 1 for t in rows],
@@ -218,7 +226,15 @@ class ScienceWorldEnv(Environment):
         return {"benchmark": "ScienceWorld (Wang et al. 2022, arXiv 2203.07540)", "package": PACKAGE,
                 "version": metadata.version(PACKAGE), "license": LICENSE,
                 "tasks": {n: sum(len(v) for v in table[n].values()) for n in self.names},
-                "splits": {"train": self.cfg.train_size, "heldout": self.cfg.heldout_size, "dev": self.cfg.dev_size,
-                           "demo": self.cfg.demo_size},
+                "splits": {"train": self.cfg.train_size, "heldout": self.cfg.heldout_size,
+                           "dev": self.cfg.dev_size, "demo": self.cfg.demo_size},
                 "heldout_ids": "ScienceWorld's test variations", "dev_ids": "its dev variations",
                 "simplification": self.cfg.simplification}
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """One of the simulator's action templates, uniform, its object slots filled uniformly from its
+        possible objects."""
+        sim = state.sim  # type: ignore[attr-defined]
+        objects = sim.get_possible_objects() or ["it"]
+        template = rng.choice(sim.get_possible_actions() or ["look around"])
+        return re.sub(r"OBJ\d?", lambda m: rng.choice(objects), template)

@@ -93,7 +93,8 @@ class ArithEpisode(EpisodeState):
             answer = parse_int(m.group(1)) if m is not None else None
             worked = "=" in action  # wrote intermediate steps rather than jumping to the answer
             if answer is None:
-                why = "no final answer: end the reply with #<integer>" if m is None else "the final answer has too many digits"
+                why = ("no final answer: end the reply with #<integer>" if m is None
+                       else "the final answer has too many digits")
                 result = _invalid(0, why)
                 result.info["worked"] = worked
                 return result
@@ -126,6 +127,7 @@ class ArithEnv(Environment):
     roles = ("solver",)
     offers = frozenset({"single_agent"})  # envs/api/features.py
     config_class = ArithConfig
+    oracle_settings = {"demo_shortcut": 0.0}
     stop = ("\n",)
 
     def __init__(self, cfg: ArithConfig):
@@ -160,3 +162,8 @@ class ArithEnv(Environment):
         if variant != "main":
             raise ValueError(f"arith has no episode variant {variant!r}")
         return ArithEpisode(task, self.cfg.mode, shortcut=rng.random() < self.cfg.demo_shortcut)
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """` #<n>` (stepwise: `<n>`), n uniform in [0, max_value]."""
+        n = rng.randint(0, self.cfg.max_value)
+        return f" #{n}" if self.cfg.mode == "single" else str(n)

@@ -21,15 +21,16 @@ step, with what the apps have revealed so far filled in), in a fresh context:
 (18) is drawn per episode and appears only in a reply, so `send` and `book` must read it from the
 last reply, and look it up again when that reply does not show it (after a busy refusal, say).
 
-| call | app: effect | errors (state unchanged; the agent can recover) |
-| --- | --- | --- |
-| `add <item> <qty>` | shop: qty of item into the cart | unknown item, order already paid |
-| `remove <item>` | shop: the item out of the cart | not in the cart, order already paid |
-| `pay` | shop: check out, `ok order <id>` | cart empty, already paid |
-| `find <name>` | contacts: `ok <name> <id>` | unknown name |
-| `send <contact id> <order id>` | mail: mails the order, `ok <name> <id>` | unknown contact id, unknown order |
-| `book <day> <contact id>` | calendar: books a meeting | unknown day, unknown contact id |
-| `done` | ends the episode; the final state is checked | |
+Each call (app: effect; errors, which leave the state unchanged so that the agent can recover):
+
+- `add <item> <qty>`: shop: qty of item into the cart; unknown item, order already paid
+- `remove <item>`: shop: the item out of the cart; not in the cart, order already paid
+- `pay`: shop: check out, `ok order <id>`; cart empty, already paid
+- `find <name>`: contacts: `ok <name> <id>`; unknown name
+- `send <contact id> <order id>`: mail: mails the order, `ok <name> <id>`; unknown contact id, unknown
+  order
+- `book <day> <contact id>`: calendar: books a meeting; unknown day, unknown contact id
+- `done`: ends the episode; the final state is checked
 
 A call that fits none of these (a number that is not 1 to 18 ASCII digits included) is a bad call:
 `error: bad call`, an `invalid_action` event, no effect.
@@ -167,7 +168,8 @@ class ChainEpisode(EpisodeState):
         turn, self.turn = self.turn, self.turn + 1
         if self.calls == self.fault_at:
             return StepResult(None, reward=0.0, success=False, info={**self.summary(), "fault": True},
-                              events=[Event("fault", turn, {"what": "server unavailable", "call": self.calls})])
+                              events=[Event("fault", turn,
+                                            {"what": "server unavailable", "call": self.calls})])
         if not self.last_busy and self.rng.random() < self.cfg.busy_rate:
             self.last_busy = True  # never twice in a row, so a busy spell always ends
             self.reply = "error: busy"
@@ -176,17 +178,20 @@ class ChainEpisode(EpisodeState):
         self.calls += 1
         verb = action.split()[0] if action.split() else ""
         self.reply, ok = self.apply(action)
-        events = [] if ok else [Event("invalid_action" if self.reply.startswith("error: bad call") else "error", turn,
-                                      {"why": self.reply})]
+        bad_call = self.reply.startswith("error: bad call")
+        events = [] if ok else [Event("invalid_action" if bad_call else "error", turn, {"why": self.reply})]
         step = self.steps[self.cursor]
-        addresses_step = (verb, step[0]) in (("add", "buy"), ("pay", "pay"), ("send", "mail"), ("book", "book"))
+        addresses_step = (verb, step[0]) in (("add", "buy"), ("pay", "pay"), ("send", "mail"),
+                                             ("book", "book"))
         if ok and addresses_step and (verb != "add" or action.split()[1] == step[1]):
             self.cursor += 1
         if ok and verb == "done":
             success = self.solved()
-            return StepResult(None, reward=float(success), success=success, events=events, info=self.summary())
+            return StepResult(None, reward=float(success), success=success, events=events,
+                              info=self.summary())
         if self.calls >= self.budget:
-            return StepResult(None, reward=0.0, success=False, events=events, info={**self.summary(), "out_of_turns": True})
+            return StepResult(None, reward=0.0, success=False, events=events,
+                              info={**self.summary(), "out_of_turns": True})
         return StepResult(self.observation(), events=events)
 
     def apply(self, call: str) -> tuple[str, bool]:
@@ -252,7 +257,8 @@ class ChainEpisode(EpisodeState):
 
     def summary(self) -> dict[str, Any]:
         """Per-episode numbers (held-out evaluation averages them under `metrics`)."""
-        return {"calls": self.calls, "progress": self.cursor / (len(self.steps) - 1), "fault": False, "out_of_turns": False}
+        return {"calls": self.calls, "progress": self.cursor / (len(self.steps) - 1), "fault": False,
+                "out_of_turns": False}
 
 
 class ChainTasksEnv(Environment):
@@ -260,6 +266,7 @@ class ChainTasksEnv(Environment):
     roles = ("agent",)
     offers = frozenset({"single_agent"})  # envs/api/features.py
     config_class = ChainTasksConfig
+    oracle_settings = {"demo_slip": 0.0, "fault_rate": 0.0}
     stop = ("\n",)
 
     def __init__(self, cfg: ChainTasksConfig):
@@ -288,3 +295,16 @@ class ChainTasksEnv(Environment):
         if variant != "main":
             raise ValueError(f"chain_tasks has no episode variant {variant!r}")
         return ChainEpisode(task, self.cfg, rng)
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """A call: the verb uniform, its arguments uniform (items, names, days, quantities 1-5, ids 1-99)."""
+
+        def number() -> str:
+            return str(rng.randint(1, 99))
+
+        calls = {"add": lambda: [rng.choice(ITEMS), str(rng.randint(1, 5))],
+                 "remove": lambda: [rng.choice(ITEMS)],
+                 "pay": list, "find": lambda: [rng.choice(NAMES)], "send": lambda: [number(), number()],
+                 "book": lambda: [rng.choice(DAYS), number()], "done": list}
+        verb = rng.choice(sorted(calls))
+        return " ".join([verb, *calls[verb]()])

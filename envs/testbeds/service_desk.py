@@ -21,14 +21,16 @@ agent's action follows it):
     tool: refunded
     > end                                   (episode over; reward 1)
 
-| action | effect |
-| --- | --- |
-| `ask` | the customer states the intent (`refund to <method> please` or `i want a human`) |
-| `lookup` | `tool: order <id>`, the customer's order id, one capital letter (a second lookup returns the same id: redundant) |
-| `ok` | acknowledges what the customer just said (the customer goes on, or says `that is all`) |
-| `refund <method> <id>` | `tool: refunded` for the customer's order id; `tool: error ...` for another id (state unchanged) |
-| `transfer` | hands the customer to a human: the episode ends |
-| `end` | closes the conversation: the episode ends |
+Each action and its effect:
+
+- `ask`: the customer states the intent (`refund to <method> please` or `i want a human`)
+- `lookup`: `tool: order <id>`, the customer's order id, one capital letter (a second lookup returns
+  the same id: redundant)
+- `ok`: acknowledges what the customer just said (the customer goes on, or says `that is all`)
+- `refund <method> <id>`: `tool: refunded` for the customer's order id; `tool: error ...` for another
+  id (state unchanged)
+- `transfer`: hands the customer to a human: the episode ends
+- `end`: closes the conversation: the episode ends
 
 **The trap.** The tool schema prints an example call whose id (drawn per task, a capital letter like
 a real one) is not the customer's: using it errors (`tool: error: example id`). Ids are one capital
@@ -100,7 +102,8 @@ _ACTION = re.compile(r"^\s*([a-z]+)((?:\s+[A-Za-z0-9]+)*)\s*$")
 
 def schema(trap: str) -> str:
     """The tool schema line, with the trap: an example call whose id is not the customer's."""
-    return f"tools: ask | lookup | ok | refund <card|cash|credit> <id>, e.g. refund card {trap} | transfer | end"
+    return (f"tools: ask | lookup | ok | refund <card|cash|credit> <id>, e.g. refund card {trap} "
+            "| transfer | end")
 
 
 def ideal_actions(task: dict[str, Any]) -> list[str]:
@@ -113,7 +116,8 @@ def ideal_actions(task: dict[str, Any]) -> list[str]:
 @dataclass
 class ServiceDeskConfig(EnvConfig):
     name: str = "service_desk"
-    delays: list[int] = field(default_factory=lambda: [0, 2, 4])  # D: the tiers; remarks between lookup and refund
+    # D: the tiers; remarks between lookup and refund
+    delays: list[int] = field(default_factory=lambda: [0, 2, 4])
     human_rate: float = 0.2  # share of customers who want a human (transfer), not a refund
     slack: int = 1  # actions allowed beyond the ideal number
     demo_trap: float = 0.2  # the demonstrator first tries the schema's example id (errors, then looks up)
@@ -182,7 +186,8 @@ class ServiceDeskEpisode(EpisodeState):
         reply, error, done = self._apply(action, j, events)
         self.errored = j if error else None
         if error:
-            events.append(Event("invalid_action" if reply == "error: bad call" else "error", j, {"why": reply}))
+            bad_call = reply == "error: bad call"
+            events.append(Event("invalid_action" if bad_call else "error", j, {"why": reply}))
         if done is not None:
             return self._end(done, events)
         if self.turn >= self.budget:
@@ -203,7 +208,9 @@ class ServiceDeskEpisode(EpisodeState):
         if verb == "ask" and not args:
             if self.intent_asked is None:
                 self.intent_asked = j
-            return ("user: i want a human" if t["intent"] == "human" else f"user: refund to {t['method']} please"), False, None
+            if t["intent"] == "human":
+                return "user: i want a human", False, None
+            return f"user: refund to {t['method']} please", False, None
         if verb == "lookup" and not args:
             self.lookups += 1
             if self.looked_up is None:
@@ -219,7 +226,8 @@ class ServiceDeskEpisode(EpisodeState):
             self.remarks_acked += 1
             self.talking = self.remarks_acked < t["delay"]
             return f"user: {self._remark()}", False, None
-        if verb == "refund" and len(args) == 2 and args[0] in METHODS and len(args[1]) == 1 and args[1] in IDS:
+        if (verb == "refund" and len(args) == 2 and args[0] in METHODS and len(args[1]) == 1
+                and args[1] in IDS):
             method, order = args[0], args[1]
             if order == t["trap"]:
                 self.trap_uses += 1
@@ -231,7 +239,8 @@ class ServiceDeskEpisode(EpisodeState):
             self.refunds.append((method, order))
             self.refunded_by = j
             if self.looked_up is not None:
-                events.append(Event("provenance", j, {"source": self.looked_up, "kind": "success_utilization"}))
+                events.append(Event("provenance", j,
+                                    {"source": self.looked_up, "kind": "success_utilization"}))
             if self.intent_asked is not None and t["intent"] == "refund" and method == t["method"]:
                 events.append(Event("provenance", j, {"source": self.intent_asked, "kind": "input"}))
             return "tool: refunded", False, None
@@ -241,7 +250,8 @@ class ServiceDeskEpisode(EpisodeState):
             return "", False, t["intent"] == "human" and not self.refunds
         if verb == "end" and not args:
             if self.refunded_by is not None:
-                events.append(Event("provenance", j, {"source": self.refunded_by, "kind": "success_utilization"}))
+                events.append(Event("provenance", j,
+                                    {"source": self.refunded_by, "kind": "success_utilization"}))
             right = self.refunds == [(t["method"], t["order"])] if t["intent"] == "refund" else False
             return "", False, right and self.looked_up is not None and self.remarks_acked >= t["delay"]
         self.bad_calls += 1
@@ -253,7 +263,8 @@ class ServiceDeskEpisode(EpisodeState):
     def summary(self) -> dict[str, Any]:
         """Per-episode numbers, reported in every episode (evaluation averages them over all episodes)."""
         return {"trap_use": self.trap_uses > 0, "redundant_lookup": self.lookups > 1,
-                "redundant_lookups": max(self.lookups - 1, 0), "bad_calls": self.bad_calls, "actions": self.turn,
+                "redundant_lookups": max(self.lookups - 1, 0), "bad_calls": self.bad_calls,
+                "actions": self.turn,
                 "out_of_turns": False}
 
 
@@ -264,7 +275,8 @@ class ProbeEpisode(EpisodeState):
         ideal = ideal_actions({**task, "delay": 0})
         kind = "transfer" if task["intent"] == "human" else task["probe"]
         cut = {"ask": 0, "lookup": 1, "transfer": 1, "refund": 2, "end": 3}[kind]
-        ep = ServiceDeskEpisode({**task, "delay": 0}, ServiceDeskConfig(demo_trap=0.0, demo_repeat=0.0), random.Random(0))
+        plain = ServiceDeskConfig(demo_trap=0.0, demo_repeat=0.0)
+        ep = ServiceDeskEpisode({**task, "delay": 0}, plain, random.Random(0))
         text = ep.start().text
         for action in ideal[:cut]:
             result = ep.step(action)
@@ -280,8 +292,10 @@ class ProbeEpisode(EpisodeState):
 
     def step(self, action: str) -> StepResult:
         right = action.strip() == self.answer
-        events = [] if _ACTION.match(action) and len(action) <= 200 else [Event("invalid_action", 0, {"why": "bad call"})]
-        return StepResult(None, reward=float(right), success=right, events=events, info={"probe_right": right})
+        well_formed = _ACTION.match(action) and len(action) <= 200
+        events = [] if well_formed else [Event("invalid_action", 0, {"why": "bad call"})]
+        return StepResult(None, reward=float(right), success=right, events=events,
+                          info={"probe_right": right})
 
 
 class ServiceDeskEnv(Environment):
@@ -289,10 +303,12 @@ class ServiceDeskEnv(Environment):
     roles = ("agent",)
     offers = frozenset({"single_agent", "provenance_events"})  # envs/api/features.py
     config_class = ServiceDeskConfig
+    oracle_settings = {"demo_trap": 0.0, "demo_repeat": 0.0}
     stop = ("\n",)
 
     def __init__(self, cfg: ServiceDeskConfig):
-        if not cfg.delays or any(not 0 <= d <= len(REMARKS) for d in cfg.delays) or len(set(cfg.delays)) != len(cfg.delays):
+        if (not cfg.delays or any(not 0 <= d <= len(REMARKS) for d in cfg.delays)
+                or len(set(cfg.delays)) != len(cfg.delays)):
             raise ValueError(f"env.delays must be distinct values in 0..{len(REMARKS)}; got {cfg.delays}")
         for key in ("human_rate", "demo_trap", "demo_repeat"):
             if not 0.0 <= getattr(cfg, key) < 1.0:
@@ -308,7 +324,8 @@ class ServiceDeskEnv(Environment):
 
     def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
         order, trap = rng.sample(IDS, 2)
-        return {"intent": "human" if rng.random() < self.cfg.human_rate else "refund", "method": rng.choice(METHODS),
+        return {"intent": "human" if rng.random() < self.cfg.human_rate else "refund",
+                "method": rng.choice(METHODS),
                 "order": order, "trap": trap, "delay": tier, "remarks": rng.sample(REMARKS, tier),
                 "probe": rng.choice(PROBES)}
 
@@ -316,7 +333,8 @@ class ServiceDeskEnv(Environment):
         if variant == "probe":
             return ProbeEpisode(task)
         if variant != "main":
-            raise ValueError(f"service_desk has no episode variant {variant!r}; it has {list(self.variants())}")
+            raise ValueError(f"service_desk has no episode variant {variant!r}; "
+                             f"it has {list(self.variants())}")
         return ServiceDeskEpisode(task, self.cfg, rng)
 
     def variants(self) -> tuple[str, ...]:
@@ -324,3 +342,9 @@ class ServiceDeskEnv(Environment):
 
     def provenance(self) -> dict[str, Any]:
         return {**super().provenance(), "delays": list(self.tiers), "human_rate": self.cfg.human_rate}
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """A call, the verb uniform (ask, lookup, ok, refund, transfer, end); a refund's method uniform, its
+        id a capital letter, uniform."""
+        verb = rng.choice(["ask", "lookup", "ok", "refund", "transfer", "end"])
+        return f"refund {rng.choice(METHODS)} {rng.choice(IDS)}" if verb == "refund" else verb

@@ -96,28 +96,34 @@ class SkillFamiliesConfig(EnvConfig):
     train_size: int = 600
     heldout_size: int = 96
     dev_size: int = 48
-    demo_size: int = 1000  # rows of scripted chains (solve and curate rows) for the warm start (0: none, no curate demos)
+    # rows of scripted chains (solve and curate rows) for the warm start (0: none, no curate demos)
+    demo_size: int = 1000
 
     def check(self) -> None:
         super().check()
         k = self.order_length - self.min_plan + 1
-        if not (1 <= self.min_plan <= self.order_length and self.order_length + self.distractors <= len(ROLES)):
-            raise ValueError(f"need 1 <= env.min_plan <= env.order_length and env.order_length + env.distractors <= "
-                             f"{len(ROLES)} (the abstract steps); got {self.min_plan}, {self.order_length}, {self.distractors}")
+        if not (1 <= self.min_plan <= self.order_length
+                and self.order_length + self.distractors <= len(ROLES)):
+            raise ValueError("need 1 <= env.min_plan <= env.order_length and env.order_length + "
+                             f"env.distractors <= {len(ROLES)} (the abstract steps); got {self.min_plan}, "
+                             f"{self.order_length}, {self.distractors}")
         for key in ("train_size", "heldout_size", "dev_size"):
             if getattr(self, key) % k:
-                raise ValueError(f"env.{key} must be a multiple of {k} (whole families, one task per plan length "
-                                 f"{self.min_plan}..{self.order_length}); got {getattr(self, key)}")
-        if not (self.demo_abstract >= 0 and self.demo_concrete >= 0 and self.demo_abstract + self.demo_concrete <= 1
-                and 0 <= self.demo_slip <= 1):
-            raise ValueError("need env.demo_slip in [0, 1] and env.demo_abstract, env.demo_concrete >= 0 with a sum <= 1")
+                raise ValueError(f"env.{key} must be a multiple of {k} (whole families, one task per plan "
+                                 f"length {self.min_plan}..{self.order_length}); got {getattr(self, key)}")
+        if not (self.demo_abstract >= 0 and self.demo_concrete >= 0
+                and self.demo_abstract + self.demo_concrete <= 1 and 0 <= self.demo_slip <= 1):
+            raise ValueError("need env.demo_slip in [0, 1] and env.demo_abstract, env.demo_concrete >= 0 "
+                             "with a sum <= 1")
         if self.max_misses < 0 or self.max_skill_words < 1 or self.invalid_penalty < 0:
-            raise ValueError("need env.max_misses >= 0, env.max_skill_words >= 1 and env.invalid_penalty >= 0")
+            raise ValueError("need env.max_misses >= 0, env.max_skill_words >= 1 and "
+                             "env.invalid_penalty >= 0")
 
 
 def parse_skill(action: str, max_words: int) -> list[str] | None:
     """The words between the first `<skill>` and `</skill>` of a curate action; None when the tags are
-    missing, a word is not 1-12 lowercase ASCII letters or digits, or there are more than `max_words` words."""
+    missing, a word is not 1-12 lowercase ASCII letters or digits, or there are more than `max_words`
+    words."""
     m = _SKILL.search(action[:2000])
     if m is None:
         return None
@@ -195,8 +201,8 @@ class SolveEpisode(EpisodeState):
         events = [Event("tool_call", 0, {"tool": name[:40], "step": len(self.found) + 1})]
         if name not in self.step_of:
             self.invalid += 1
-            events.append(Event("invalid_action", 0, {"why": f"not a tool of this task: {name[:40]!r}; call one of "
-                                                              f"{' '.join(n for n, _ in self.tools)}"}))
+            why = f"not a tool of this task: {name[:40]!r}; call one of {' '.join(n for n, _ in self.tools)}"
+            events.append(Event("invalid_action", 0, {"why": why}))
         if name == self.plan[len(self.found)]:
             self.found.append(name)
             self.missed = []
@@ -242,7 +248,8 @@ class CurateEpisode(EpisodeState):
 
     def expert_action(self) -> str:
         u = self.rng.random()
-        kind = "abstract" if u < self.cfg.demo_abstract else "concrete" if u < self.cfg.demo_abstract + self.cfg.demo_concrete else "empty"
+        concrete_below = self.cfg.demo_abstract + self.cfg.demo_concrete
+        kind = "abstract" if u < self.cfg.demo_abstract else "concrete" if u < concrete_below else "empty"
         words = self.scripted_doc(kind)[: self.cfg.max_skill_words]
         return " <skill> " + " ".join(words) + (" " if words else "") + "</skill>"
 
@@ -251,7 +258,8 @@ class CurateEpisode(EpisodeState):
         kind = doc_kind(words or [])
         right = kind == "abstract" and words == self.order[: len(words or [])]
         return curate_result(words, kind, right, self.cfg.invalid_penalty,
-                             f"expected <skill> up to {self.cfg.max_skill_words} lowercase words or numbers </skill>")
+                             f"expected <skill> up to {self.cfg.max_skill_words} lowercase words or numbers "
+                             "</skill>")
 
 
 class SkillFamiliesEnv(Environment):
@@ -259,6 +267,7 @@ class SkillFamiliesEnv(Environment):
     roles = ("solver", "curator")
     offers = frozenset({"task_families"})  # envs/api/features.py
     config_class = SkillFamiliesConfig
+    oracle_settings = {"demo_slip": 0.0}
     stop = ("\n",)
 
     def __init__(self, cfg: SkillFamiliesConfig):
@@ -281,7 +290,8 @@ class SkillFamiliesEnv(Environment):
         steps = list(order[:plan]) + rng.sample([r for r in ROLES if r not in order], self.cfg.distractors)
         rng.shuffle(steps)
         names = NAMES[: len(steps)]  # tools numbered 1.. in the prompt, the steps in a random order
-        return {"family": family, "order": list(order), "plan": plan, "tools": [[n, s] for n, s in zip(names, steps, strict=True)]}
+        return {"family": family, "order": list(order), "plan": plan,
+                "tools": [[n, s] for n, s in zip(names, steps, strict=True)]}
 
     def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
         return self.instance(rng, "loose", self.new_order(rng), tier)
@@ -293,8 +303,8 @@ class SkillFamiliesEnv(Environment):
             rng = random.Random(self.cfg.data_seed)
             used: set[tuple[str, ...]] = set()
             splits: dict[str, Dataset] = {}
-            sizes = [("train", self.cfg.train_size), ("heldout", self.cfg.heldout_size), ("dev", self.cfg.dev_size),
-                     ("demo", self.cfg.demo_size)]
+            sizes = [("train", self.cfg.train_size), ("heldout", self.cfg.heldout_size),
+                     ("dev", self.cfg.dev_size), ("demo", self.cfg.demo_size)]
             for split, size in sizes:
                 if not size:
                     continue
@@ -308,7 +318,8 @@ class SkillFamiliesEnv(Environment):
                     family = f"{split}-f{f:04d}"
                     f += 1
                     tasks = [self.instance(rng, family, order, plan) for plan in self.tiers]
-                    items = self.scripted_chain(tasks, rng) if split == "demo" else [(t["plan"], t) for t in tasks]
+                    items = (self.scripted_chain(tasks, rng) if split == "demo"
+                             else [(t["plan"], t) for t in tasks])
                     for tier, task in items[: size - len(rows["id"])]:
                         rows["id"].append(f"{split}-{len(rows['id']):05d}")
                         rows["tier"].append(tier)
@@ -317,7 +328,8 @@ class SkillFamiliesEnv(Environment):
             self._tasks = DatasetDict(splits)
         return self._tasks
 
-    def scripted_chain(self, tasks: list[dict[str, Any]], rng: random.Random) -> list[tuple[int, dict[str, Any]]]:
+    def scripted_chain(self, tasks: list[dict[str, Any]],
+                       rng: random.Random) -> list[tuple[int, dict[str, Any]]]:
         """The rows of one scripted chain: solve 0, curate 0, solve 1, ..., each carrying the document the
         scripted curator wrote (the demonstrator plays each solve to learn what it found)."""
         out: list[tuple[int, dict[str, Any]]] = []
@@ -362,6 +374,17 @@ class SkillFamiliesEnv(Environment):
     def provenance(self) -> dict[str, Any]:
         return {**super().provenance(), "demo": self.cfg.demo_size,
                 "design": "hidden step orders renamed per instance (replications/skillrise, [I])"}
+
+    def oracle_action(self, state: EpisodeState, obs: Observation) -> str:
+        """The hidden next step: the demonstrator searches where it has no skill document."""
+        return state.oracle_action()  # type: ignore[attr-defined, no-any-return]
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """Solver: one of the task's tool names, uniform; curator: `<skill>` and 0 to 4 words from the steps
+        and tool names `</skill>`."""
+        if obs.role == "curator":
+            return " <skill> " + " ".join(rng.choices([*ROLES, *NAMES], k=rng.randint(0, 4))) + " </skill>"
+        return " " + rng.choice([name for name, _ in state.tools])  # type: ignore[attr-defined]
 
 
 def _json(task: dict[str, Any]) -> str:

@@ -88,8 +88,10 @@ class ThinkerSolverConfig(EnvConfig):
     expert_wrong: float = 0.2  # or state a wrong value for it
     # the free-riding setting (#18; module docstring); the defaults keep the tiers above, unchanged
     question: str = "copy"  # copy: `Q: F?` asks the first fact | sum: `Q: F+C?` asks (F + C) mod num_values
-    see_probs: list[float] = field(default_factory=list)  # per task, P(the Solver knows the answer), drawn per episode; [] = tiers
-    follow_known: float = 0.0  # see_probs only: P(the demonstrator Solver follows a readable hint although it knows)
+    # per task, P(the Solver knows the answer), drawn per episode; [] = tiers
+    see_probs: list[float] = field(default_factory=list)
+    # see_probs only: P(the demonstrator Solver follows a readable hint although it knows)
+    follow_known: float = 0.0
 
 
 def read_message(message: str) -> tuple[str | None, int] | None:
@@ -121,9 +123,13 @@ class ThinkerSolverEpisode(EpisodeState):
         self.asked: str = task["asked"]
         self.summed: str | None = task.get("summed")  # question sum: the second addend
         values = dict(self.facts)
-        self.value = values[self.asked] if self.summed is None else (values[self.asked] + values[self.summed]) % cfg.num_values
+        if self.summed is None:
+            self.value = values[self.asked]
+        else:
+            self.value = (values[self.asked] + values[self.summed]) % cfg.num_values
         self.shown: list[str] = list(task["shown"])  # facts the Solver sees
-        self.p_see: float | None = task.get("p_see")  # the free-riding setting: P(the Solver knows the answer)
+        # the free-riding setting: P(the Solver knows the answer)
+        self.p_see: float | None = task.get("p_see")
         self.cfg, self.rng, self.variant = cfg, rng, variant
         self.message: str | None = None  # the Thinker's message as written
         self.solo_correct: bool | None = None
@@ -158,8 +164,10 @@ class ThinkerSolverEpisode(EpisodeState):
         return f"Facts: {facts}. {self.question()}{known}\nT:{guidance}\nA:"
 
     def guidance(self) -> str:
-        """The Thinker line the Solver receives (empty in `solo`, `empty_guidance`, and before the Thinker spoke)."""
-        if self.message is None or self.variant == "empty_guidance" or (self.variant == "paired" and self.phase == 0):
+        """The Thinker line the Solver receives (empty in `solo`, `empty_guidance`, and before the Thinker
+        spoke)."""
+        if (self.message is None or self.variant == "empty_guidance"
+                or (self.variant == "paired" and self.phase == 0)):
             return ""
         return self.message.replace("\n", " ")
 
@@ -194,16 +202,19 @@ class ThinkerSolverEpisode(EpisodeState):
         if role == THINKER:
             self.message = action
             kind = classify(action, self.asked, self.value)
-            events = [Event("invalid_action", 0, {"why": "guidance must be empty, <value> or X=<value>"})] if kind == "other" \
-                and read_message(action) is None else []
+            malformed = kind == "other" and read_message(action) is None
+            why = {"why": "guidance must be empty, <value> or X=<value>"}
+            events = [Event("invalid_action", 0, why)] if malformed else []
             return StepResult(self._observation(), reward=-self.cost(), events=events)
         answer = read_answer(action)
         correct = answer is not None and answer == self.value
-        events = [] if answer is not None else [Event("invalid_action", 0, {"why": "no answer: end the reply with #<integer>"})]
+        no_answer = {"why": "no answer: end the reply with #<integer>"}
+        events = [] if answer is not None else [Event("invalid_action", 0, no_answer)]
         if self.variant == "paired" and self.solo_correct is None:
             self.solo_correct = correct
             return StepResult(self._observation(), events=events)
-        return StepResult(None, reward=float(correct) - self.cost(), success=correct, events=events, info=self._info(correct))
+        return StepResult(None, reward=float(correct) - self.cost(), success=correct, events=events,
+                          info=self._info(correct))
 
     def _info(self, correct: bool) -> dict[str, Any]:
         info: dict[str, Any] = {"hard": not self.knows}
@@ -214,8 +225,9 @@ class ThinkerSolverEpisode(EpisodeState):
             info.update({f"msg_{k}": kind == k for k in MESSAGE_KINDS})
             info.update(msg_chars=len(self.message.strip()), thinker_cost=self.cost())
         if self.solo_correct is not None:
-            info.update(solo_correct=self.solo_correct, joint_correct=correct, help=correct and not self.solo_correct,
-                        hurt=self.solo_correct and not correct, contribution=int(correct) - int(self.solo_correct))
+            info.update(solo_correct=self.solo_correct, joint_correct=correct,
+                        help=correct and not self.solo_correct, hurt=self.solo_correct and not correct,
+                        contribution=int(correct) - int(self.solo_correct))
         return info
 
 
@@ -224,20 +236,24 @@ class ThinkerSolverEnv(Environment):
     roles = (THINKER, SOLVER)
     offers = frozenset({"multi_agent_shared_outcome", "two_role_dialogue"})  # envs/api/features.py
     config_class = ThinkerSolverConfig
+    oracle_settings = {"expert_help": 1.0, "expert_silent": 0.0, "expert_wrong": 0.0}
     stop = ("\n",)
 
     def __init__(self, cfg: ThinkerSolverConfig):
         mix = cfg.expert_help + cfg.expert_silent + cfg.expert_wrong
         if abs(mix - 1.0) > 1e-9 or min(cfg.expert_help, cfg.expert_silent, cfg.expert_wrong) < 0:
-            raise ValueError(f"env.expert_help + expert_silent + expert_wrong must be a distribution; got sum {mix}")
+            raise ValueError("env.expert_help + expert_silent + expert_wrong must be a distribution; "
+                             f"got sum {mix}")
         if not 2 <= cfg.num_facts <= cfg.num_letters <= 26 or cfg.num_values < 2:
             raise ValueError("need 2 <= env.num_facts <= env.num_letters <= 26 and env.num_values >= 2")
         if cfg.question not in ("copy", "sum"):
             raise ValueError(f"env.question must be copy or sum; got {cfg.question!r}")
         if cfg.question == "sum" and not cfg.see_probs:
-            raise ValueError("env.question=sum needs env.see_probs (the free-riding setting); the tiers ask a copy")
+            raise ValueError("env.question=sum needs env.see_probs (the free-riding setting); the tiers ask "
+                             "a copy")
         if any(not 0 <= p <= 1 for p in cfg.see_probs) or len(set(cfg.see_probs)) != len(cfg.see_probs):
-            raise ValueError(f"env.see_probs must be distinct probabilities in [0, 1] (e.g. [0.1, 0.5, 0.9]); got {cfg.see_probs}")
+            raise ValueError("env.see_probs must be distinct probabilities in [0, 1] (e.g. [0.1, 0.5, 0.9]); "
+                             f"got {cfg.see_probs}")
         if not 0 <= cfg.follow_known <= 1:
             raise ValueError(f"env.follow_known must be a probability; got {cfg.follow_known}")
         super().__init__(cfg)
@@ -254,7 +270,8 @@ class ThinkerSolverEnv(Environment):
         facts = [[k, rng.randrange(self.cfg.num_values)] for k in letters]
         asked = letters[0]  # the asked fact comes first: the tiny model needs no search, only copying
         others = letters[1:]
-        if self.cfg.see_probs:  # the free-riding setting: the Solver sees no fact, knows the answer with p_see
+        # the free-riding setting: the Solver sees no fact, knows the answer with p_see
+        if self.cfg.see_probs:
             p_see = sorted(self.cfg.see_probs, reverse=True)[tier - 1]
             return {"facts": facts, "asked": asked, "shown": [], "p_see": p_see,
                     **({"summed": letters[1]} if self.cfg.question == "sum" else {})}
@@ -272,5 +289,15 @@ class ThinkerSolverEnv(Environment):
 
     def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
         if variant not in self.variants():
-            raise ValueError(f"thinker_solver has no episode variant {variant!r}; it has {list(self.variants())}")
+            raise ValueError(f"thinker_solver has no episode variant {variant!r}; "
+                             f"it has {list(self.variants())}")
         return ThinkerSolverEpisode(task, self.cfg, rng, variant)
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """Thinker: silent or one value, uniform over the num_values + 1; Solver: ` #<v>`, v uniform. (The
+        oracle, the demonstrator that always helps, reaches 1 - the cost of a one-character message: 0.98
+        at the default cost.)"""
+        v = rng.randrange(self.cfg.num_values + 1)
+        if obs.role == "thinker":
+            return "" if v == self.cfg.num_values else f" {v}"
+        return f" #{rng.randrange(self.cfg.num_values)}"

@@ -71,7 +71,8 @@ CLASSES = ("city", "firm", "band", "team", "ship", "club", "park", "lab")
 TOOLS = ("census", "atlas", "archive", "weather", "almanac", "wiki", "ledger", "radar")
 ENTITIES = "abcdefghijklmnopqrstuvwxyz"
 NOT_FOUND = ("ERR", "BAD")  # results that carry no entity
-TABLE_SEED = 17  # the hidden (attribute, class) -> (right tool, distractor) table and entity classes are fixed
+# the hidden (attribute, class) -> (right tool, distractor) table and entity classes are fixed
+TABLE_SEED = 17
 
 
 def _hidden_table() -> tuple[dict[str, int], dict[tuple[str, int], tuple[str, str]]]:
@@ -156,7 +157,10 @@ def replay(record: dict[str, Any], masked: frozenset[int] | set[int]) -> Replay:
         if m in masked:
             results.append(PLACEHOLDER)
             continue
-        entity = (record["start"] if m == 0 else results[m - 1]) if record["mode"] == "chain" else record["entities"][m]
+        if record["mode"] == "chain":
+            entity = record["start"] if m == 0 else results[m - 1]
+        else:
+            entity = record["entities"][m]
         results.append(call_tool(tool, attr, entity, record["world"], record["classes"])[0])
     slots = record["slots"]  # worker m answers fact slots[m]
     composed = []
@@ -207,13 +211,15 @@ class ToolHopsEpisode(PlannerWorkersEpisode):
     def _worker_obs(self) -> Observation:
         m = len(self.results)
         entity = self._query_entity(m)
-        cls = CLASSES[entity_class(entity, self.cfg.classes)] if entity in ENTITIES and len(entity) == 1 else "none"
+        known = entity in ENTITIES and len(entity) == 1
+        cls = CLASSES[entity_class(entity, self.cfg.classes)] if known else "none"
         return Observation("worker", f"SUB: {self.plan[m]} {cls} {entity}\nTOOL:", new_context=True)
 
     def _compose_obs(self) -> Observation:
         if self.cfg.mode == "chain":
             return Observation("planner", f"R: {' '.join(self.results)}\nANS:")
-        return Observation("planner", "R: " + " ; ".join(f"{a} {r}" for a, r in zip(self.plan, self.results, strict=True)) + "\nANS:")
+        pairs = " ; ".join(f"{a} {r}" for a, r in zip(self.plan, self.results, strict=True))
+        return Observation("planner", "R: " + pairs + "\nANS:")
 
     # ---- the demonstrator -----------------------------------------------------------------
     def expert_action(self) -> str:
@@ -230,7 +236,8 @@ class ToolHopsEpisode(PlannerWorkersEpisode):
             if u < self.cfg.demo_distractor:
                 return " " + distractor_tool(attr, entity, self.cfg.classes)
             if u < self.cfg.demo_distractor + self.cfg.demo_wrong:
-                good = (right_tool(attr, entity, self.cfg.classes), distractor_tool(attr, entity, self.cfg.classes))
+                good = (right_tool(attr, entity, self.cfg.classes),
+                        distractor_tool(attr, entity, self.cfg.classes))
                 return " " + self.rng.choice([x for x in TOOLS if x not in good])
             return " " + right_tool(attr, entity, self.cfg.classes)
         return " " + " ".join(self._compose_first_valid())
@@ -247,12 +254,14 @@ class ToolHopsEpisode(PlannerWorkersEpisode):
         items, attrs = action.split(), self.task["attrs"]
         if self.cfg.mode == "chain":
             ok = len(items) == self.k and all(a in ATTRIBUTES for a in items)
-            why = f"expected {self.k} attributes separated by spaces, one per hop (attributes: {', '.join(ATTRIBUTES)})"
+            why = (f"expected {self.k} attributes separated by spaces, one per hop "
+                   f"(attributes: {', '.join(ATTRIBUTES)})")
         else:
             ok = len(items) == self.n and all(a in attrs for a in items) and set(items) == set(attrs)
             why = f"expected {self.n} attributes of the question separated by spaces, every fact covered"
         if not ok:
-            return self._end(None, [Event("invalid_action", 0, {"role": "planner", "why": why})], plan_ok=False)
+            return self._end(None, [Event("invalid_action", 0, {"role": "planner", "why": why})],
+                             plan_ok=False)
         self.plan = items
         self.slots = list(range(self.k)) if self.cfg.mode == "chain" else [attrs.index(a) for a in items]
         self.phase = "work"
@@ -265,8 +274,8 @@ class ToolHopsEpisode(PlannerWorkersEpisode):
         events = [Event("tool_call", 0, {"worker": m, "tool": tool[:40], "query": f"{attr} {entity}"}),
                   Event("tool_result", 0, {"worker": m, "result": result, "kind": kind})]
         if kind == "invalid":
-            events.append(Event("invalid_action", 0, {"role": "worker", "worker": m,
-                                                      "why": f"unknown tool {tool[:40]!r}; tools: {', '.join(TOOLS)}"}))
+            why = f"unknown tool {tool[:40]!r}; tools: {', '.join(TOOLS)}"
+            events.append(Event("invalid_action", 0, {"role": "worker", "worker": m, "why": why}))
         elif kind in ("error", "blocked"):
             events.append(Event("error", 0, {"worker": m, "why": f"{tool} cannot answer {attr} {entity}"}))
         self.entities.append(entity)
@@ -280,7 +289,8 @@ class ToolHopsEpisode(PlannerWorkersEpisode):
             "distractor_first": float(bool(kinds) and kinds[0] == "distractor"),  # the most upstream worker's
             # for counterfactual replays and the local arm (not a metric: evaluation averages numbers only)
             "record": {"mode": self.cfg.mode, "classes": self.cfg.classes, "world": self.task["world"],
-                       "start": self.task.get("start"), "entities": list(self.entities), "plan": list(self.plan),
+                       "start": self.task.get("start"), "entities": list(self.entities),
+                       "plan": list(self.plan),
                        "slots": list(self.slots), "tools": list(self.tools), "truth": list(self.truth),
                        "results": list(self.results), "answer": answer, "tool_kinds": list(kinds),
                        "worker_truth": [self.truth[s] for s in self.slots[:len(self.results)]]},
@@ -307,13 +317,26 @@ class ToolHopsEnv(PlannerWorkersEnv):
     def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
         world = rng.randrange(10**9)
         if self.cfg.mode == "chain":
-            return {"world": world, "start": rng.choice(ENTITIES), "attrs": [rng.choice(ATTRIBUTES) for _ in range(tier)]}
-        return {"world": world, "attrs": rng.sample(ATTRIBUTES, tier), "entities": [rng.choice(ENTITIES) for _ in range(tier)]}
+            return {"world": world, "start": rng.choice(ENTITIES),
+                    "attrs": [rng.choice(ATTRIBUTES) for _ in range(tier)]}
+        return {"world": world, "attrs": rng.sample(ATTRIBUTES, tier),
+                "entities": [rng.choice(ENTITIES) for _ in range(tier)]}
 
     def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
         self._main_only(variant)
         return ToolHopsEpisode(task, self.cfg, rng)
 
     def provenance(self) -> dict[str, Any]:
-        return {**super().provenance(), "mode": self.cfg.mode, "k": self.cfg.k, "extra_workers": self.cfg.extra_workers,
+        return {**super().provenance(), "mode": self.cfg.mode, "k": self.cfg.k,
+                "extra_workers": self.cfg.extra_workers,
                 "contexts": len(ATTRIBUTES) * self.cfg.classes, "table_seed": TABLE_SEED}
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """Planner: as many attributes as the plan needs, each uniform; worker: a tool, uniform; answer:
+        k entity letters, each uniform."""
+        if obs.role == "worker":
+            return " " + rng.choice(TOOLS)
+        if obs.text.endswith("PLAN:"):
+            n = self.cfg.k + (self.cfg.extra_workers if self.cfg.mode == "parallel" else 0)
+            return " " + " ".join(rng.choices(ATTRIBUTES, k=n))
+        return " " + " ".join(rng.choices(ENTITIES, k=self.cfg.k))

@@ -3,7 +3,8 @@ planner composes the final answer (the CPU-scale planner-worker system of SHARP,
 
 A task asks for K facts, each an (attribute, entity) pair with a hidden value, e.g.
 `Q: pop k ; area m` (entities and values are one-letter codes, so each is one token and the
-planner's copying stays within reach of a tiny model). One episode is K + 2 turns, all of one shared model told apart by role:
+planner's copying stays within reach of a tiny model). One episode is K + 2 turns, all of one shared
+model told apart by role:
 
 1. planner: `Q: pop k ; area m\\nPLAN:` -> ` pop area`: the attribute of each sub-query, in
    order; sub-query m is (planned attribute m, entity m of the question).
@@ -66,7 +67,8 @@ class PlannerWorkersConfig(EnvConfig):
 
 @dataclass
 class ToolPlanConfig(PlannerWorkersConfig):
-    name: str = "toolplan"  # k sub-queries = k workers; the demonstrator's error rates as in PlannerWorkersConfig
+    # k sub-queries = k workers; the demonstrator's error rates as in PlannerWorkersConfig
+    name: str = "toolplan"
 
 
 def match(answer: list[str], truth: list[str]) -> float:
@@ -121,7 +123,8 @@ class PlannerWorkersEpisode(EpisodeState):
         self.k = len(truth)
         self.phase = "plan"
         self.results: list[str] = []  # each worker's tool result, in order
-        self.kinds: list[str] = []  # each worker's call: value | distractor | error | invalid (toolhops: blocked too)
+        # each worker's call: value | distractor | error | invalid (toolhops: blocked too)
+        self.kinds: list[str] = []
 
     def step(self, action: str) -> StepResult:
         if self.phase == "plan":
@@ -147,7 +150,8 @@ class PlannerWorkersEpisode(EpisodeState):
         """The planner's view of the results, asking for the answer."""
 
     def _called(self, result: str, kind: str, events: list[Event], workers: int) -> StepResult:
-        """Record one worker's call; the next worker acts, or after the last of `workers` the planner answers."""
+        """Record one worker's call; the next worker acts, or after the last of `workers` the planner
+        answers."""
         self.results.append(result)
         self.kinds.append(kind)
         if len(self.results) < workers:
@@ -162,7 +166,8 @@ class PlannerWorkersEpisode(EpisodeState):
     def _answer(self, action: str) -> StepResult:
         answer, events = _split(action), []
         if len(answer) != self.k:
-            events.append(Event("invalid_action", 0, {"role": "planner", "why": f"expected {self.k} answers separated by spaces"}))
+            why = f"expected {self.k} answers separated by spaces"
+            events.append(Event("invalid_action", 0, {"role": "planner", "why": why}))
             answer = [PLACEHOLDER] * self.k
         return self._end(answer, events, plan_ok=True)
 
@@ -224,8 +229,10 @@ class ToolPlanEpisode(PlannerWorkersEpisode):
     def _plan(self, action: str) -> StepResult:
         items = _split(action)
         if len(items) != self.k or any(a not in ATTRIBUTES for a in items):
-            why = f"expected {self.k} attributes separated by spaces, one per sub-query (attributes: {', '.join(ATTRIBUTES)})"
-            return self._end(None, [Event("invalid_action", 0, {"role": "planner", "why": why})], plan_ok=False)
+            why = (f"expected {self.k} attributes separated by spaces, one per sub-query "
+                   f"(attributes: {', '.join(ATTRIBUTES)})")
+            return self._end(None, [Event("invalid_action", 0, {"role": "planner", "why": why})],
+                             plan_ok=False)
         self.subqueries = [(a, e) for a, (_, e) in zip(items, self.queries, strict=True)]
         self.phase = "work"
         return StepResult(self._worker_obs())
@@ -239,8 +246,8 @@ class ToolPlanEpisode(PlannerWorkersEpisode):
         slot = self.queries.index(target) if target in self.queries else None
         if tool not in TOOLS:
             result, kind = "BAD", "invalid"
-            events.append(Event("invalid_action", 0, {"role": "worker", "worker": m,
-                                                      "why": f"unknown tool {tool!r}; tools: {', '.join(TOOLS)}"}))
+            why = f"unknown tool {tool!r}; tools: {', '.join(TOOLS)}"
+            events.append(Event("invalid_action", 0, {"role": "worker", "worker": m, "why": why}))
         elif slot is not None and tool == RIGHT_TOOL[sub[0]]:
             result, kind = self.truth[slot], "value"
         elif slot is not None and tool == DISTRACTOR_TOOL[sub[0]]:
@@ -265,11 +272,13 @@ class PlannerWorkersEnv(Environment):
     roles = ("planner", "worker")
     offers = frozenset({"multi_agent_shared_outcome", "counterfactual_replay"})  # envs/api/features.py
     stop = ("\n",)
+    oracle_settings = {"demo_distractor": 0.0, "demo_wrong": 0.0}
 
     def __init__(self, cfg: PlannerWorkersConfig):
         if not 2 <= cfg.k <= 5:
             raise ValueError(f"env.k must be in 2..5; got {cfg.k}")
-        if not (cfg.demo_distractor >= 0 and cfg.demo_wrong >= 0 and cfg.demo_distractor + cfg.demo_wrong <= 1):
+        if not (cfg.demo_distractor >= 0 and cfg.demo_wrong >= 0
+                and cfg.demo_distractor + cfg.demo_wrong <= 1):
             raise ValueError("need env.demo_distractor, env.demo_wrong >= 0 with a sum <= 1")
         super().__init__(cfg)
         self.cfg: PlannerWorkersConfig = cfg
@@ -280,7 +289,8 @@ class PlannerWorkersEnv(Environment):
 
     def _main_only(self, variant: str) -> None:
         if variant != "main":
-            raise ValueError(f"{self.name} has no episode variant {variant!r}; counterfactuals use {self.name}.replay()")
+            raise ValueError(f"{self.name} has no episode variant {variant!r}; counterfactuals use "
+                             f"{self.name}.replay()")
 
 
 class ToolPlanEnv(PlannerWorkersEnv):
@@ -305,3 +315,10 @@ class ToolPlanEnv(PlannerWorkersEnv):
     def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
         self._main_only(variant)
         return ToolPlanEpisode(task, self.cfg, rng)
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """Planner: k attributes, each uniform; worker: a tool, uniform; answer: k value letters, each
+        uniform."""
+        if obs.role == "worker":
+            return " " + rng.choice(TOOLS)
+        return " " + " ".join(rng.choices(ATTRIBUTES if obs.text.endswith("PLAN:") else VALUES, k=self.cfg.k))

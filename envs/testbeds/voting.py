@@ -2,7 +2,8 @@
 
 CCPO's second setting (a 3-agent majority vote, LogiQA in the paper) at CPU scale. A task is a
 handful of facts and a question about the first (as in `thinker_solver`); each voter is shown
-its own subset of the facts (the others appear as `X=?`), and the tier is how many voters are shown the asked fact (1, 2 or 3).
+its own subset of the facts (the others appear as `X=?`), and the tier is how many voters are shown
+the asked fact (1, 2 or 3).
 A voter not shown it can only guess (1 in `num_values`). Voters answer ` #<value>` one after the
 other, each in its own context, without seeing the others' votes (a vote without `#<integer>`, in
 ASCII digits, at most 18 of them, is an invalid action and never right).
@@ -77,7 +78,8 @@ class VotingEpisode(EpisodeState):
     def step(self, action: str) -> StepResult:
         m = _ANSWER.search(action.strip())
         vote = parse_int(m.group(1)) if m is not None else None
-        events = [] if vote is not None else [Event("invalid_action", 0, {"why": "no answer: end the reply with #<integer>"})]
+        no_answer = {"why": "no answer: end the reply with #<integer>"}
+        events = [] if vote is not None else [Event("invalid_action", 0, no_answer)]
         self.votes.append(vote)
         self.position += 1
         if self.position < len(self.voters):
@@ -126,3 +128,12 @@ class VotingEnv(Environment):
         if variant not in self.variants():
             raise ValueError(f"voting has no episode variant {variant!r}; it has {list(self.variants())}")
         return VotingEpisode(task, rng, variant, self.cfg.num_values)
+
+    def oracle_action(self, state: EpisodeState, obs: Observation) -> str:
+        """The hidden right value, for every voter: the voters not shown the asked fact guess, so the
+        demonstrator is no oracle (it lacks information rather than making a mistake)."""
+        return f" #{state.value}"  # type: ignore[attr-defined]
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """` #<v>`, v uniform in [0, num_values)."""
+        return f" #{rng.randrange(self.cfg.num_values)}"

@@ -56,7 +56,7 @@ from replications.iapo.graph import (  # noqa: F401  (public API of this module 
 )
 from replications.iapo.routing import features, multipliers, routing_weights, routing_weights_reference  # noqa: F401
 
-# the real benchmarks of the small and paper scales (envs/benchmarks/tau2.py, envs/benchmarks/bfcl.py)
+# the real benchmarks of the small and paper scales (envs/benchmarks/tau2/, envs/benchmarks/bfcl/)
 BENCHMARK_ENVS = ("tau2", "bfcl")
 
 
@@ -91,7 +91,7 @@ class IAPO(Method):
     Config = IAPOConfig
     needs = frozenset({"provenance_events"})  # the provenance annotator reads them (cpu scale)
     # nothing to stage: the paper's tau2-bench train split and BFCL-v4 multi-turn ship inside their packages
-    # (envs/benchmarks/tau2.py, envs/benchmarks/bfcl.py); UserBench and AgentChangeBench are not in the suite
+    # (envs/benchmarks/tau2/, envs/benchmarks/bfcl/); UserBench and AgentChangeBench are not in the suite
     paper_data_hint = ""
     cfg: IAPOConfig
 

@@ -20,7 +20,7 @@ import yaml
 
 pytest.importorskip("math_verify")  # the `envs` extra (make setup)
 
-from envs.benchmarks.paper_math.data import write_samples  # noqa: E402
+from envs.benchmarks.paper_math.samples import write_samples  # noqa: E402
 from envs.registry import ENVS  # noqa: E402
 from experiments.replicate import load_replication, main  # noqa: E402
 from replications import METHODS  # noqa: E402

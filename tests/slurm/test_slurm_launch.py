@@ -51,7 +51,7 @@ def test_cells_of_one_array_share_their_shape():
 
 @pytest.fixture
 def paper_args(tmp_path):
-    from envs.benchmarks.paper_math.data import write_samples
+    from envs.benchmarks.paper_math.samples import write_samples
 
     model = tmp_path / "deepseek-math-7b-instruct"  # validation only checks the folder exists
     model.mkdir()

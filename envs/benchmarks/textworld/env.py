@@ -10,8 +10,8 @@ from typing import Any, ClassVar
 
 from datasets import DatasetDict
 
-from envs.api.base import Environment, EpisodeState
-from envs.benchmarks.textworld import families
+from envs.api.base import Environment, EpisodeState, Observation
+from envs.benchmarks.textworld import families, family_splits
 from envs.benchmarks.textworld.games import (
     LICENSE,
     PACKAGE,
@@ -26,6 +26,7 @@ class TextWorldEnv(Environment):
     roles: ClassVar[tuple[str, ...]] = (PLAYER,)
     offers = frozenset({"single_agent"})  # envs/api/features.py
     config_class = TextWorldConfig
+    oracle_settings = {"demo_slip": 0.0}
     stop = ("\n",)
 
     def __init__(self, cfg: TextWorldConfig):
@@ -33,9 +34,10 @@ class TextWorldEnv(Environment):
             raise ValueError(f"env.quest_lengths must be >= 1 each, env.rooms >= 1, env.objects >= 0; got "
                              f"{cfg.quest_lengths}, {cfg.rooms}, {cfg.objects}")
         if cfg.max_steps < 1 or not 0.0 <= cfg.demo_slip <= 1.0:
-            raise ValueError(f"env.max_steps must be >= 1 and env.demo_slip in [0, 1]; got {cfg.max_steps}, {cfg.demo_slip}")
+            raise ValueError("env.max_steps must be >= 1 and env.demo_slip in [0, 1]; "
+                             f"got {cfg.max_steps}, {cfg.demo_slip}")
         if cfg.families:
-            families.check_families(cfg)
+            family_splits.check_families(cfg)
             # this instance's roles and offers (the class's are those of the default mode)
             self.roles = ("solver", "curator")  # type: ignore[misc]
             self.offers = frozenset({"task_families"})  # type: ignore[misc]
@@ -55,7 +57,7 @@ class TextWorldEnv(Environment):
         seed in two splits (`task_key`). With families: whole families per split, one game per tier in
         consecutive rows (`family_tasks`)."""
         if self._tasks is None and self.cfg.families:
-            self._tasks = families.family_tasks(self.cfg, self.tiers)
+            self._tasks = family_splits.family_tasks(self.cfg, self.tiers)
         return super().task_set()
 
     def split_rng(self, split: str, stream: random.Random) -> random.Random:
@@ -71,7 +73,9 @@ class TextWorldEnv(Environment):
             raise ValueError(f"textworld has no episode variant {variant!r}; it has {self.variants()}")
         if variant == "curate" or task.get("kind") == "curate":  # a curate row of the demo split's chains
             return families.CurateEpisode(task, self.cfg, rng)
-        return families.FamilyEpisode(task, self.cfg, rng) if self.cfg.families else TextWorldEpisode(task, self.cfg, rng)
+        if self.cfg.families:
+            return families.FamilyEpisode(task, self.cfg, rng)
+        return TextWorldEpisode(task, self.cfg, rng)
 
     def variants(self) -> tuple[str, ...]:
         return ("main", "curate") if self.cfg.families else ("main",)
@@ -81,10 +85,23 @@ class TextWorldEnv(Environment):
         return {"benchmark": "TextWorld (Côté et al. 2018, arXiv 1806.11532)", "package": PACKAGE,
                 "version": metadata.version(PACKAGE), "license": LICENSE,
                 "tasks": "games made by textworld.generator.make_game from (data_seed, split) seed streams",
-                "data_seed": self.cfg.data_seed, "quest_lengths": self.cfg.quest_lengths, "rooms": self.cfg.rooms,
-                "objects": self.cfg.objects,
-                "splits": {"train": self.cfg.train_size, "heldout": self.cfg.heldout_size, "dev": self.cfg.dev_size,
-                           "demo": self.cfg.demo_size},
-                **({"families": "games built by textworld.GameMaker from per-family hidden recipes (colours of things "
-                                "on colours of places), fresh nouns per game, [I] for chains with a curate turn",
+                "data_seed": self.cfg.data_seed, "quest_lengths": self.cfg.quest_lengths,
+                "rooms": self.cfg.rooms, "objects": self.cfg.objects,
+                "splits": {"train": self.cfg.train_size, "heldout": self.cfg.heldout_size,
+                           "dev": self.cfg.dev_size, "demo": self.cfg.demo_size},
+                **({"families": "games built by textworld.GameMaker from per-family hidden recipes "
+                                "(colours of things on colours of places), fresh nouns per game, "
+                                "[I] for chains with a curate turn",
                     "family_distractors": self.cfg.family_distractors} if self.cfg.families else {})}
+
+    def oracle_action(self, state: EpisodeState, obs: Observation) -> str:
+        """With `families` the hidden recipe (the demonstrator searches where it has no skill document);
+        the default games' demonstrator is an oracle already."""
+        return getattr(state, "oracle_action", state.expert_action)()  # type: ignore[no-any-return]
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """A verb uniform over the game's verbs, with a direction (`go`) or an entity of the game, uniform."""
+        game = state.engine._game  # type: ignore[attr-defined]
+        verb = rng.choice([v for v in game.verbs if v not in ("look", "inventory")] or ["go"])
+        targets = ['north', 'south', 'east', 'west'] if verb == 'go' else game.entity_names or ['it']
+        return f"{verb} {rng.choice(targets)}"

@@ -1,20 +1,21 @@
 """TextWorld's families: chains of related games with a curate turn (`env=textworld env.families=true`).
 
-With `families: true` (off by default) the games are built by TextWorld's `GameMaker` instead of `make_game`: one room, a few *things*
-on the floor and a few *places* (supporters), each named by a colour and a noun (`red mug`,
-`blue stand`). A family is a hidden *recipe*: `max(quest_lengths)` placements of a colour of thing
-on a colour of place (`red -> blue, green -> yellow, white -> black`); its game of plan length L (the
-tier, the difficulty) is won when the first L placements hold, each one a TextWorld quest (score
-+1 when it first holds; the game is won when all hold: TextWorld's engine is the judge). Every game
-draws fresh nouns, a fresh room and `family_distractors` extra things and places whose colours are
-in no step of the recipe, so from one game of a family to the next only the colours carry over:
-an *abstract* skill ("red on blue, then green on yellow") transfers, the *concrete* one ("mug on
-stand") does not. Every family of every split has a recipe of its own (nothing can be memorized
-into the weights), and the objective only says that each thing has a place (`Score: s of L` after
-every command). So a solver without a document finds the recipe by trial within its
-`2 L + family_slack` commands (with one distractor and slack 2, about 1/2 at L = 1 by systematic
-search, far less at L = 2, 3), while a right abstract document makes every game of the chain a
-lookup (2 L commands, success 1): an abstract skill learned on game 0 helps on games 1 and 2.
+With `families: true` (off by default) the games are built by TextWorld's `GameMaker` instead of
+`make_game`: one room, a few *things* on the floor and a few *places* (supporters), each named by a
+colour and a noun (`red mug`, `blue stand`). A family is a hidden *recipe*: `max(quest_lengths)`
+placements of a colour of thing on a colour of place (`red -> blue, green -> yellow, white ->
+black`); its game of plan length L (the tier, the difficulty) is won when the first L placements
+hold, each one a TextWorld quest (score +1 when it first holds; the game is won when all hold:
+TextWorld's engine is the judge). Every game draws fresh nouns, a fresh room and
+`family_distractors` extra things and places whose colours are in no step of the recipe, so from one
+game of a family to the next only the colours carry over: an *abstract* skill ("red on blue, then
+green on yellow") transfers, the *concrete* one ("mug on stand") does not. Every family of every
+split has a recipe of its own (nothing can be memorized into the weights), and the objective only
+says that each thing has a place (`Score: s of L` after every command). So a solver without a
+document finds the recipe by trial within its `2 L + family_slack` commands (with one distractor and
+slack 2, about 1/2 at L = 1 by systematic search, far less at L = 2, 3), while a right abstract
+document makes every game of the chain a lookup (2 L commands, success 1): an abstract skill learned
+on game 0 helps on games 1 and 2.
 
 Roles `solver` and `curator`; the solver's first observation starts with `Skill: <document>`
 (the task's `skill`, written by the chain's curate turns). Variant `curate` (role `curator`): one
@@ -41,94 +42,39 @@ probability `demo_abstract`, their nouns with `demo_concrete` and an empty docum
 `python -m envs check` (`FamilyEpisode.oracle_action`) reads the hidden recipe and wins every
 game in 2 L commands.
 
-Built on `envs/benchmarks/textworld/games.py` (its package loader, configuration and rendering); `TextWorldEnv`
-uses this module when `families` is on.
+Built on `envs/benchmarks/textworld/games.py` (its package loader, configuration and rendering);
+the games themselves are `family_games.py`'s, the splits and scripted chains `family_splits.py`'s.
+`TextWorldEnv` uses these modules when `families` is on.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
-import os
 import random
 import re
-from pathlib import Path
 from typing import Any
-
-from datasets import Dataset, DatasetDict
 
 from common.episode import Event
 from envs.api.base import EpisodeState, Observation, StepResult
+from envs.benchmarks.textworld.family_games import (
+    COLOURS,
+    PLACE_NOUNS,
+    THING_NOUNS,
+    family_game_file,
+    objective,
+)
 from envs.benchmarks.textworld.games import MAX_COMMAND_CHARS, TextWorldConfig, _textworld, render
 from envs.testbeds.skill_families import (
     curate_result,  # the curate turn's outcome, as skill_families gives it
 )
 
-# families: a thing or place is "<colour> <noun>"; the recipe speaks of colours, every game draws fresh nouns
-COLOURS = ("red", "blue", "green", "yellow", "white", "black", "brown", "pink", "grey", "orange", "purple", "gold")
-THING_NOUNS = ("mug", "lamp", "shoe", "book", "cup", "hat", "coin", "ball", "pen", "bowl", "sock", "fork", "spoon",
-               "plate", "bottle", "clock", "brush", "candle", "glove", "scarf", "bell", "jar", "comb", "vase")
-PLACE_NOUNS = ("stand", "shelf", "desk", "table", "bench", "rack", "stool", "counter", "tray", "dresser", "crate", "pedestal")
-ROOM_NOUNS = ("attic", "kitchen", "cellar", "study", "hall", "pantry", "workshop", "bedroom", "library", "garage")
-FILLER = ("put", "the", "a", "an", "on", "onto", "to", "goes", "go", "then", "and", "first", "next", "each", "thing",
-          "things", "place", "places", "take", "it", "of", "is", "in", "with", "its")  # words a document's kind ignores
-SHOWN_VERBS = ("take", "put", "drop")  # families: the commands listed (examine, look, inventory stay admissible)
+# words a document's kind ignores
+FILLER = ("put", "the", "a", "an", "on", "onto", "to", "goes", "go", "then", "and", "first", "next", "each",
+          "thing", "things", "place", "places", "take", "it", "of", "is", "in", "with", "its")
+# families: the commands listed (examine, look, inventory stay admissible)
+SHOWN_VERBS = ("take", "put", "drop")
 _SKILL = re.compile(r"<skill>(.*?)</skill>", re.DOTALL)
 _SKILL_TEXT = re.compile(r"[a-z0-9 \n\t,.;:]*")
 _SKILL_WORD = re.compile(r"[a-z0-9]+")
-
-
-@functools.cache
-def _game_options() -> Any:
-    """GameMaker's options with TextWorld's knowledge base loaded once per process (~1 s to parse)."""
-    options = _textworld().GameOptions()
-    options.kb  # noqa: B018  (loads and keeps it)
-    return options
-
-
-def family_game_file(cache_dir: str, task: dict[str, Any]) -> str:
-    """The JSON game of a families task (module doc), built with TextWorld's GameMaker on first use and
-    cached: one room, the things on its floor, the places (supporters), one quest per placement of the
-    plan (`on(thing, place)`: score +1 when it first holds; won when all do)."""
-    tw = _textworld()
-    world = {k: task[k] for k in ("room", "things", "places", "recipe", "plan")}
-    key = hashlib.sha256(json.dumps([tw.__version__, "families", world], sort_keys=True).encode()).hexdigest()[:16]
-    path = Path(cache_dir) / f"twf-{key}.json"
-    if not path.exists():
-        from textworld.generator.game import Event, Game, Quest
-        from textworld.generator.world import World
-
-        maker = tw.GameMaker(_game_options())
-        room = maker.new_room(task["room"])
-        maker.set_player(room)
-        entity = {}
-        for kind, items in (("o", task["things"]), ("s", task["places"])):
-            for colour, noun in items:
-                entity[f"{colour} {noun}"] = maker.new(type=kind, name=f"{colour} {noun}")
-                room.add(entity[f"{colour} {noun}"])
-        things, places = dict(map(reversed, task["things"])), dict(map(reversed, task["places"]))
-        name_of = {colour: f"{colour} {noun}" for colour, noun in [*task["things"], *task["places"]]}
-        assert len(things) == len(task["things"]) and len(places) == len(task["places"])
-        maker.quests = [Quest(win_events=[Event(conditions={maker.new_fact("on", entity[name_of[t]], entity[name_of[p]])})])
-                        for t, p in task["recipe"][: task["plan"]]]
-        maker.validate()
-        game = Game(World.from_facts(maker.facts, kb=maker._kb), quests=maker.quests)
-        for k in game.infos:
-            if k in maker._entities:
-                game.infos[k] = maker._entities[k].infos
-        game.metadata["desc"] = "a family game (envs/benchmarks/textworld/families.py)"
-        game._objective = objective(task["plan"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        game.save(str(tmp))
-        tmp.replace(path)
-    return str(path)
-
-
-def objective(plan: int) -> str:
-    return (f"Put each thing on its place. {plan} of the things here {'has' if plan == 1 else 'have'} one; which goes "
-            "where is for you to find. Reply with one of the listed commands.")
 
 
 def parse_skill(action: str, max_words: int) -> list[str] | None:
@@ -166,12 +112,12 @@ def doc_right(words: list[str], recipe: list[list[str]]) -> bool:
     return doc_kind(words) == "abstract" and len(colours) % 2 == 0 and colours == steps[: len(colours)]
 
 
-
 _IDLE_ENGINES: dict[str, list[Any]] = {}  # game file -> loaded engines of finished episodes (families)
 
 
 def _release(path: str, engine: Any) -> None:
-    """Keep a finished episode's engine for the next episode of the same game (at most 16 per game, 512 games)."""
+    """Keep a finished episode's engine for the next episode of the same game (at most 16 per game, 512
+    games)."""
     if path not in _IDLE_ENGINES and len(_IDLE_ENGINES) >= 512:
         _IDLE_ENGINES.pop(next(iter(_IDLE_ENGINES)))
     idle = _IDLE_ENGINES.setdefault(path, [])
@@ -189,20 +135,25 @@ class FamilyEpisode(EpisodeState):
         self.cfg, self.rng = cfg, rng
         self.path = family_game_file(cfg.cache_dir, task)
         idle = _IDLE_ENGINES.get(self.path)
-        if idle:  # a loaded engine no live episode uses: reset gives the game's start state (loading costs ~25 ms)
+        # a loaded engine no live episode uses: reset gives the game's start state (loading costs ~25 ms)
+        if idle:
             self.engine = idle.pop()
         else:
-            self.engine = Engine(tw.EnvInfos(admissible_commands=True, facts=True, won=True, lost=True, score=True))
+            self.engine = Engine(tw.EnvInfos(admissible_commands=True, facts=True, won=True, lost=True,
+                                             score=True))
             self.engine.load(self.path)
         self.state = self.engine.reset()
         self.plan = int(task["plan"])
         self.doc = str(task.get("skill", ""))[:400]
         names = {colour: f"{colour} {noun}" for colour, noun in [*task["things"], *task["places"]]}
-        self.steps_right = [(names[t], names[p]) for t, p in task["recipe"][: self.plan]]  # hidden: the oracle's
+        # hidden: the oracle's
+        self.steps_right = [(names[t], names[p]) for t, p in task["recipe"][: self.plan]]
         self.things = [f"{c} {n}" for c, n in task["things"]]
         self.places = [f"{c} {n}" for c, n in task["places"]]
-        self.guide = guided_pairs(self.doc, self.things, self.places)  # what the document says, in this game's names
-        self.tried: set[tuple[str, str]] = set()  # placements made that raised no score (the demonstrator's memory)
+        # what the document says, in this game's names
+        self.guide = guided_pairs(self.doc, self.things, self.places)
+        # placements made that raised no score (the demonstrator's memory)
+        self.tried: set[tuple[str, str]] = set()
         self.limit = min(cfg.max_steps, 2 * self.plan + cfg.family_slack)
         self.steps = self.invalid = 0
         self.found: list[str] = []  # the commands that raised the score, in order
@@ -214,13 +165,15 @@ class FamilyEpisode(EpisodeState):
         listed commands say where things are), so that a game's context stays short for a small model."""
         shown = [c for c in self.state["admissible_commands"] if c.split()[0] in SHOWN_VERBS]
         commands = f"\nCommands: {', '.join(shown)}" if self.cfg.show_commands else ""
-        carried = ", ".join(v.name for f in self.state["facts"] if f.name == "in" and f.arguments[1].name == "I"
+        carried = ", ".join(v.name for f in self.state["facts"]
+                            if f.name == "in" and f.arguments[1].name == "I"
                             for v in f.arguments[:1]) or "nothing"
         where = render(self.state["facts"]) if room else f"You carry: {carried}."
         return f"{feedback} Score: {self.score} of {self.plan}.\n{where}{commands}\n>"
 
     def start(self) -> Observation:
-        return Observation("solver", self._text(f"Skill: {self.doc or 'none'}\nObjective: {objective(self.plan)}", room=True))
+        first = f"Skill: {self.doc or 'none'}\nObjective: {objective(self.plan)}"
+        return Observation("solver", self._text(first, room=True))
 
     def oracle_action(self) -> str:
         """The recipe's next placement not yet made (it reads the hidden recipe): take the thing, put it on
@@ -300,7 +253,8 @@ class FamilyEpisode(EpisodeState):
         if won or lost or self.steps >= self.limit:
             self.done = True
             _release(self.path, self.engine)
-            return StepResult(None, reward=float(won) - self.cfg.invalid_penalty * self.invalid, success=won, events=events,
+            return StepResult(None, reward=float(won) - self.cfg.invalid_penalty * self.invalid, success=won,
+                              events=events,
                               info={"won": won, "lost": lost, "steps": self.steps, "score": self.score,
                                     "found": list(self.found), "invalid_calls": self.invalid})
         return StepResult(Observation("solver", self._text(feedback)), events=events)
@@ -323,9 +277,9 @@ class CurateEpisode(EpisodeState):
 
     def start(self) -> Observation:
         found = "; ".join(f"put {t} on {p}" for t, p in self.found) or "none"
-        return Observation("curator", f"Skill: {self.doc or 'none'}\nRight placements in the last game: {found}.\n"
-                                      "The next game has other things in another room. Write the skill for it between "
-                                      "<skill> and </skill>:")
+        return Observation("curator", f"Skill: {self.doc or 'none'}\nRight placements in the last game: "
+                                      f"{found}.\nThe next game has other things in another room. Write the "
+                                      "skill for it between <skill> and </skill>:")
 
     def expert_action(self) -> str:
         """The scripted curator: with probability `demo_abstract` the colours of the placements found (or the
@@ -344,9 +298,9 @@ class CurateEpisode(EpisodeState):
 
     def step(self, action: str) -> StepResult:
         words = parse_skill(action, self.cfg.max_skill_words)
-        return curate_result(words, doc_kind(words or []), doc_right(words or [], self.recipe), self.cfg.invalid_penalty,
-                             f"expected <skill> up to {self.cfg.max_skill_words} words of letters or digits </skill>")
-
+        why = f"expected <skill> up to {self.cfg.max_skill_words} words of letters or digits </skill>"
+        return curate_result(words, doc_kind(words or []), doc_right(words or [], self.recipe),
+                             self.cfg.invalid_penalty, why)
 
 
 def placement(command: str) -> tuple[str, str]:
@@ -366,93 +320,3 @@ def guided_pairs(doc: str, things: list[str], places: list[str]) -> list[tuple[s
 
     pairs = [(named(a, things), named(b, places)) for a, b in zip(words[::2], words[1::2], strict=False)]
     return [(t, p) for t, p in pairs if t is not None and p is not None]
-
-
-def new_recipe(rng: random.Random, tiers: tuple[int, ...]) -> list[list[str]]:
-    """A family's hidden recipe: max(tiers) placements, thing colour -> place colour, no colour twice."""
-    colours = rng.sample(COLOURS, 2 * max(tiers))
-    return [[colours[2 * i], colours[2 * i + 1]] for i in range(max(tiers))]
-
-
-def family_game(cfg: TextWorldConfig, rng: random.Random, family: str, recipe: list[list[str]], plan: int) -> dict[str, Any]:
-    """One game of a family: the recipe's first `plan` placements, fresh nouns and room, distractor
-    things and places whose colours are in no step of the recipe."""
-    d = cfg.family_distractors
-    others = rng.sample([c for c in COLOURS if all(c not in pair for pair in recipe)], 2 * d)
-    thing_colours = [t for t, _ in recipe[:plan]] + others[:d]
-    place_colours = [p for _, p in recipe[:plan]] + others[d:]
-    things = [[c, n] for c, n in zip(thing_colours, rng.sample(THING_NOUNS, len(thing_colours)), strict=True)]
-    places = [[c, n] for c, n in zip(place_colours, rng.sample(PLACE_NOUNS, len(place_colours)), strict=True)]
-    rng.shuffle(things)
-    rng.shuffle(places)
-    return {"family": family, "recipe": recipe, "plan": plan, "room": rng.choice(ROOM_NOUNS), "things": things,
-            "places": places}
-
-
-def family_tasks(cfg: TextWorldConfig, tiers: tuple[int, ...]) -> DatasetDict:
-    """Whole families per split (train, held-out, dev, demo), each a recipe no other family anywhere has;
-    the demo split's families are scripted chains (`scripted_chain`), played with their own random stream
-    so that the other splits do not depend on it."""
-    rng = random.Random(f"{cfg.data_seed}/families")
-    play_rng = random.Random(f"{cfg.data_seed}/demo-chains")
-    used: set[str] = set()
-    splits: dict[str, Dataset] = {}
-    for split, size in [("train", cfg.train_size), ("heldout", cfg.heldout_size), ("dev", cfg.dev_size),
-                        ("demo", cfg.demo_size)]:
-        if not size:
-            continue
-        rows: dict[str, list[Any]] = {"id": [], "tier": [], "task": []}
-        for f in range(size // len(tiers)):
-            recipe = new_recipe(rng, tiers)
-            while json.dumps(recipe) in used:
-                recipe = new_recipe(rng, tiers)
-            used.add(json.dumps(recipe))
-            games = [family_game(cfg, rng, f"{split}-f{f:04d}", recipe, plan) for plan in tiers]
-            for game in scripted_chain(cfg, games, play_rng) if split == "demo" else games:
-                rows["id"].append(f"{split}-{len(rows['id']):05d}")
-                rows["tier"].append(game["plan"])
-                rows["task"].append(json.dumps(game, sort_keys=True))
-        splits[split] = Dataset.from_dict(rows)
-    return DatasetDict(splits)
-
-
-def scripted_chain(cfg: TextWorldConfig, games: list[dict[str, Any]], rng: random.Random) -> list[dict[str, Any]]:
-    """The rows of one scripted chain (the SFT warm start's data): solve 0, curate 0, solve 1, ..., solve
-    K-1. Each solve row carries the document the scripted curator wrote so far; each curate row
-    (`kind: curate`) the placements the demonstrator found in the game before it."""
-    rows: list[dict[str, Any]] = []
-    doc = ""
-    for p, game in enumerate(games):
-        solve = {**game, "skill": doc}
-        rows.append(solve)
-        if p == len(games) - 1:
-            break
-        ep = FamilyEpisode(solve, cfg, rng)
-        obs: Observation | None = ep.start()
-        result = None
-        while obs is not None:
-            result = ep.step(ep.expert_action())
-            obs = result.next
-        curate = {**game, "kind": "curate", "skill": doc, "found": list(result.info["found"]) if result else []}
-        rows.append(curate)
-        doc = " ".join(parse_skill(CurateEpisode(curate, cfg, rng).expert_action(), cfg.max_skill_words) or [])
-    return rows
-
-
-def check_families(cfg: TextWorldConfig) -> None:
-    """One-line errors for family settings that cannot work."""
-    k, longest, d = len(cfg.quest_lengths), max(cfg.quest_lengths), cfg.family_distractors
-    if len(set(cfg.quest_lengths)) != k:
-        raise ValueError(f"env.quest_lengths must be distinct with env.families=true (one game per plan length); got {cfg.quest_lengths}")
-    if d < 0 or 2 * longest + 2 * d > len(COLOURS) or longest + d > min(len(THING_NOUNS), len(PLACE_NOUNS)):
-        raise ValueError(f"env.families=true needs 2 * max(env.quest_lengths) + 2 * env.family_distractors <= {len(COLOURS)} "
-                         f"colours and env.family_distractors >= 0; got {cfg.quest_lengths}, {d}")
-    if cfg.family_slack < 0 or cfg.max_skill_words < 1 or cfg.invalid_penalty < 0:
-        raise ValueError("need env.family_slack >= 0, env.max_skill_words >= 1 and env.invalid_penalty >= 0")
-    if not (cfg.demo_abstract >= 0 and cfg.demo_concrete >= 0 and cfg.demo_abstract + cfg.demo_concrete <= 1):
-        raise ValueError("need env.demo_abstract, env.demo_concrete >= 0 with a sum <= 1")
-    for key in ("train_size", "heldout_size", "dev_size", "demo_size"):
-        if getattr(cfg, key) % k:
-            raise ValueError(f"env.{key} must be a multiple of {k} with env.families=true (whole families, one game per "
-                             f"plan length {cfg.quest_lengths}); got {getattr(cfg, key)}")
-

@@ -15,11 +15,12 @@ One role (`player`). The JSON backend has no narrative text (that needs the comp
 observation is rendered from the game's own state facts: the objective (first turn), the feedback
 (`Invalid command.` or the effect), where the player is, what is here (open containers' and
 supporters' contents included), the exits, what the player carries and, with `show_commands`, the
-admissible commands (TextWorld's `admissible_commands`). The action is one command (the first
-line, matched case-insensitively to TextWorld's command strings; with families, a reply that names a
-listed command in its first 300 characters plays the first one named, `FamilyEpisode.command_in`);
-a command the game does not admit is an `invalid_action` (TextWorld's own "Invalid command.", no effect). The episode ends when
-the quest is won (reward 1) or lost, or after `max_steps` commands (reward 0).
+admissible commands (TextWorld's `admissible_commands`). The action is one command (the first line,
+matched case-insensitively to TextWorld's command strings; with families, a reply that names a
+listed command in its first 300 characters plays the first one named, `FamilyEpisode.command_in`); a
+command the game does not admit is an `invalid_action` (TextWorld's own "Invalid command.", no
+effect). The episode ends when the quest is won (reward 1) or lost, or after `max_steps` commands
+(reward 0).
 
 Splits: every task is (tier, seed); each split draws its seeds from its own stream of `data_seed`,
 so no game is in two splits: train, held-out and dev (and demo). Tiers are quest lengths
@@ -85,8 +86,10 @@ class TextWorldConfig(EnvConfig):
     show_commands: bool = True  # list the admissible commands in every observation
     demo_slip: float = 0.0  # the demonstrator plays a uniformly drawn admissible command instead, per turn
     cache_dir: str = ".cache/textworld"  # generated games (relative to the working directory)
-    # ---- families (chains of related games with a curate turn; see the module doc). Off: every setting below is unused.
-    families: bool = False  # games built from per-family hidden recipes, roles solver and curator, a curate variant
+    # ---- families (chains of related games with a curate turn; see the module doc). Off: every setting
+    # below is unused.
+    # games built from per-family hidden recipes, roles solver and curator, a curate variant
+    families: bool = False
     family_distractors: int = 1  # things and places per game whose colours are in no step of the recipe
     family_slack: int = 2  # commands beyond the 2 L a game of plan length L needs (max_steps caps it too)
     max_skill_words: int = 12  # the skill document's length limit, in words
@@ -99,7 +102,8 @@ class TextWorldConfig(EnvConfig):
 def game_file(cache_dir: str, seed: int, quest_length: int, rooms: int, objects: int) -> str:
     """The JSON game of these settings, made by TextWorld's generator on first use and cached."""
     tw = _textworld()
-    key = hashlib.sha256(json.dumps([tw.__version__, seed, quest_length, rooms, objects]).encode()).hexdigest()[:16]
+    blob = json.dumps([tw.__version__, seed, quest_length, rooms, objects]).encode()
+    key = hashlib.sha256(blob).hexdigest()[:16]
     path = Path(cache_dir) / f"tw-{key}.json"
     if not path.exists():
         from textworld.generator import make_game
@@ -108,7 +112,8 @@ def game_file(cache_dir: str, seed: int, quest_length: int, rooms: int, objects:
         options.seeds = seed
         options.nb_rooms, options.nb_objects, options.quest_length = rooms, objects, quest_length
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{seed}.{os.getpid()}.tmp")  # one per process: parallel runs make the same game
+        # one per process: parallel runs make the same game
+        tmp = path.with_suffix(f".{seed}.{os.getpid()}.tmp")
         make_game(options).save(str(tmp))
         tmp.replace(path)
     return str(path)
@@ -128,13 +133,15 @@ def render(facts: list[Any]) -> str:
         state = " (locked)" if x in locked else " (closed)" if x in closed else ""
         inside = [o for o, c in rel.get("in", []) if c == x] if x not in closed else []
         on = [o for o, s in rel.get("on", []) if s == x]
-        extra = (f" containing {', '.join(inside)}" if inside else "") + (f" with {', '.join(on)} on it" if on else "")
+        extra = ((f" containing {', '.join(inside)}" if inside else "")
+                 + (f" with {', '.join(on)} on it" if on else ""))
         return x + state + extra
 
     here = [thing(x) for x, r in rel.get("at", []) if r == room and x != "P"]
     exits = [d for d in DIRECTIONS for r2, r1 in rel.get(f"{d}_of", []) if r1 == room]
     carried = [o for o, c in rel.get("in", []) if c == "I"]
-    return (f"You are in the {room}. Here: {'; '.join(here) or 'nothing'}. Exits: {', '.join(exits) or 'none'}. "
+    return (f"You are in the {room}. Here: {'; '.join(here) or 'nothing'}. "
+            f"Exits: {', '.join(exits) or 'none'}. "
             f"You carry: {', '.join(carried) or 'nothing'}.")
 
 
@@ -144,7 +151,8 @@ class TextWorldEpisode(EpisodeState):
         from textworld.envs.tw import TextWorldEnv as Engine
 
         self.cfg, self.rng = cfg, rng
-        self.engine = Engine(tw.EnvInfos(admissible_commands=True, facts=True, objective=True, won=True, lost=True,
+        self.engine = Engine(tw.EnvInfos(admissible_commands=True, facts=True, objective=True, won=True,
+                                         lost=True,
                                          policy_commands=True))
         self.engine.load(game_file(cfg.cache_dir, task["seed"], task["quest_length"], cfg.rooms, cfg.objects))
         self.state = self.engine.reset()
@@ -152,7 +160,8 @@ class TextWorldEpisode(EpisodeState):
         self.done = False
 
     def _text(self, feedback: str) -> str:
-        commands = f"\nCommands: {', '.join(self.state['admissible_commands'])}" if self.cfg.show_commands else ""
+        commands = (f"\nCommands: {', '.join(self.state['admissible_commands'])}" if self.cfg.show_commands
+                    else "")
         return f"{feedback}\n{render(self.state['facts'])}{commands}\n>"
 
     def start(self) -> Observation:

@@ -40,25 +40,22 @@ repeat an earlier turn's, Jaccard > 0.8: River's loop definition) and, not a met
 Splits: `train` holds the defective tasks in their shares (tier 1 only); `dev`, `heldout` (the
 test split) and `demo` (the SFT warm start's demonstrations) are clean; `dev` and `heldout` add the
 composition tier 2 (a share `long_share`), never trained on. The scripted demonstrator follows the
-table of `terminal_tasks.py` with injected errors: a share `demo_shortcut` of episodes copies
+scripted solutions of `tasks.py` with injected errors: a share `demo_shortcut` of episodes copies
 `memo` into `out`, a share `demo_slip` writes a wrong number, and each command is repeated with
 probability `demo_loop` (at most twice an episode): the command loops River penalizes.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
-import re
-import sys
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from common.episode import Event
 from envs.api import sandbox
 from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from envs.testbeds.terminal.shells import SandboxShell, SimShell
 from envs.testbeds.terminal.tasks import DEFECTS, make_task, quota, verify
 
 MAX_COMMAND_CHARS = 200
@@ -68,7 +65,8 @@ LOOP_THRESHOLD = 0.8  # River's Jaccard threshold (replications/river/penalty.py
 @dataclass
 class TerminalConfig(EnvConfig):
     name: str = "terminal"
-    backend: Literal["sandbox", "sim"] = "sandbox"  # sandbox: bubblewrap (the replication); sim: unit tests only
+    # sandbox: bubblewrap (the replication); sim: unit tests only
+    backend: Literal["sandbox", "sim"] = "sandbox"
     cache: bool = True  # reuse a sandboxed (task directory, command) result within the process
     cache_mb: int = 256  # memory the reused results may take (least recently used dropped first)
     max_turns: int = 8  # commands per episode
@@ -107,12 +105,13 @@ class TerminalConfig(EnvConfig):
         if self.demo_shortcut + self.demo_slip > 1:
             raise ValueError("env.demo_shortcut + env.demo_slip must be <= 1")
         if self.max_turns < 4:
-            raise ValueError(f"env.max_turns must be >= 4 (the composition tier needs 4 commands); got {self.max_turns}")
+            raise ValueError("env.max_turns must be >= 4 (the composition tier needs 4 commands); "
+                             f"got {self.max_turns}")
         if self.backend not in ("sandbox", "sim"):
             raise ValueError(f"env.backend must be sandbox | sim; got {self.backend!r}")
         if self.cache_mb < 1 or self.cmd_files < 4:
-            raise ValueError(f"env.cache_mb must be >= 1 and env.cmd_files >= 4 (a task starts with up to 4 files); "
-                             f"got {self.cache_mb}, {self.cmd_files}")
+            raise ValueError("env.cache_mb must be >= 1 and env.cmd_files >= 4 (a task starts with up to 4 "
+                             f"files); got {self.cache_mb}, {self.cmd_files}")
 
     def shares(self) -> dict[str, float]:
         return {d: getattr(self, f"share_{d}") for d in DEFECTS if d != "clean"}
@@ -120,125 +119,8 @@ class TerminalConfig(EnvConfig):
     def limits(self) -> sandbox.Limits:
         return sandbox.Limits(wall_s=self.cmd_wall_s, cpu_s=self.cmd_cpu_s, memory_mb=self.cmd_memory_mb,
                               processes=self.cmd_processes, open_files=self.cmd_open_files,
-                              output_bytes=self.cmd_output_bytes, disk_mb=self.cmd_disk_mb, task_files=self.cmd_files)
-
-
-# ---- shells -----------------------------------------------------------------------------------------
-@dataclass
-class Outcome:
-    """One command's result: its output, whether it failed and why, and the task directory after it."""
-
-    output: str
-    failed: str | None  # None: it worked; else a short reason ("exit 1", "time limit", ...)
-    files: dict[str, str]
-
-
-def _why_failed(r: sandbox.Result) -> str | None:
-    if r.timed_out:
-        return "time limit"
-    if r.output_exceeded or r.returncode == 128 + 25:
-        return "output limit"
-    if r.returncode == 128 + 24:
-        return "cpu limit"
-    if "Cannot fork" in r.stderr or "Resource temporarily unavailable" in r.stderr:
-        return "process limit"  # a fork bomb: the shell itself may still exit 0
-    if "Cannot allocate memory" in r.stderr or "MemoryError" in r.stderr:
-        return "memory limit"
-    if r.returncode != 0:
-        return f"exit {r.returncode}"
-    return None
-
-
-def outcome_bytes(outcome: Outcome) -> int:
-    """The memory an outcome holds: its text and its files' names and contents (`sys.getsizeof`, O(1) per
-    string), counted as if no other outcome shared them (the cache's bound is an upper bound)."""
-    return 256 + sys.getsizeof(outcome.output) + sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in outcome.files.items())
-
-
-class SandboxShell:
-    """Commands in the real sandbox (`envs.api.sandbox.run_shell`), results optionally memoized (at most
-    `cache_bytes` of them, least recently used dropped first: an entry holds a whole task directory)."""
-
-    def __init__(self, limits: sandbox.Limits, cache: bool, cache_bytes: int = 256 << 20):
-        self.limits, self.use_cache, self.cache_bytes = limits, cache, cache_bytes
-        self.cache: OrderedDict[str, tuple[Outcome, float, int]] = OrderedDict()
-        self.cached_bytes = 0
-
-    def run(self, command: str, files: dict[str, str]) -> tuple[Outcome, float]:
-        """The outcome and the sandbox seconds it cost (0 when replayed from the cache)."""
-        key = hashlib.sha256(json.dumps([command, sorted(files.items())]).encode()).hexdigest()
-        if self.use_cache and key in self.cache:
-            self.cache.move_to_end(key)
-            return self.cache[key][0], 0.0
-        shell = sandbox.run_shell(command, files, self.limits)
-        r = shell.result
-        if shell.files_exceeded:
-            failed: str | None = f"file limit (at most {self.limits.task_files} files)"
-        else:
-            failed = "sandbox wrapper killed" if shell.files is None and not r.timed_out else _why_failed(r)
-        after = files if shell.files is None else {k: v.decode(errors="replace") for k, v in shell.files.items()}
-        output = r.stdout + (r.stderr if failed else "")
-        outcome = Outcome(output, failed, after)
-        if self.use_cache:
-            self._remember(key, outcome, r.wall_s)
-        return outcome, r.wall_s
-
-    def _remember(self, key: str, outcome: Outcome, seconds: float) -> None:
-        size = outcome_bytes(outcome)
-        if size > self.cache_bytes:
-            return
-        self.cache[key] = (outcome, seconds, size)
-        self.cached_bytes += size
-        while self.cached_bytes > self.cache_bytes:
-            _, (_, _, dropped) = self.cache.popitem(last=False)
-            self.cached_bytes -= dropped
-
-
-class SimShell:
-    """An in-process interpreter of the task vocabulary, for unit tests only (same outputs as `sh`)."""
-
-    def run(self, command: str, files: dict[str, str]) -> tuple[Outcome, float]:
-        files = dict(files)
-        m = re.fullmatch(r"\s*(.*?)\s*(?:(>>|>)\s*(\S+))?\s*", command)
-        assert m is not None
-        body, redirect, target = m.group(1), m.group(2), m.group(3)
-        words = body.split()
-        out, failed = "", None
-        verb, args = (words[0], words[1:]) if words else ("", [])
-        if verb == "cat" and args:
-            missing = [f for f in args if f not in files]
-            out = "".join(files.get(f, "") for f in args)
-            failed = "exit 1" if missing else None
-            out += "".join(f"cat: {f}: No such file or directory\n" for f in missing) if missing else ""
-        elif verb == "ls" and not args:
-            out = "".join(f"{f}\n" for f in sorted(files))
-        elif verb == "grep" and len(args) == 2:
-            if args[1] not in files:
-                out, failed = f"grep: {args[1]}: No such file or directory\n", "exit 2"
-            else:
-                out = "".join(line + "\n" for line in files[args[1]].splitlines() if args[0] in line)
-                failed = None if out else "exit 1"
-        elif verb == "wc" and len(args) == 2 and args[0] == "-l":
-            if args[1] not in files:
-                out, failed = f"wc: {args[1]}: No such file or directory\n", "exit 1"
-            else:
-                out = f"{files[args[1]].count(chr(10))} {args[1]}\n"
-        elif verb == "echo":
-            out = " ".join(args) + "\n"
-        elif verb == "cp" and len(args) == 2:
-            if args[0] not in files:
-                out, failed = f"cp: cannot stat '{args[0]}': No such file or directory\n", "exit 1"
-            else:
-                files[args[1]] = files[args[0]]
-        elif verb == "rm" and args:
-            for f in args:
-                files.pop(f, None)
-        else:
-            return Outcome(f"sim: unsupported command {command[:40]!r}", "exit 127", files), 0.0
-        if redirect and not failed:
-            files[target] = (files.get(target, "") if redirect == ">>" else "") + out
-            out = ""
-        return Outcome(out, failed, files), 0.0
+                              output_bytes=self.cmd_output_bytes, disk_mb=self.cmd_disk_mb,
+                              task_files=self.cmd_files)
 
 
 # ---- the episode ------------------------------------------------------------------------------------
@@ -248,13 +130,15 @@ def _jaccard(a: str, b: str) -> float:
 
 
 def repeat_flags(turns: list[tuple[str, str]], threshold: float = LOOP_THRESHOLD) -> list[bool]:
-    """River's loop rule: a turn whose command and observation both repeat one earlier turn's (Jaccard > threshold)."""
+    """River's loop rule: a turn whose command and observation both repeat one earlier turn's (Jaccard >
+    threshold)."""
     return [any(_jaccard(c, c2) > threshold and _jaccard(o, o2) > threshold for c2, o2 in turns[:t])
             for t, (c, o) in enumerate(turns)]
 
 
 class TerminalEpisode(EpisodeState):
-    def __init__(self, task: dict[str, Any], cfg: TerminalConfig, shell: SandboxShell | SimShell, rng: random.Random):
+    def __init__(self, task: dict[str, Any], cfg: TerminalConfig, shell: SandboxShell | SimShell,
+                 rng: random.Random):
         self.task, self.cfg, self.shell, self.rng = task, cfg, shell, rng
         self.files: dict[str, str] = dict(task["files"])
         self.turns: list[tuple[str, str]] = []
@@ -262,7 +146,8 @@ class TerminalEpisode(EpisodeState):
         self.spent_s = 0.0
         # the demonstrator's plan for this episode (its injected errors drawn once)
         u = rng.random()
-        self.demo_mode = "shortcut" if u < cfg.demo_shortcut else "slip" if u < cfg.demo_shortcut + cfg.demo_slip else "right"
+        self.demo_mode = ("shortcut" if u < cfg.demo_shortcut
+                          else "slip" if u < cfg.demo_shortcut + cfg.demo_slip else "right")
         self.demo_loops = 0
         self.demo_repeat_pending = False
 
@@ -271,7 +156,8 @@ class TerminalEpisode(EpisodeState):
 
     # ---- the demonstrator ----------------------------------------------------------------------------
     def expert_action(self) -> str:
-        if self.turns and self.demo_loops < 2 and self.turns[-1][0] != "submit" and self.rng.random() < self.cfg.demo_loop:
+        if (self.turns and self.demo_loops < 2 and self.turns[-1][0] != "submit"
+                and self.rng.random() < self.cfg.demo_loop):
             self.demo_loops += 1
             return " " + self.turns[-1][0]
         done = [c for c, _ in self.turns]
@@ -287,7 +173,8 @@ class TerminalEpisode(EpisodeState):
         else:
             key = words[1].rstrip(";,")
             file = words[3].rstrip(";,") if words[2] == "in" else self.rng.choice("ab")
-            greps = list({c: o for c, o in self.turns if c.startswith("grep")}.items())  # a repeat counts once
+            # a repeat counts once
+            greps = list({c: o for c, o in self.turns if c.startswith("grep")}.items())
             if not greps:
                 return f" grep {key} {file}"
             last = greps[-1][1].split()
@@ -310,7 +197,8 @@ class TerminalEpisode(EpisodeState):
             self.turns.append((command, ""))
             return self._end(events, "submit")
         if not command or len(command) > MAX_COMMAND_CHARS or "\x00" in command or "\n" in command:
-            why = "an empty command" if not command else f"a command of one line, at most {MAX_COMMAND_CHARS} characters, no NUL"
+            why = ("an empty command" if not command
+                   else f"a command of one line, at most {MAX_COMMAND_CHARS} characters, no NUL")
             events.append(Event("invalid_action", 0, {"role": "agent", "why": f"expected {why}"}))
             obs = f"error: invalid command: expected {why}"
         else:
@@ -356,6 +244,9 @@ class TerminalEnv(Environment):
     roles = ("agent",)
     offers = frozenset({"single_agent", "env_pool_with_audit"})  # envs/api/features.py
     config_class = TerminalConfig
+    oracle_settings = {"demo_shortcut": 0.0, "demo_slip": 0.0, "demo_loop": 0.0, "share_leak": 0.0,
+                       "share_weak": 0.0, "share_reject": 0.0, "share_unsolvable": 0.0, "share_trivial": 0.0,
+                       "share_ambiguous": 0.0}
     stop = ("\n",)
 
     def __init__(self, cfg: TerminalConfig):
@@ -402,4 +293,12 @@ class TerminalEnv(Environment):
         return {"source": "generated by envs.testbeds.terminal.tasks (the suite's own; no external data)",
                 "data_seed": c.data_seed, "train": c.train_size, "heldout": c.heldout_size, "dev": c.dev_size,
                 "demo": c.demo_size, "defect_shares": c.shares(), "backend": c.backend,
-                "sandbox": f"bubblewrap {sandbox.bwrap_version()}" if c.backend == "sandbox" else "simulated (tests only)"}
+                "sandbox": (f"bubblewrap {sandbox.bwrap_version()}" if c.backend == "sandbox"
+                            else "simulated (tests only)")}
+
+    def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
+        """A command of the task vocabulary, uniform (`ls`, `cat F`, `cp memo out`, `grep kN F`, `wc -l F`,
+        `echo N > out` with N in [0, 99], `submit`)."""
+        file, key = rng.choice(["a", "b", "memo"]), f"k{rng.randrange(10)}"
+        return " " + rng.choice(["ls", f"cat {file}", "cp memo out", f"grep {key} {file}", f"wc -l {file}",
+                                 f"echo {rng.randint(0, 99)} > out", "submit"])
