@@ -77,9 +77,11 @@ def cpu_time_limit(seconds: float) -> Iterator[None]:
     """
     start = time.process_time()
     armed = [False]  # the handler raises only while the block runs (a signal may arrive as it ends)
+    fired = [False]  # the timer went off: the step is over its limit, whatever it swallowed
 
     def interrupt(signum: int, frame: Any) -> None:
         if armed[0]:
+            fired[0] = True
             signal.setitimer(signal.ITIMER_PROF, 0.05)
             raise StepTimeLimit(f"the step used more than {seconds:g} s of CPU time (env.step_cpu_s)")
 
@@ -97,6 +99,8 @@ def cpu_time_limit(seconds: float) -> Iterator[None]:
             signal.setitimer(signal.ITIMER_PROF, 0)
             signal.signal(signal.SIGPROF, previous)
     used = time.process_time() - start
+    if fired[0] and used <= seconds:  # the kernel's timer and the process clock round differently
+        raise StepTimeLimit(f"the step used more than {seconds:g} s of CPU time (env.step_cpu_s)")
     if used > seconds:
         raise StepTimeLimit(f"the step used {used:.1f} s of CPU time, more than its {seconds:g} s "
                             "(env.step_cpu_s)")
