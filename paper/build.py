@@ -26,6 +26,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from paper import figures
 from paper.cards import Card, load_cards
@@ -33,11 +34,20 @@ from paper.claims import INVALID, RULE, claim_json, evaluate_card
 from paper.extras import ExtraTable, build_extra, load_tables, tables_file
 from paper.head_to_head import build_compare
 from paper.load import Results, load_results
+from paper.registration import margin_commits
 from paper.report import MethodSection, method_section, runs_table, summary
 from paper.tables import claims_table, eval_k, final_table, matrix_table, reported_table, tiers_table
 
 GENERATED_SUFFIXES = {".md", ".tex", ".png", ".pdf"}
 REPO = Path(__file__).resolve().parents[1]
+
+
+def read_design(path: Path | None) -> dict[str, Any] | None:
+    """A method's design check (`make design-<method>`), or None where it has not run."""
+    if path is None or not path.is_file():
+        return None
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
 
 
 def method_order(name: str) -> tuple[bool, str]:
@@ -59,7 +69,9 @@ def section(method: str, results: Results, card: Card | None, card_error: str | 
     s = MethodSection(method, card, card_error)
     runs = results.of(method)
     if card:
-        s.claim_results = evaluate_card(card, results)
+        design = results.root / method / "design.json" if results.root is not None else None
+        s.claim_results = evaluate_card(card, results, read_design(design),
+                                        margin_commits(card.path) if card.path is not None else {})
         s.tables["claims"] = claims_table(card, s.claim_results, eval_k(runs))
         if card.reported:
             s.tables["reported"] = reported_table(card)

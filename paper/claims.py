@@ -6,22 +6,32 @@ task order; `a@final > a@initial` pairs each run with itself). The effect is the
 per-seed differences A - B (over several envs: the mean of the per-env means) with a Student-t
 interval (`common.stats.stratified_t_ci`); `n` is the number of pairs (the fewest over envs).
 
-**Seeds needed** (a power calculation): the n at which a two-sided paired t-test at alpha 0.05 has
-80% power to detect a difference equal to the claim's margin, given the standard deviation of the
-per-seed differences in the runs at hand (the pilot; `common.stats.paired_seeds_needed`); at least
-5, at least 10 when the margin is under 0.05, and never fewer than the claim's `min_seeds`. Without
-a pilot (fewer than 2 pairs) it is that floor. An ordering needs the most that any of its pairs needs.
+**Seeds needed** (a power calculation, which plans seeds and never decides a verdict): the n at which
+a two-sided paired t-test at alpha 0.05 has 80% power to detect a difference equal to the claim's
+margin, given the standard deviation of the per-seed differences in the runs at hand (the pilot;
+`common.stats.paired_seeds_needed`), never below the floor. An ordering needs the most any pair needs.
 
-**Verdicts**, from the interval [lo, hi] of the difference and the claim's margin m > 0:
+**Verdicts** (rule v3, `table_verdict`), from the interval [lo, hi] of the difference, its pairs n and
+the claim's margin m > 0, in this order:
 
-- **holds**: lo > 0, the interval lies above 0 (#16's definition). It does *not* also require the
-  estimate to exceed the margin: a difference can be real yet smaller than what matters; the note
-  then says "estimate below the margin" rather than the verdict hiding it;
-- **opposite**: hi < 0, the interval lies below 0 (the other arm is better);
-- **no effect**: -m < lo and hi < m, the interval lies inside +-margin (evidence of absence, which
-  a point estimate of the wrong sign is not);
-- **inconclusive**: anything else, and always when the claim has fewer pairs than its seeds needed
-  ("underpowered: n=3 < required 7"; the note adds what the interval alone would say).
+- **inconclusive** when n < `SEEDS_FLOOR` (5): too few pairs for any interval to mean much;
+- **no effect**: -m < lo and hi < m, the interval lies inside +-margin, whatever its sign (equivalence
+  comes first: a difference smaller than what matters is not evidence for the claim, even when it is
+  above 0);
+- **holds**: lo > 0, the interval lies above 0 (and reaches past the margin, or it would be no effect);
+- **opposite**: hi < 0;
+- **inconclusive**: anything else.
+
+Two more states come from the design check (`results/<method>/design.json`, `experiments/design.py`),
+decided before the runs and never evidence: **void** (the testbed cannot train the control, or an
+oracle arm does not beat it: nothing can be concluded here) and **design null** (the arms' credit or
+updates do not differ on the same episodes: the result is a prediction of the design). Such a claim
+keeps its interval verdict in `interval_verdict`.
+
+**Pre-registration, per claim**: the commit that first wrote the claim with its current margin
+(`git log` of its card) against the earliest start of its runs; **Holm**: over a method's primary
+(`replication`) claims, the two-sided paired t-test p values adjusted by Holm's step-down method,
+reported beside the raw verdict (`holm_p`).
 
 An ordering is *opposite* if any pair is, else *no effect* if any pair is (the order fails at that
 link), else *holds* if every pair holds, else *inconclusive*. A claim whose metric is missing from a
@@ -51,11 +61,14 @@ from paper.load import Results, Run
 
 HOLDS, OPPOSITE, NO_EFFECT, INCONCLUSIVE = "holds", "opposite", "no effect", "inconclusive"
 VERDICTS = (HOLDS, OPPOSITE, NO_EFFECT, INCONCLUSIVE)
+VOID, DESIGN_NULL = "void", "design null"  # the design check's: untestable here, never evidence
 INVALID = "invalid claim"  # not a verdict: the claim could not be evaluated
-OUTCOMES = (*VERDICTS, INVALID)
+OUTCOMES = (*VERDICTS, VOID, DESIGN_NULL, INVALID)
 ALPHA, POWER = 0.05, 0.8  # the power calculation: two-sided paired t-test at ALPHA, this power at the margin
 SEEDS_FLOOR, SEEDS_FLOOR_SMALL_MARGIN, SMALL_MARGIN = 5, 10, 0.05
-RULE = {"difference": "mean of per-seed differences (paired by seed), Student-t interval", "alpha": ALPHA,
+RULE = {"version": 3, "order": "fewer than seeds_floor pairs: inconclusive; inside +-margin: no effect; above 0: holds; "
+        "below 0: opposite; else inconclusive; power plans seeds only; void and design null from design.json",
+        "difference": "mean of per-seed differences (paired by seed), Student-t interval", "alpha": ALPHA,
         "power": POWER, "seeds_floor": SEEDS_FLOOR, "seeds_floor_small_margin": SEEDS_FLOOR_SMALL_MARGIN,
         "small_margin": SMALL_MARGIN, "defined_in": "paper/claims.py"}  # as paper/claims.json states it
 
@@ -177,19 +190,24 @@ class ClaimResult:
     interval_verdict: str | None = None  # what the intervals alone say, whatever the power
     budget: dict[str, dict[str, Any]] = field(default_factory=dict)  # arm -> budget_of its runs (claimed)
     budget_differs: list[str] = field(default_factory=list)  # budget_differences of the claimed arms
+    p_value: float = float("nan")  # two-sided paired t-test (an ordering: its least significant pair)
+    holm_p: float = float("nan")  # p adjusted over the method's primary claims (Holm)
+    design: dict[str, Any] | None = None  # the claim's entry of results/<method>/design.json
+    preregistered: bool | None = None  # the margin's commit predates the claim's runs (None: unknown)
 
 
 def pair_verdict(diff: stats.Interval, margin: float) -> str:
-    """The verdict an interval gives against a margin (before the power check)."""
+    """What an interval says against a margin: equivalence first (inside +-margin: no effect), then above
+    0 (holds) or below 0 (opposite), else inconclusive. No floor: `table_verdict` adds it."""
     _, lo, hi = diff
     if np.isnan(lo) or np.isnan(hi):
         return INCONCLUSIVE
+    if -margin < lo and hi < margin:
+        return NO_EFFECT
     if lo > 0:
         return HOLDS
     if hi < 0:
         return OPPOSITE
-    if -margin < lo and hi < margin:
-        return NO_EFFECT
     return INCONCLUSIVE
 
 
@@ -229,16 +247,39 @@ def paired_difference(diffs: list[float]) -> tuple[stats.Interval, int, float]:
 
 
 def table_verdict(diff: stats.Interval, n: int, sd: float, margin: float, floor: int = SEEDS_FLOOR) -> str:
-    """A methods' table's verdict for a seed-paired difference (`paired_difference`): the four verdicts
-    of `pair_verdict`, inconclusive whenever there are fewer pairs than the power calculation at the
-    margin asks (never fewer than `floor`), with what the interval alone would say."""
-    if diff[0] != diff[0] or n < 2:
-        return "inconclusive (not enough runs)"
-    alone = pair_verdict(diff, margin)
-    needed = seeds_for_margin(margin, sd, floor)
-    if n < needed:
-        return f"inconclusive (underpowered: n={n} < required {needed}; the interval alone says {alone})"
-    return alone
+    """Verdict rule v3, the one function every verdict of the suite comes from: fewer than `floor` pairs
+    is inconclusive; otherwise `pair_verdict` of the interval. `sd` (the per-seed differences' SD) only
+    plans seeds (`seeds_for_margin`): a power calculation never overrides an interval."""
+    if n < floor:
+        return INCONCLUSIVE
+    return pair_verdict(diff, margin)
+
+
+def paired_p_value(diff: stats.Interval, n: int, confidence: float = 0.95) -> float:
+    """The two-sided p value of a paired t-test of mean difference 0, recovered from the t interval
+    (half-width = t_{(1+c)/2, n-1} * s / sqrt(n)); NaN without an interval."""
+    from scipy import stats as sps
+
+    mean, lo, hi = diff
+    if n < 2 or np.isnan(lo) or hi == lo:
+        return float("nan")
+    se = (hi - lo) / 2 / float(sps.t.ppf(0.5 + confidence / 2, n - 1))
+    return float(2 * sps.t.sf(abs(mean) / se, n - 1))
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjustment (Holm 1979): the i-th smallest p times (m - i + 1), made monotone,
+    capped at 1; NaN stays NaN and does not count in m.
+
+    >>> [round(p, 3) for p in holm([0.01, 0.04, 0.03, float("nan")])]
+    [0.03, 0.06, 0.06, nan]
+    """
+    order = sorted((p, i) for i, p in enumerate(p_values) if p == p)
+    m, out, running = len(order), [float("nan")] * len(p_values), 0.0
+    for rank, (p, i) in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
 
 
 def paired(better: Term, worse: Term, x: Values, y: Values, envs: list[str], confidence: float) -> Paired:
@@ -287,24 +328,59 @@ def evaluate_claim(claim: Claim, results: Results, method: str, confidence: floa
     out.needed = max(p.needed for p in out.pairs)
     out.n = min(p.n for p in out.pairs)
     out.interval_verdict = chain_verdict([p.verdict for p in out.pairs])
-    notes = []
-    if out.n < out.needed:
-        out.verdict = INCONCLUSIVE
-        notes.append(f"underpowered: n={out.n} < required {out.needed}")
-        if out.n < 2:
-            notes.append("no interval from fewer than 2 pairs")
-        elif out.interval_verdict != INCONCLUSIVE:
-            notes.append(f"the interval alone says {out.interval_verdict}")
-    else:
-        out.verdict = out.interval_verdict
-    if out.interval_verdict == HOLDS and any(p.diff[0] < claim.margin for p in out.pairs):
-        notes.append(f"estimate below the margin {claim.margin:g}: a difference that may not matter")
-    out.note = "; ".join(notes)
+    out.p_value = max(paired_p_value(p.diff, p.n, confidence) for p in out.pairs)
+    out.verdict = out.interval_verdict if out.n >= SEEDS_FLOOR else INCONCLUSIVE
+    out.note = verdict_note(out.n, out.needed, out.interval_verdict)
     return out
 
 
-def evaluate_card(card: Card, results: Results) -> list[ClaimResult]:
-    return [evaluate_claim(c, results, card.method, card.confidence) for c in card.claims]
+def verdict_note(n: int, needed: int, interval_verdict: str) -> str:
+    """Why an inconclusive verdict is one: too few pairs (and what the interval alone says), and the
+    pairs the power calculation plans for the margin when more than the floor."""
+    notes = []
+    if n < SEEDS_FLOOR:
+        notes.append(f"fewer than {SEEDS_FLOOR} pairs (n={n})")
+        if n >= 2 and interval_verdict != INCONCLUSIVE:
+            notes.append(f"the interval alone says {interval_verdict}")
+    if (n < SEEDS_FLOOR or interval_verdict == INCONCLUSIVE) and needed > max(n, SEEDS_FLOOR):
+        notes.append(f"the power calculation plans {needed} pairs for the margin")
+    return "; ".join(notes)
+
+
+def evaluate_card(card: Card, results: Results, design: dict[str, Any] | None = None,
+                  margin_commits: dict[str, float] | None = None) -> list[ClaimResult]:
+    """Every claim of the card: its interval verdict, then the design check's gate where the design says
+    it cannot be tested (void, design null), Holm over the primary claims, and pre-registration."""
+    out = [evaluate_claim(c, results, card.method, card.confidence) for c in card.claims]
+    gates = (design or {}).get("claims", {})
+    for cr in out:
+        cr.design = gates.get(cr.claim.id)
+        gate = (cr.design or {}).get("gate")
+        if gate in (VOID, DESIGN_NULL) and cr.verdict != INVALID:
+            cr.verdict = gate
+        committed = (margin_commits or {}).get(cr.claim.id)
+        started = first_start(cr.claim, results, card.method)
+        cr.preregistered = None if committed is None or started is None else committed < started
+    primary = [cr for cr in out if cr.claim.kind == "replication" and cr.verdict in (HOLDS, OPPOSITE, NO_EFFECT,
+                                                                                     INCONCLUSIVE)]
+    for cr, adjusted in zip(primary, holm([cr.p_value for cr in primary]), strict=True):
+        cr.holm_p = adjusted
+    return out
+
+
+def first_start(claim: Claim, results: Results, method: str) -> float | None:
+    """The earliest `started` time (a POSIX timestamp) of the claim's runs; None without one."""
+    from datetime import datetime
+
+    times = []
+    for arm in {t.arm for t in claim.terms}:
+        for env in claim.envs:
+            for run in results.of(method, env, arm):
+                try:
+                    times.append(datetime.strptime(str(run.manifest["started"]), "%Y-%m-%dT%H:%M:%S%z").timestamp())
+                except (KeyError, ValueError):
+                    continue
+    return min(times) if times else None
 
 
 def _num(x: float) -> float | None:
@@ -330,7 +406,10 @@ def claim_json(method: str, cr: ClaimResult, card: Card) -> dict[str, Any]:
         "interval": [_num(one.diff[1]), _num(one.diff[2])] if one else None,
         "comparisons": [{**_paired_json(p), "seeds_needed": p.needed, "interval_verdict": p.verdict}
                         for p in cr.pairs],
-        "margin": c.margin, "margin_why": c.margin_why, "margin_preregistered": card.margins_preregistered,
+        "margin": c.margin, "margin_why": c.margin_why,
+        "margin_preregistered": cr.preregistered if cr.preregistered is not None else card.margins_preregistered,
+        "p_value": _num(cr.p_value), "holm_p": _num(cr.holm_p),
+        "design": cr.design,
         "seeds_needed": cr.needed,
         "controls": [{"arm": k.worse.arm, **_paired_json(k), "control_mean": _num(k.value[0])}
                      for k in cr.controls],

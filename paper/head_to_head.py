@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from common import stats
-from paper.claims import INCONCLUSIVE, pair_verdict, seeds_for_margin
+from paper.claims import INCONCLUSIVE, pair_verdict, seeds_for_margin, table_verdict, verdict_note
 from paper.load import Results, Run, load_results
 from paper.tables import Table, fmt, fmt_ci
 
@@ -72,13 +72,9 @@ def versus(a: str, b: str, x: dict[int, float], y: dict[int, float]) -> Versus:
     sd = float(d.std(ddof=1)) if d.size >= 2 else float("nan")
     needed = seeds_for_margin(MARGIN, sd)
     diff = stats.t_interval(d) if d.size else (math.nan,) * 3
-    interval = pair_verdict(diff, MARGIN)
-    if d.size < needed:
-        note = f"underpowered: n={d.size} < required {needed}"
-        if interval != INCONCLUSIVE:
-            note += f"; the interval alone says {interval}"
-        return Versus(a, b, int(d.size), diff, needed, INCONCLUSIVE, note)
-    return Versus(a, b, int(d.size), diff, needed, interval)
+    verdict = table_verdict(diff, int(d.size), sd, MARGIN)
+    note = verdict_note(int(d.size), needed, pair_verdict(diff, MARGIN)) if verdict == INCONCLUSIVE else ""
+    return Versus(a, b, int(d.size), diff, needed, verdict, note)
 
 
 def final_values(runs: list[Run]) -> dict[int, float]:

@@ -78,6 +78,7 @@ class Problem:
 class Results:
     runs: list[Run] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    root: Path | None = None  # the folder read (its <method>/design.json: the design checks)
 
     def methods(self) -> list[str]:
         return sorted({r.method for r in self.runs} | {p.method for p in self.problems if p.method != "?"})
@@ -243,8 +244,8 @@ def _count_lines(path: Path) -> int:
 
 def load_results(root: Path) -> Results:
     """Every run directory under `root`; a missing root is an empty result set."""
-    results = Results()
     root = Path(root)
+    results = Results(root=root)
     if not root.is_dir():
         return results
     for method_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")

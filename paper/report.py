@@ -16,38 +16,40 @@ from typing import Any
 from paper.cards import Card
 from paper.claims import (
     ALPHA,
+    DESIGN_NULL,
     HOLDS,
     INCONCLUSIVE,
     INVALID,
     NO_EFFECT,
     OPPOSITE,
-    OUTCOMES,
     POWER,
     SEEDS_FLOOR,
-    SEEDS_FLOOR_SMALL_MARGIN,
-    SMALL_MARGIN,
+    VERDICTS,
+    VOID,
     ClaimResult,
 )
 from paper.load import Problem, Results, Run, flatten
 from paper.staleness import repository_root, stale_lines
-from paper.tables import Table, arms_of, claim_text, context_text, envs_of, fmt_ci
+from paper.tables import Table, arms_of, claim_text, context_text, design_text, envs_of, fmt_ci
 
 # config keys that legitimately differ between the seeds of one arm
 SEED_KEYS = {"seed", "sft.seed", "out_dir", "work_dir", "force", "progress", "loggers"}
 VERDICT_RULE = (
-    "Verdicts (paper/claims.py): the runs of two arms are **paired by seed** (a seed shares the warm start "
-    "and the task order across arms) and a claim's effect is the mean per-seed difference with a 95% "
-    "Student-t interval. Every claim declares a **margin**, the smallest difference that matters. A claim "
-    "**holds** if the interval lies above 0, is **opposite** if it lies below 0, shows **no effect** if it "
-    "lies inside ±margin, and is **inconclusive** otherwise (an ordering: opposite or no effect if any "
-    "adjacent pair is, holds if all hold). *Holds* does not also require the estimate to exceed the margin; "
-    f"a note says when it does not. **Seeds needed**: the pairs a two-sided paired t-test at alpha {ALPHA:g} "
-    f"needs for {POWER:.0%} power at the margin, given the SD of the per-seed differences in these runs (the "
-    f"pilot), at least {SEEDS_FLOOR} ({SEEDS_FLOOR_SMALL_MARGIN} when the margin is under {SMALL_MARGIN:g}); "
-    "a claim with fewer pairs is **inconclusive** whatever its interval (\"underpowered: n=3 < required 7\", "
-    "with what the interval alone says). Controls and confounds a card names are printed beside the "
-    "verdict and do not change it. Every interval of a mean is a Student-t interval; IQMs keep a "
-    "percentile bootstrap."
+    "Verdicts (rule v3, paper/claims.py `table_verdict`): the runs of two arms are **paired by seed** (a seed "
+    "shares the warm start and the task order across arms) and a claim's effect is the mean per-seed "
+    "difference with a 95% Student-t interval. Every claim declares a **margin**, the smallest difference "
+    f"that matters. With fewer than {SEEDS_FLOOR} pairs a claim is **inconclusive**. Otherwise equivalence "
+    "comes first: an interval inside ±margin is **no effect**, whatever its sign; then **holds** (above 0) or "
+    "**opposite** (below 0); else **inconclusive** (an ordering: opposite or no effect if any adjacent pair "
+    f"is, holds if all hold). A power calculation (two-sided paired t-test at alpha {ALPHA:g}, {POWER:.0%} "
+    "power at the margin, given the SD of the per-seed differences here) only plans seeds: it never "
+    "overrides an interval. Beside each primary claim: its p value and Holm's adjustment over the method's "
+    "primary claims. Before any run, the design check (`make design-<method>`, `results/<method>/design.json`) "
+    "asks whether the testbed can tell: a claim whose control does not learn on dev, or whose oracle arm "
+    "does not beat it, is **void**; one whose arms' credit or updates do not differ on the same episodes is "
+    "a **design null**; neither is counted as evidence (the summary counts tested claims only). "
+    "Pre-registration is per claim: the commit that first wrote its margin against its runs' start. "
+    "Controls and confounds a card names are printed beside the verdict and do not change it."
 )
 
 
@@ -148,7 +150,9 @@ def verdict_counts(claim_results: list[ClaimResult]) -> Counter[str]:
 def _reproduced(section: MethodSection) -> list[str]:
     lines = []
     for verdict, lead in ((HOLDS, "Holds"), (OPPOSITE, "Opposite"), (NO_EFFECT, "No effect (inside ±margin)"),
-                          (INCONCLUSIVE, "Inconclusive"), (INVALID, "Could not evaluate")):
+                          (INCONCLUSIVE, "Inconclusive"), (VOID, "Void (the testbed cannot tell; not evidence)"),
+                          (DESIGN_NULL, "Design null (a prediction of the design; not evidence)"),
+                          (INVALID, "Could not evaluate")):
         for cr in section.claim_results:
             if cr.verdict != verdict:
                 continue
@@ -157,6 +161,8 @@ def _reproduced(section: MethodSection) -> list[str]:
             detail += ("; " if detail and cr.note else "") + cr.note
             if cr.needed is not None:
                 detail += f" (margin ±{cr.claim.margin:g}, seeds needed / run: {cr.needed} / {cr.n})"
+            if verdict in (VOID, DESIGN_NULL) or cr.design:
+                detail += f"; can this testbed tell? {design_text(cr)}"
             context = context_text(cr)
             lines.append(f"- **{lead}:** {claim_text(cr.claim)} (`{cr.claim.id}`)"
                          f"{': ' + detail if detail else ''}."
@@ -232,7 +238,8 @@ def summary(sections: list[MethodSection], results: Results, root: Path, matrix:
            "other run directory is listed under its method as not counted.", "", "## Summary", ""]
     if not results.runs:
         out += [f"No finished runs under `{root}` yet: the tables below list what each card will check.", ""]
-    headers = ["method", "envs", "arms", "finished runs", "not counted", *OUTCOMES, "flags"]
+    headers = ["method", "envs", "arms", "finished runs", "not counted", "claims tested", *VERDICTS,
+               "not tested: void", "not tested: design null", INVALID, "flags"]
     rows = []
     for s in sections:
         runs = results.of(s.method)
@@ -241,8 +248,8 @@ def summary(sections: list[MethodSection], results: Results, root: Path, matrix:
         envs = envs_of(s.method, results, s.card) or (s.card.envs if s.card and s.card.envs else [])
         arms = arms_of(s.method, results, s.card) or (list(s.card.arms) if s.card else [])
         rows.append([s.method, ", ".join(envs) or "—", ", ".join(arms) or "—", str(len(runs)),
-                     str(len(results.problems_of(s.method))),
-                     *[str(counts.get(v, 0)) for v in OUTCOMES],
+                     str(len(results.problems_of(s.method))), str(sum(counts.get(v, 0) for v in VERDICTS)),
+                     *[str(counts.get(v, 0)) for v in (*VERDICTS, VOID, DESIGN_NULL, INVALID)],
                      "; ".join(f for f, on in (("card error", s.card_error), ("build error", s.build_error),
                                                ("extra table error", s.extra_errors),
                                                (f"{n_flags} flag(s)", n_flags))

@@ -164,6 +164,42 @@ def context_text(cr: ClaimResult) -> str:
     return "; ".join(parts) or "—"
 
 
+def _figure(x: Any, fmt: str = "+.3f") -> str:
+    return "—" if x is None or (isinstance(x, float) and x != x) else format(x, fmt)
+
+
+def design_text(cr: ClaimResult) -> str:
+    """Can this testbed tell? The design check's three gates for the claim, with their figures
+    (`results/<method>/design.json`); "not checked" before `make design-<method>` has run."""
+    d = cr.design
+    if not d:
+        return "not checked (make design-<method>)"
+    parts = []
+    learn = d.get("learnable") or {}
+    if learn.get("gain") is not None:
+        parts.append(f"learnable: {learn.get('arm')} gains {_figure(learn['gain'])} on dev "
+                     f"({'passes' if learn.get('pass') else 'under'} ±{d.get('margin', cr.claim.margin):g})")
+    pos = d.get("positive_control")
+    if pos:
+        parts.append(f"positive control: {pos.get('arm')} − control {_figure(pos.get('gain'))} "
+                     f"({'passes' if pos.get('pass') else 'fails'})")
+    sep = d.get("separation") or {}
+    kind = sep.get("kind")
+    if kind == "credit":
+        parts.append(f"separation (credit, same episodes): correlation {_figure(sep.get('correlation'), '.3f')}, "
+                     f"signal-to-noise ratio {_figure(sep.get('snr_ratio'), '.2f')}")
+    elif kind == "schedule":
+        parts.append(f"separation (update schedule): later passes clip {_figure(sep.get('clip_fraction'), '.4f')}, "
+                     f"KL {_figure(sep.get('kl'), '.2e')}")
+    elif kind == "sampling":
+        fractions = sep.get("signal_fraction") or {}
+        parts.append("separation (sampling): groups with a signal "
+                     + ", ".join(f"{arm} {_figure(v, '.2f')}" for arm, v in fractions.items()))
+    elif kind:
+        parts.append(f"separation: {kind}, no same-batch figure")
+    return f"{d.get('gate', '?')}: " + "; ".join(parts)
+
+
 def claim_text(claim: Claim) -> str:
     return ("[sanity check] " if claim.kind == "sanity" else "") + claim.text
 
@@ -174,13 +210,15 @@ def claims_table(card: Card, claim_results: list[ClaimResult], k: int | None) ->
         c: Claim = cr.claim
         diffs = "; ".join(f"{fmt_ci(p.diff, signed=True)}, {_pairs_text(p.n)}" for p in cr.pairs)
         verdict = cr.verdict + (f" ({cr.note})" if cr.note else "")
+        if cr.holm_p == cr.holm_p:
+            verdict += f"; p {cr.p_value:.3g}, Holm {cr.holm_p:.3g}"
         rows.append([claim_text(c), c.paper or "—", f"{c.predicate} on {', '.join(c.envs)}, "
                      f"{metric_label(c.metric, k, c.window)}", _claim_ours(cr), diffs or "—",
-                     f"±{c.margin:g} ({c.margin_why})", _seeds(cr), verdict, context_text(cr)])
+                     f"±{c.margin:g} ({c.margin_why})", _seeds(cr), verdict, design_text(cr), context_text(cr)])
     level = f"{card.confidence:.0%}"
     headers = ["claim", "paper", "tested as", f"ours (mean [{level} t CI])",
                f"difference, paired by seed [{level} t CI]", "margin", "seeds needed / seeds run", "verdict",
-               "controls and confounds"]
+               "can this testbed tell?", "controls and confounds"]
     return Table(f"{card.method}-claims", f"{card.title}: claims checked at CPU scale", headers, rows)
 
 

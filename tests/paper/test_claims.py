@@ -13,15 +13,20 @@ import pytest
 from common import stats
 from paper.cards import load_cards, parse_card
 from paper.claims import (
+    DESIGN_NULL,
     HOLDS,
     INCONCLUSIVE,
     INVALID,
     NO_EFFECT,
     OPPOSITE,
+    VOID,
     chain_verdict,
     claim_json,
     evaluate_card,
+    holm,
     pair_verdict,
+    paired_p_value,
+    table_verdict,
 )
 from paper.load import load_results
 
@@ -99,19 +104,19 @@ def test_grpo_claim_is_paired_and_matches_a_hand_computation(results, cards):
     # 4 pairs, fewer than the 5 the power floor asks for: inconclusive, whatever the interval says
     assert pair.sd == pytest.approx(np.std(diffs, ddof=1)) and pair.needed == cr.needed == 5
     assert cr.verdict == INCONCLUSIVE and cr.interval_verdict == HOLDS
-    assert cr.note == "underpowered: n=4 < required 5; the interval alone says holds"
+    assert cr.note == "fewer than 5 pairs (n=4); the interval alone says holds"
     assert cr.claim.kind == "sanity" and cr.claim.confounds
 
 
-def test_toy_verdicts_are_underpowered_at_3_seeds(results, cards):
+def test_toy_verdicts_are_inconclusive_under_5_pairs(results, cards):
     by_id = {cr.claim.id: cr for cr in evaluate_card(cards["toy"], results)}
     assert {k: v.verdict for k, v in by_id.items()} == {
         "better-beats-base": INCONCLUSIVE, "ordering": INCONCLUSIVE, "both-envs": INCONCLUSIVE,
         "entropy-collapses": INCONCLUSIVE, "few-seeds": INCONCLUSIVE, "reversed": INCONCLUSIVE,
         "warm-start": INCONCLUSIVE, "missing-metric": INVALID}
-    assert by_id["better-beats-base"].note == "underpowered: n=3 < required 5; the interval alone says holds"
+    assert by_id["better-beats-base"].note.startswith("fewer than 5 pairs (n=3); the interval alone says holds")
     assert by_id["reversed"].interval_verdict == OPPOSITE
-    assert by_id["few-seeds"].note.startswith("underpowered: n=2 < required 5")
+    assert by_id["few-seeds"].note.startswith("fewer than 5 pairs (n=2)")
     assert "nonexistent" in by_id["missing-metric"].note and by_id["missing-metric"].needed is None
     # paired by seed: better (0.50, 0.52, 0.55) - base (0.30, 0.32, 0.34), seed by seed
     [pair] = by_id["better-beats-base"].pairs
@@ -150,7 +155,9 @@ def test_pair_and_chain_verdicts():
     nan = float("nan")
     margin = 0.05
     assert pair_verdict((0.1, 0.01, 0.2), margin) == HOLDS
-    assert pair_verdict((0.01, 0.001, 0.02), margin) == HOLDS  # above 0, inside the margin: still holds
+    # rule v3: equivalence first: an interval inside the margin is no effect, above 0 or below it
+    assert pair_verdict((0.01, 0.001, 0.02), margin) == NO_EFFECT
+    assert pair_verdict((-0.01, -0.02, -0.001), margin) == NO_EFFECT
     assert pair_verdict((-0.1, -0.2, -0.01), margin) == OPPOSITE
     assert pair_verdict((0.0, -0.04, 0.04), margin) == NO_EFFECT
     assert pair_verdict((0.0, -0.06, 0.04), margin) == INCONCLUSIVE  # reaches past -margin
@@ -218,16 +225,17 @@ def test_wide_interval_is_inconclusive_and_seeds_needed_come_from_the_pilot(tmp_
     sd = np.std(diffs, ddof=1)
     assert cr.pairs[0].sd == pytest.approx(sd)
     assert cr.needed == stats.paired_seeds_needed(sd, 0.05) > 6
-    assert cr.verdict == INCONCLUSIVE and cr.note.startswith(f"underpowered: n=6 < required {cr.needed}")
+    assert cr.verdict == INCONCLUSIVE and cr.note == f"the power calculation plans {cr.needed} pairs for the margin"
 
 
-def test_small_margin_needs_10_seeds_and_a_small_real_effect_is_flagged(tmp_path, monkeypatch):
+def test_the_power_calculation_plans_seeds_and_never_decides(tmp_path, monkeypatch):
     results = write_arms(tmp_path, monkeypatch, {"a": arm(0.61, 8), "b": arm(0.60, 8, noise=-1.0)})
     [cr] = evaluate_card(claim_card("a > b", margin=0.02), results)
-    assert cr.needed == 10 and cr.verdict == INCONCLUSIVE and "n=8 < required 10" in cr.note
+    assert cr.needed == 10  # the power calculation plans 10 seeds under a small margin: it decides nothing
+    assert cr.verdict == cr.interval_verdict != INCONCLUSIVE
     [cr] = evaluate_card(claim_card("a > b", margin=0.05, extra=", min_seeds: 7"), results)
-    assert cr.needed == 7 and cr.verdict == HOLDS  # min_seeds raises the floor
-    assert "estimate below the margin 0.05" in cr.note
+    assert cr.needed == 7  # min_seeds raises the planning floor
+    assert cr.verdict == NO_EFFECT  # a real but small effect, inside the margin: equivalence comes first
 
 
 def test_only_seeds_present_in_both_arms_are_paired(tmp_path, monkeypatch):
@@ -297,3 +305,45 @@ def test_a_training_free_method_draws_no_curves_and_keeps_its_tables(tmp_path, m
     results = load_results(tmp_path / "results")
     assert [len(r.metrics) for r in results.of("m")] == [0, 0, 0]
     assert figures.curves_figure("m", "e", results, None, tmp_path / "figures") == []
+
+
+# ---- rule v3 by hand: one function decides every verdict from an interval --------------------------
+@pytest.mark.parametrize(("interval", "n", "margin", "expected"), [
+    ((0.093, 0.078, 0.108), 18, 0.015, HOLDS),  # InFlowOp's repair: decisive, the power calculation no longer overrides
+    ((0.079, 0.065, 0.093), 5, 0.05, HOLDS),  # above 0 and past the margin
+    ((-0.079, -0.093, -0.065), 5, 0.05, OPPOSITE),
+    ((0.011, 0.007, 0.016), 10, 0.03, NO_EFFECT),  # COALESCE: above 0 but inside its margin: no effect
+    ((0.027, 0.012, 0.043), 10, 0.05, NO_EFFECT),  # SHARP exact - loo on redundancy: inside the margin
+    ((-0.007, -0.015, 0.000), 5, 0.05, NO_EFFECT),
+    ((0.013, -0.046, 0.072), 5, 0.05, INCONCLUSIVE),  # wide
+    ((0.2, 0.19, 0.21), 4, 0.05, INCONCLUSIVE),  # decisive but under the floor of 5 pairs
+    ((0.0, float("nan"), float("nan")), 1, 0.05, INCONCLUSIVE),
+])
+def test_table_verdict_by_hand(interval, n, margin, expected):
+    assert table_verdict(interval, n, sd=0.5, margin=margin) == expected
+
+
+def test_holm_by_hand():
+    # p = 0.01, 0.04, 0.03 (m = 3): sorted 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> monotone 0.06
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])
+
+
+def test_paired_p_value_recovers_the_t_test():
+    from scipy import stats as sps
+
+    d = np.array([0.1, 0.3, 0.2, 0.25, 0.15])
+    interval = stats.t_interval(d)
+    assert paired_p_value(interval, 5) == pytest.approx(sps.ttest_1samp(d, 0.0).pvalue)
+
+
+def test_a_gate_of_the_design_check_replaces_the_verdict(tmp_path, monkeypatch):
+    results = write_arms(tmp_path, monkeypatch, {"a": arm(0.7, 6), "b": arm(0.5, 6)})
+    card = claim_card("a > b")
+    claim_id = card.claims[0].id
+    [cr] = evaluate_card(card, results, {"claims": {claim_id: {"gate": "design null"}}})
+    assert cr.verdict == DESIGN_NULL and cr.interval_verdict == HOLDS
+    [cr] = evaluate_card(card, results, {"claims": {claim_id: {"gate": "void"}}})
+    assert cr.verdict == VOID
+    [cr] = evaluate_card(card, results, {"claims": {claim_id: {"gate": "pass"}}})
+    assert cr.verdict == HOLDS

@@ -95,7 +95,7 @@ def test_method_tables_at_one_scale(tmp_path):
     shutil.copytree(FIXTURES / "results/grpo", root / "grpo")  # every fixture run is at scale cpu
     assert "| arith | GRPO | 4 | 0, 1, 2, 3 | cpu |" in method_tables("grpo", root, "cpu", card_dirs=CARDS)
     smoke = method_tables("grpo", root, "smoke", card_dirs=CARDS)
-    assert "No finished runs yet." in smoke and "underpowered: n=0 < required" in smoke
+    assert "No finished runs yet." in smoke and "fewer than 5 pairs (n=0)" in smoke
 
 
 @pytest.mark.parametrize("method", ["ccpo", "canopy", "sharp"])
