@@ -1,4 +1,5 @@
-"""SHARP's pure formulas against hand-computed games, its credit hook on hand-made groups, and its configs."""
+"""SHARP's pure formulas against hand-computed games, its credit hook on hand-made groups, and its
+configs."""
 
 import itertools
 import math
@@ -36,7 +37,8 @@ def weighted_vote(weights, quota):
 
 def test_glove_game_by_hand():
     phi = shapley_values([1, 2, 3], glove)
-    assert phi[1] == pytest.approx(2 / 3) and phi[2] == pytest.approx(1 / 6) and phi[3] == pytest.approx(1 / 6)
+    assert (phi[1] == pytest.approx(2 / 3) and phi[2] == pytest.approx(1 / 6)
+            and phi[3] == pytest.approx(1 / 6))
     # leave-one-out gives the redundant right-glove holders nothing, the left-glove holder everything
     assert leave_one_out([1, 2, 3], glove) == {1: 1.0, 2: 0.0, 3: 0.0}
 
@@ -121,7 +123,8 @@ def episode(answer, results, kinds, truth=("Q", "F")):
     for role in ("planner", "worker", "worker", "planner"):
         ep.turns.append(Turn(role, "policy", [1], [2], [-0.1], "x"))
     ep.reward = float(list(answer) == list(truth))
-    ep.info = {"record": {"truth": list(truth), "results": list(results), "answer": list(answer), "tool_kinds": list(kinds)},
+    ep.info = {"record": {"truth": list(truth), "results": list(results), "answer": list(answer),
+                          "tool_kinds": list(kinds)},
                "slot_accuracy": sum(a == t for a, t in zip(answer, truth, strict=True)) / 2}
     return ep
 
@@ -151,9 +154,11 @@ def sharp(credit, **kw):
 def test_credit_exact_by_hand():
     groups = group()
     adv, metrics = credit_advantages(sharp("exact"), groups)
-    # v: ep0 v({0})=v({1})=0.25, v(M)=1 -> phi=(0.5, 0.5); ep1, ep2: v({0})=0.25, v({1})=0, v(M)=0.25 -> (0.25, 0)
+    # v: ep0 v({0})=v({1})=0.25, v(M)=1 -> phi=(0.5, 0.5);
+    #    ep1, ep2: v({0})=0.25, v({1})=0, v(M)=0.25 -> (0.25, 0)
     r_w0 = [1 + 0.9 * 0.5 + 0.1, 0 + 0.9 * 0.25 + 0.1, 0 + 0.9 * 0.25 + 0.1]
-    r_w1 = [1 + 0.9 * 0.5 + 0.1, 0 + 0.0 + 0.1, 0.0]  # the distractor's result looks valid; the error's does not
+    # the distractor's result looks valid; the error's does not
+    r_w1 = [1 + 0.9 * 0.5 + 0.1, 0 + 0.0 + 0.1, 0.0]
     a_w0, a_w1, a_pl = grpo(np.array(r_w0)), grpo(np.array(r_w1)), grpo(np.array([1.0, 0.0, 0.0]))
     for i, ep in enumerate(groups[0].episodes):
         assert [adv.scalar(t) for t in ep.turns] == pytest.approx([a_pl[i], a_w0[i], a_w1[i], a_pl[i]])
@@ -208,7 +213,8 @@ def test_bad_settings_are_errors():
         name = "arith"
 
     assert isinstance(_Env(), CounterfactualReplay) and not isinstance(NoReplay(), CounterfactualReplay)
-    assert sharp("exact").env_protocols() == (CounterfactualReplay,) and sharp("broadcast").env_protocols() == ()
+    assert (sharp("exact").env_protocols() == (CounterfactualReplay,)
+            and sharp("broadcast").env_protocols() == ())
 
 
 def test_a_replay_credit_on_an_environment_without_replay_fails_before_the_run():
@@ -234,7 +240,8 @@ def test_every_cpu_cell_composes_and_resolves():
     envs = {"toolplan-k2", "toolplan-k4", "toolhops-chain-k2", "toolhops-chain-k5", "toolhops-redundant-k2"}
     assert {c.env for c in cells} == envs
     cfgs = validate_cells(cells)
-    budgets = {(c.trainer.steps, c.trainer.tasks_per_step, c.trainer.group_size, c.trainer.lr, c.sft.steps) for c in cfgs}
+    budgets = {(c.trainer.steps, c.trainer.tasks_per_step, c.trainer.group_size, c.trainer.lr, c.sft.steps)
+               for c in cfgs}
     assert len(budgets) == 1  # every arm gets the same budget
     for env in envs:  # within one environment setting: the same settings but the credit
         mine = [cfg for c, cfg in zip(cells, cfgs, strict=True) if c.env == env]
@@ -250,7 +257,8 @@ def test_paper_scale_refuses_without_model_or_data(tmp_path):
     from replications import METHODS
 
     cfg = compose("sharp", ["scale=paper"])
-    assert cfg.trainer.group_size == 8 and cfg.method["lambda_s"] == 0.9 and cfg.model.hf_id == "Qwen/Qwen3-8B"
+    assert (cfg.trainer.group_size == 8 and cfg.method["lambda_s"] == 0.9
+            and cfg.model.hf_id == "Qwen/Qwen3-8B")
     with pytest.raises(ValueError, match="Qwen/Qwen3-8B"):
         resolve(cfg, METHODS)
     model = tmp_path / "qwen"
@@ -271,8 +279,10 @@ def test_gap_growth_and_verdicts():
 
     rng = np.random.default_rng(0)
     noise = lambda: float(rng.normal(0, 0.01))  # noqa: E731
-    base = [0.2 + 0.05 * s for s in range(8)]  # what a seed shares across arms (its warm start): pairing removes it
-    runs = {("toolplan", k, arm): [{"seed": s, "final": base[s] + {"grpo": 0.0, "sharp-exact": gain}[arm] + noise()}
+    # what a seed shares across arms (its warm start): pairing removes it
+    base = [0.2 + 0.05 * s for s in range(8)]
+    runs = {("toolplan", k, arm): [{"seed": s,
+                                    "final": base[s] + {"grpo": 0.0, "sharp-exact": gain}[arm] + noise()}
                                    for s in range(8)]
             for k, gain in ((2, 0.02), (4, 0.30)) for arm in ("grpo", "sharp-exact")}
     (m, lo, hi), n, sd = gap_growth(runs, 2, 4)
@@ -280,7 +290,8 @@ def test_gap_growth_and_verdicts():
     assert verdict((m, lo, hi), n, sd) == "holds"
     (m2, lo2, hi2), n2, sd2 = gap(runs, 2)
     assert hi2 - lo2 < 0.05  # the seeds' shared spread (0.35) is gone from the paired interval
-    assert verdict((0.0, -0.01, 0.01), 8, 0.01) == "no effect" and verdict((-0.2, -0.3, -0.1), 8, 0.01) == "opposite"
+    assert (verdict((0.0, -0.01, 0.01), 8, 0.01) == "no effect"
+            and verdict((-0.2, -0.3, -0.1), 8, 0.01) == "opposite")
     assert verdict((0.02, -0.04, 0.08), 8, 0.01) == "inconclusive"
     assert verdict((m, lo, hi), 3, sd).startswith("inconclusive (underpowered: n=3 < required 5")
     assert verdict(gap_growth({}, 2, 4)[0], 0, float("nan")) == "inconclusive (not enough runs)"
@@ -298,7 +309,8 @@ def test_own_slot_by_hand():
 
 
 def test_credit_local_by_hand():
-    """R_m = R^b + lambda_s [own result right] + lambda_p R^tool, no replay (group() of the toolplan tests)."""
+    """R_m = R^b + lambda_s [own result right] + lambda_p R^tool, no replay (group() of the toolplan
+    tests)."""
     groups = group()
     m = sharp("local")
     assert m.env_protocols() == ()

@@ -20,7 +20,8 @@ def hops_record(world=12345):
     e1 = fact("boss", "k", world)
     ep = env.new_episode({"world": world, "start": "k", "attrs": ["boss", "twin"]}, random.Random(0))
     ep.start()
-    for action in (" boss twin", " " + right_tool("boss", "k", 4), " " + right_tool("twin", e1, 4), f" {e1} {fact('twin', e1, world)}"):
+    for action in (" boss twin", " " + right_tool("boss", "k", 4), " " + right_tool("twin", e1, 4),
+                   f" {e1} {fact('twin', e1, world)}"):
         r = ep.step(action)
     return env, r.info["record"]
 
@@ -42,7 +43,8 @@ def test_redundant_workers_loo_gives_zero_and_shapley_splits():
 
     from envs.testbeds.toolhops import ToolHopsConfig, ToolHopsEnv, fact, right_tool
 
-    env = ToolHopsEnv(ToolHopsConfig(mode="parallel", k=2, extra_workers=1, train_size=4, heldout_size=4, dev_size=4))
+    env = ToolHopsEnv(ToolHopsConfig(mode="parallel", k=2, extra_workers=1, train_size=4, heldout_size=4,
+                                     dev_size=4))
     ep = env.new_episode({"world": 7, "attrs": ["boss", "twin"], "entities": ["k", "m"]}, random.Random(0))
     ep.start()
     for action in (" boss twin boss", " " + right_tool("boss", "k", 4), " " + right_tool("twin", "m", 4),
@@ -77,19 +79,22 @@ def sampled_groups(env, n_tasks, group_size, seed):
 def worker_advantages(env, groups, credit):
     m = SHARP(build_dataclass(SHARPConfig, {"credit": credit}, "method"), run_view(env))
     adv, _ = credit_advantages(m, groups)
-    return np.array([adv.scalar(t) for g in groups for e in g.episodes for t in e.turns if t.role == "worker"])
+    return np.array([adv.scalar(t)
+                     for g in groups for e in g.episodes for t in e.turns if t.role == "worker"])
 
 
 def test_dependent_hops_separate_shapley_from_broadcast_more_than_toolplan():
     """Correlation of SHARP's and broadcast worker advantages on a batch sampled at warm-start error rates
-    (32 tasks x G=8, K=4). When written: toolplan 0.88 (the issue's 0.87), dependent hops 0.78 (K=5: 0.63); at K=2 the
-    chain gives 0.99 (a downstream worker contributes only when everything upstream is right), see CARD."""
+    (32 tasks x G=8, K=4). When written: toolplan 0.88 (the issue's 0.87), dependent hops 0.78 (K=5:
+    0.63); at K=2 the chain gives 0.99 (a downstream worker contributes only when everything upstream is
+    right), see CARD."""
     from envs.testbeds.toolhops import ToolHopsConfig, ToolHopsEnv
     from envs.testbeds.toolplan import ToolPlanConfig, ToolPlanEnv
 
     def corr(env):
         groups = sampled_groups(env, 32, 8, seed=0)
-        return float(np.corrcoef(worker_advantages(env, groups, "exact"), worker_advantages(env, groups, "broadcast"))[0, 1])
+        return float(np.corrcoef(worker_advantages(env, groups, "exact"),
+                                 worker_advantages(env, groups, "broadcast"))[0, 1])
 
     easy, hops = corr(ToolPlanEnv(ToolPlanConfig(k=4))), corr(ToolHopsEnv(ToolHopsConfig(k=4)))
     assert easy > 0.8 and hops < easy - 0.05, (easy, hops)
@@ -102,7 +107,8 @@ def test_redundancy_separates_shapley_from_leave_one_out_on_a_sampled_batch():
     groups = sampled_groups(env, 32, 8, seed=0)
     exact, loo = worker_advantages(env, groups, "exact"), worker_advantages(env, groups, "loo")
     assert np.mean(np.abs(exact - loo)) > 0.1  # advantages in units of a group's SD
-    toolplan_k = sampled_groups(ToolHopsEnv(ToolHopsConfig(mode="parallel", k=2)), 32, 8, seed=0)  # no redundancy
+    # no redundancy
+    toolplan_k = sampled_groups(ToolHopsEnv(ToolHopsConfig(mode="parallel", k=2)), 32, 8, seed=0)
     no_extra = ToolHopsEnv(ToolHopsConfig(mode="parallel", k=2))
     assert np.mean(np.abs(exact - loo)) > np.mean(np.abs(worker_advantages(no_extra, toolplan_k, "exact")
                                                          - worker_advantages(no_extra, toolplan_k, "loo")))
