@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from replications.iapo.method import IAPO
+    from replications.iapo.method import IAPO, IAPOConfig
 
 # the real benchmarks of the small and paper scales (envs/benchmarks/tau2.py, envs/benchmarks/bfcl.py)
 BENCHMARK_ENVS = ("tau2", "bfcl")
@@ -27,16 +27,14 @@ def check_benchmarks(m: IAPO) -> None:
                              "until they are")
 
 
-def check_settings(m: IAPO) -> None:
-    """clip > 0 and beta_plus >= 0 (neither changed with credit=broadcast), no KL penalty in the reward
-    when the credit returns advantages, and the llm annotator only at the small and paper scales, with a
-    local model."""
-    from replications.iapo.method import IAPOConfig  # the defaults (method.py imports this module)
-
+def check_settings(m: IAPO, defaults: type[IAPOConfig]) -> None:
+    """clip > 0 and beta_plus >= 0 (neither changed from `defaults` with credit=broadcast), no KL penalty
+    in the reward when the credit returns advantages, and the llm annotator only at the small and paper
+    scales, with a local model."""
     c, run = m.cfg, m.run
     if c.clip <= 0 or c.beta_plus < 0:
         raise ValueError(f"method.clip must be > 0 and method.beta_plus >= 0; got {c.clip}, {c.beta_plus}")
-    if c.credit == "broadcast" and (c.beta_plus != IAPOConfig.beta_plus or c.clip != IAPOConfig.clip):
+    if c.credit == "broadcast" and (c.beta_plus != defaults.beta_plus or c.clip != defaults.clip):
         raise ValueError("method.beta_plus and method.clip have no effect with method.credit=broadcast "
                          "(GRPO); drop them")
     if c.credit != "broadcast" and run.kl_placement == "reward":

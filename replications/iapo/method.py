@@ -111,7 +111,7 @@ class IAPO(Method):
         (`checks.py`)."""
         check_benchmarks(self)
         super().validate()
-        check_settings(self)
+        check_settings(self, IAPOConfig)
 
     def annotate(self, episode: Episode) -> InfluenceGraph:
         """The episode's influence graph from the configured annotator."""

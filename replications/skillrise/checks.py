@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from replications.skillrise.method import SkillRise
+    from replications.skillrise.method import SkillRise, SkillRiseConfig
 
 
 def check_env(m: SkillRise) -> None:
@@ -19,17 +19,15 @@ def check_env(m: SkillRise) -> None:
                          f"{m.env.roles} and variants {m.env.variants()}: it needs a curate turn first")
 
 
-def check_settings(m: SkillRise) -> None:
-    """decay in [0, 1], a curate loss weight >= 0 (neither changed in the grpo arm); the chain arms need
-    chains of at least two tasks, one process, and no KL penalty in the reward."""
-    from replications.skillrise.method import SkillRiseConfig  # the defaults (method.py imports this module)
-
+def check_settings(m: SkillRise, defaults: type[SkillRiseConfig]) -> None:
+    """decay in [0, 1], a curate loss weight >= 0 (neither changed from `defaults` in the grpo arm); the
+    chain arms need chains of at least two tasks, one process, and no KL penalty in the reward."""
     c, run = m.cfg, m.run
     if not 0 <= c.decay <= 1 or c.curate_loss_weight < 0:
         raise ValueError("need method.decay in [0, 1] and method.curate_loss_weight >= 0; "
                          f"got {c.decay}, {c.curate_loss_weight}")
     if not m.chains:
-        if c.decay != SkillRiseConfig.decay or c.curate_loss_weight != SkillRiseConfig.curate_loss_weight:
+        if c.decay != defaults.decay or c.curate_loss_weight != defaults.curate_loss_weight:
             raise ValueError("method.decay and method.curate_loss_weight have no effect with "
                              "method.arm=grpo; drop them")
         return

@@ -104,7 +104,7 @@ class SkillRise(Method):
         (`checks.py`)."""
         check_env(self)
         super().validate()
-        check_settings(self)
+        check_settings(self, SkillRiseConfig)
 
     # ---- tasks ------------------------------------------------------------------------------------
     def families(self, pool: Sequence[Task]) -> list[list[int]]:
