@@ -5,7 +5,8 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # parallel test workers (pytest-xdist), 1 without
+# parallel test workers (pytest-xdist), 1 without
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if WORKERS > 1:  # they share the cores: each gets its share
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // WORKERS))
 
@@ -39,7 +40,8 @@ def tiny_parts(tmp_path_factory):
     torch.set_num_threads(1)
     env = ArithEnv(ArithConfig(train_size=64, heldout_size=16, max_value=20))
     cfg = ModelConfig()
-    tok, base, _ = warm_started_base(cfg, SFTConfig(enabled=False), env, 0, str(tmp_path_factory.mktemp("work")))
+    tok, base, _ = warm_started_base(cfg, SFTConfig(enabled=False), env, 0,
+                                     str(tmp_path_factory.mktemp("work")))
     return env, cfg, tok, base
 
 
@@ -49,8 +51,8 @@ def tiny_parts(tmp_path_factory):
 # - vllm: the vLLM CPU engine (a process group, large memory) and its `make` run;
 # - ranks: runs of several processes (Lightning DDP with gloo, torch.distributed), which pick
 #   free ports and start two ranks each; two of them at once would oversubscribe two cores 4:2.
-_GROUPS = {"tests/slurm/": "slurm", "tests/common/test_vllm_engine.py": "vllm", "tests/e2e/test_ddp.py": "ranks",
-           "tests/common/test_export_base.py": "ranks"}
+_GROUPS = {"tests/slurm/": "slurm", "tests/common/test_vllm_engine.py": "vllm",
+           "tests/e2e/test_ddp.py": "ranks", "tests/common/test_export_base.py": "ranks"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -18,7 +18,8 @@ class ByTurn:
 
     def __init__(self, advantages: Advantages, groups: list[Group]):
         self.advantages = advantages
-        self.keys = {id(t): (e, i) for e, ep in enumerate(step_episodes(groups)) for i, t in enumerate(ep.turns)}
+        self.keys = {id(t): (e, i)
+                     for e, ep in enumerate(step_episodes(groups)) for i, t in enumerate(ep.turns)}
 
     def scalar(self, turn: Turn) -> float:
         return self.advantages.scalar(self.keys[id(turn)])
@@ -28,12 +29,14 @@ class ByTurn:
 
 
 def run_view(env: Any, scale: str = "cpu", **fields: Any) -> RunView:
-    """What a method sees of a default run (`RunConfig()`) at `scale`, with `fields` changed (e.g. group_size=8)."""
+    """What a method sees of a default run (`RunConfig()`) at `scale`, with `fields` changed (e.g.
+    group_size=8)."""
     return dataclasses.replace(RunView.of(RunConfig(scale=scale), env), **fields)
 
 
 def credit_advantages(method: Any, groups: list[Group], step: int = 0) -> tuple[ByTurn, dict[str, float]]:
-    """What the trainer does with a method's credit: (the advantages, the credit's metrics + credit_metrics)."""
+    """What the trainer does with a method's credit: (the advantages, the credit's metrics +
+    credit_metrics)."""
     credit = method.credit(groups, step)
     adv = to_advantages(groups, credit, method.agent_of, method.estimator, method.excluded)
     return ByTurn(adv, groups), {**credit.metrics, **method.credit_metrics(groups, adv)}

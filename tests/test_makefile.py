@@ -19,8 +19,8 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make i
 def make_n(target: str, *variables: str) -> subprocess.CompletedProcess[str]:
     """`make -n <target> VAR=value ...` in the repository (`-o setup`: nothing installed)."""
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    return subprocess.run(["make", "-n", "-o", "setup", f"PY={sys.executable}", target, *variables], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(["make", "-n", "-o", "setup", f"PY={sys.executable}", target, *variables], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=60)
 
 
 def flags(*variables: str, target: str = "replicate-grpo") -> set[str]:
@@ -38,8 +38,8 @@ def refusal(*variables: str, target: str = "replicate-grpo") -> str:
     return proc.stderr.strip()
 
 
-@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("yes", True), ("0", False), ("false", False),
-                                       ("no", False), ("", False)])
+@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("yes", True), ("0", False),
+                                       ("false", False), ("no", False), ("", False)])
 def test_force_and_dry_run_mean_what_they_say(value, on):
     """FORCE=0 forced and DRY_RUN=0 was a dry run."""
     assert ("--force" in flags(f"FORCE={value}")) == on
@@ -47,7 +47,8 @@ def test_force_and_dry_run_mean_what_they_say(value, on):
     assert ("--dry-run" in flags(f"DRY_RUN={value}", target="compare")) == on
 
 
-@pytest.mark.parametrize("value, wait", [("1", True), ("yes", True), ("0", False), ("no", False), ("", False)])
+@pytest.mark.parametrize("value, wait", [("1", True), ("yes", True), ("0", False), ("no", False),
+                                         ("", False)])
 def test_wait(value, wait):
     assert ("--no-wait" not in flags("CLUSTER=slurm", f"WAIT={value}")) == wait
     assert "--no-wait" not in flags("CLUSTER=slurm")  # WAIT=1 by default
@@ -63,7 +64,8 @@ def test_any_other_boolean_value_is_refused_in_one_line(variable):
 @pytest.mark.parametrize("variable, message", [
     ("SEEDS=0' --x '", "SEEDS=0' --x ' is not a comma-separated list of seeds, e.g. SEEDS=0,1,2"),
     ("SEEDS=0;1", "SEEDS=0;1 is not a comma-separated list of seeds"),
-    ("SCALE=smoke #", "SCALE=smoke # is not one word of letters, digits and _ - . (it reaches the shell unquoted)"),
+    ("SCALE=smoke #",
+     "SCALE=smoke # is not one word of letters, digits and _ - . (it reaches the shell unquoted)"),
     ("PROFILE=a;b", "PROFILE=a;b is not one word"),
     ("GRID=trainer.lr=1' --dry-run '", "GRID holds a single quote: it cannot reach the shell intact"),
 ])
@@ -74,15 +76,18 @@ def test_a_value_that_would_not_stay_one_argument_is_refused_before_the_shell(va
 
 def test_seeds_and_the_other_values_reach_the_command_as_given():
     proc = make_n("replicate-grpo", "SEEDS=0,1,2", "SCALE=paper_v2", "PROFILE=slurm-gpu")
-    assert "--seeds '0,1,2'" in proc.stdout and "--scale paper_v2" in proc.stdout and "--profile slurm-gpu" in proc.stdout
+    assert ("--seeds '0,1,2'" in proc.stdout and "--scale paper_v2" in proc.stdout
+            and "--profile slurm-gpu" in proc.stdout)
 
 
 def test_args_that_move_a_cell_are_refused_through_make(tmp_path):
     """ARGS=seed=7 ran seed 7 while the progress line showed seed 0; the real make, a dry run."""
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    proc = subprocess.run(["make", "-o", "setup", f"PY={sys.executable}", "replicate-grpo", "SCALE=smoke", "DRY_RUN=1",
+    proc = subprocess.run(["make", "-o", "setup", f"PY={sys.executable}", "replicate-grpo", "SCALE=smoke",
+                           "DRY_RUN=1",
                            f"ARGS=seed=7 out_dir={tmp_path / 'out'} work_dir={tmp_path / 'work'}"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and proc.stdout == ""
-    assert "error: seed=7 in the extra overrides (ARGS) is refused: a cell's seed is set by SEEDS (--seeds)" in proc.stderr
+    assert ("error: seed=7 in the extra overrides (ARGS) is refused: a cell's seed is set by SEEDS (--seeds)"
+            in proc.stderr)
     assert not any(tmp_path.iterdir())

@@ -39,14 +39,20 @@ from common.credit import Credit
 from common.episode import Episode, Group, Task, tasks_of
 from common.method import Method, MethodConfig, Mode, RunView
 from common.rollout import PlaySpec, Rollout, derive_seed
-from replications.canopy.signal import group_size, signal_check, signal_metrics, signal_probability  # noqa: F401
+from replications.canopy.signal import (  # noqa: F401
+    group_size,
+    signal_check,
+    signal_metrics,
+    signal_probability,
+)
 
 
 @dataclass
 class CanopyConfig(MethodConfig):
     name: str = "canopy"
     estimator: str = "grpo"  # GRPO with std normalization [P]
-    coverage: float | None = 0.8  # tau: P(a hardest-tier group has a success) the group size aims at; null = fixed n
+    # tau: P(a hardest-tier group has a success) the group size aims at; null = fixed n
+    coverage: float | None = 0.8
     pilot_tasks: int = 16  # hardest-tier train tasks the pilot plays (coverage set only)
     pilot_samples: int = 4  # episodes per pilot task (coverage set only)
     min_group: int = 2  # the sized n is clipped to [min_group, trainer.group_size]
@@ -71,23 +77,29 @@ class Canopy(Method):
         super().validate()
         c, cap = self.cfg, self.run.group_size
         if c.coverage is not None and not 0.0 < c.coverage < 1.0:
-            raise ValueError(f"method.coverage must be in (0, 1), or null for a fixed trainer.group_size; got {c.coverage}")
-        if c.coverage is None and any(getattr(c, k) != getattr(CanopyConfig, k) for k in ("pilot_tasks", "pilot_samples", "min_group")):
-            raise ValueError("method.pilot_tasks, pilot_samples and min_group have no effect with method.coverage=null "
-                             "(fixed group size trainer.group_size); drop them or set a coverage")
+            raise ValueError("method.coverage must be in (0, 1), or null for a fixed trainer.group_size; "
+                             f"got {c.coverage}")
+        if c.coverage is None and any(getattr(c, k) != getattr(CanopyConfig, k)
+                                      for k in ("pilot_tasks", "pilot_samples", "min_group")):
+            raise ValueError("method.pilot_tasks, pilot_samples and min_group have no effect with "
+                             "method.coverage=null (fixed group size trainer.group_size); drop them or set a "
+                             "coverage")
         if c.coverage is not None and not 2 <= c.min_group <= cap:
-            raise ValueError(f"need 2 <= method.min_group <= trainer.group_size (the cap of the sized n); got {c.min_group}, {cap}")
+            raise ValueError("need 2 <= method.min_group <= trainer.group_size (the cap of the sized n); "
+                             f"got {c.min_group}, {cap}")
         if min(c.pilot_tasks, c.pilot_samples) < 1:
             raise ValueError("method.pilot_tasks and method.pilot_samples must be >= 1")
         if c.drop_hardest_tier and len(self.env.tiers) < 2:
-            raise ValueError(f"method.drop_hardest_tier needs an environment with 2+ tiers; {self.env.name} has {self.env.tiers}")
+            raise ValueError("method.drop_hardest_tier needs an environment with 2+ tiers; "
+                             f"{self.env.name} has {self.env.tiers}")
 
     def tasks(self, pool: Sequence[Task], step: int, rng: random.Random) -> list[Task]:
         if not self.cfg.drop_hardest_tier:
             return super().tasks(pool, step, rng)
         if self._pool_index is None:
             self._pool_index = [i for i, task in enumerate(pool) if task.tier != max(self.env.tiers)]
-        return [pool[self._pool_index[rng.randrange(len(self._pool_index))]] for _ in range(self.run.tasks_per_step)]
+        return [pool[self._pool_index[rng.randrange(len(self._pool_index))]]
+                for _ in range(self.run.tasks_per_step)]
 
     def group_size(self, task: Task, mode: Mode = "train") -> int:
         assert mode == "eval" or self.n is not None, "the pilot sizes the group before the first step"
@@ -104,26 +116,32 @@ class Canopy(Method):
         c, cap = self.cfg, self.run.group_size
         pool = tasks_of(self.env.task_set()["train"])
         index = [i for i, task in enumerate(pool) if task.tier == max(self.env.tiers)]
-        picks = random.Random(derive_seed(self.run.seed, "pilot")).sample(index, min(c.pilot_tasks, len(index)))
-        specs = [PlaySpec(pool[i], tag="pilot", trainable=False) for i in picks for _ in range(c.pilot_samples)]
+        picks = random.Random(derive_seed(self.run.seed, "pilot")).sample(
+            index, min(c.pilot_tasks, len(index)))
+        specs = [PlaySpec(pool[i], tag="pilot", trainable=False)
+                 for i in picks for _ in range(c.pilot_samples)]
         episodes = [e for e in rollout.play(specs, step=-1, salt="pilot") if not e.faulted]
         p = float(np.mean([e.success for e in episodes])) if episodes else 0.0
-        n = cap if p == 0.0 else c.min_group if p == 1.0 else group_size(p, c.coverage)  # type: ignore[arg-type]
+        n = (cap if p == 0.0 else c.min_group if p == 1.0
+             else group_size(p, c.coverage))  # type: ignore[arg-type]
         n = int(min(max(n, c.min_group), cap))
-        self.pilot = {"pilot_success": p, "pilot_episodes": float(len(episodes)), "pilot_group_size": float(n),
-                      "pilot_coverage": 1.0 - (1.0 - p) ** n}
+        self.pilot = {"pilot_success": p, "pilot_episodes": float(len(episodes)),
+                      "pilot_group_size": float(n), "pilot_coverage": 1.0 - (1.0 - p) ** n}
         return n
 
     def excluded(self, episode: Episode) -> bool:  # quarantine: a faulted episode is not the policy's doing
-        return (episode.faulted and self.cfg.quarantine) or (episode.truncated and not self.cfg.train_truncated)
+        return ((episode.faulted and self.cfg.quarantine)
+                or (episode.truncated and not self.cfg.train_truncated))
 
     def credit(self, groups: list[Group], step: int) -> Credit:
         """GRPO over the non-quarantined episodes (the core leaves `excluded` ones out); signal vs P_sig."""
         kept = [Group(g.task_id, g.tier, [e for e in g.episodes if not self.excluded(e)]) for g in groups]
         quarantined = float(sum(len(g.episodes) - len(k.episodes) for g, k in zip(groups, kept, strict=True)))
-        return Credit.outcome(groups, {"group_size": float(self.n or 0), "quarantined": quarantined, **signal_metrics(kept), **self.pilot})
+        return Credit.outcome(groups, {"group_size": float(self.n or 0), "quarantined": quarantined,
+                                       **signal_metrics(kept), **self.pilot})
 
-    def state_dict(self) -> dict[str, Any]:  # the pilot ran on the warm start: a resumed run must not rerun it
+    # the pilot ran on the warm start: a resumed run must not rerun it
+    def state_dict(self) -> dict[str, Any]:
         return {"n": self.n, "pilot": self.pilot}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -33,7 +33,8 @@ def group_size(p_min: float, coverage: float) -> int:
     (32, 16)
     """
     if not 0.0 < p_min < 1.0:
-        raise ValueError(f"p_min must be in (0, 1); got {p_min} (a pilot with no success sizes no group: cap it)")
+        raise ValueError(f"p_min must be in (0, 1); got {p_min} (a pilot with no success sizes no group: "
+                         "cap it)")
     if not 0.0 < coverage < 1.0:
         raise ValueError(f"coverage must be in (0, 1); got {coverage}")
     n = math.log(1.0 - coverage) / math.log(1.0 - p_min)
@@ -47,7 +48,8 @@ def signal_metrics(groups: list[Group]) -> dict[str, float]:
     out: dict[str, float] = {}
     kept = [g for g in groups if g.episodes]
     for g in kept:
-        for key, value in ((f"groups/tier{g.tier}", 1.0), (f"signal_groups/tier{g.tier}", float(len(set(g.rewards)) > 1)),
+        for key, value in ((f"groups/tier{g.tier}", 1.0),
+                           (f"signal_groups/tier{g.tier}", float(len(set(g.rewards)) > 1)),
                            (f"episodes/tier{g.tier}", float(len(g.episodes))),
                            (f"successes/tier{g.tier}", float(sum(e.success for e in g.episodes)))):
             out[key] = out.get(key, 0.0) + value
@@ -78,7 +80,8 @@ def signal_check(rows: list[dict[str, Any]], window: int = 10) -> dict[str, floa
             groups += g
             measured += sum(row.get(f"signal_groups/{tier}", 0.0) for row in chunk)
             predicted += sum(row.get(f"groups/{tier}", 0.0) * signal_probability(p, max(1, round(
-                row.get(f"episodes/{tier}", 0.0) / row[f"groups/{tier}"]))) for row in chunk if row.get(f"groups/{tier}"))
+                row.get(f"episodes/{tier}", 0.0) / row[f"groups/{tier}"])))
+                for row in chunk if row.get(f"groups/{tier}"))
     if not groups:
         return {"groups": 0.0, "measured": math.nan, "predicted": math.nan}
     return {"groups": groups, "measured": measured / groups, "predicted": predicted / groups}

@@ -24,7 +24,8 @@ from paper.tables import CI, Table, fmt_ci
 from replications.canopy.signal import signal_check
 
 # The paper's ablations (mean@4, AppWorld Test-Normal) [P], by the arm names of replication.yaml.
-PAPER_MEAN4 = {"full": 79.5, "seq-mean": 74.1, "no-hardest": 73.5, "no-kl": 72.5, "n-small": 63.1, "two-updates": 62.1}
+PAPER_MEAN4 = {"full": 79.5, "seq-mean": 74.1, "no-hardest": 73.5, "no-kl": 72.5, "n-small": 63.1,
+               "two-updates": 62.1}
 ARM_ORDER = ("full", "n-small", "two-updates", "no-kl", "seq-mean", "no-hardest")
 LAST = 5  # steps averaged for "at the end" numbers
 
@@ -76,7 +77,8 @@ def ablations_table(runs: list[Run]) -> Table:
                      ", ".join(map(str, sizes)) + (f" ({np.mean(pilot):.3f})" if pilot else " (fixed)"),
                      f"{np.mean(tokens):,.0f}" if tokens else "—"])
     headers = ["env", "arm", "seeds", "paper mean@4", "mean@k", f"entropy, last {LAST} steps",
-               f"KL to base, last {LAST} steps", "groups with signal: measured / P_sig, all tiers; hardest tier",
+               f"KL to base, last {LAST} steps",
+               "groups with signal: measured / P_sig, all tiers; hardest tier",
                "group size (pilot success rate)", "tokens generated in training"]
     return Table("canopy-ablations", "CANOPY's ablations: held-out mean@k next to the paper's mean@4, drift "
                  "and signal starvation, mean over seeds [95% t CI]", headers, rows)
@@ -94,20 +96,22 @@ def curve(runs: list[Run], key: str, points: int = 5) -> str:
 
 def training_table(runs: list[Run]) -> Table:
     rows = [[env, arm, curve(rs, "entropy"), curve(rs, "success_rate")] for env, arm, rs in by_arm(runs)]
-    return Table("canopy-training", "CANOPY: policy entropy and training success over training (mean over seeds)",
+    return Table("canopy-training",
+                 "CANOPY: policy entropy and training success over training (mean over seeds)",
                  ["env", "arm", "policy entropy per action token", "training success rate"], rows)
 
 
 def ordering_table(runs: list[Run]) -> Table:
     rows = []
     for env, group in groupby(by_arm(runs), key=lambda e: e[0]):
-        ranked = sorted(((arm, float(np.mean([r.evals["final"]["mean@k"] for r in rs]))) for _, arm, rs in group),
+        ranked = sorted(((arm, float(np.mean([r.evals["final"]["mean@k"] for r in rs])))
+                         for _, arm, rs in group),
                         key=lambda am: -am[1])
         paper = sorted((a for a, _ in ranked if a in PAPER_MEAN4), key=lambda a: -PAPER_MEAN4[a])
         rows.append([env, " > ".join(f"{arm} ({m:.3f})" for arm, m in ranked),
                      " > ".join(f"{arm} ({PAPER_MEAN4[arm]:.1f})" for arm in paper)])
-    return Table("canopy-ordering", "CANOPY: the ablations ranked by held-out mean@k, ours next to the paper's "
-                 "(mean@4, AppWorld Test-Normal)", ["env", "ours", "paper (mean@4)"], rows)
+    return Table("canopy-ordering", "CANOPY: the ablations ranked by held-out mean@k, ours next to the "
+                 "paper's (mean@4, AppWorld Test-Normal)", ["env", "ours", "paper (mean@4)"], rows)
 
 
 EXTRA_TABLES: dict[str, ExtraTable] = {"ablations": ablations_table, "training": training_table,

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 
-def v2_rewards(joint: Any, solo: Any, bonus: float = 0.2, baseline: str = "group") -> tuple[np.ndarray, np.ndarray]:
+def v2_rewards(joint: Any, solo: Any, bonus: float = 0.2, baseline: str = "group"
+               ) -> tuple[np.ndarray, np.ndarray]:
     """CCPO v2 rewards of one group (before mean-centering).
 
     `joint[k]`, `solo[k]` in [−1, +1] (±1 for a verifier). Solo baseline b_k = mean(solo) for every k
@@ -30,7 +31,8 @@ def v2_rewards(joint: Any, solo: Any, bonus: float = 0.2, baseline: str = "group
     joint_G = np.asarray(joint, dtype=np.float64)
     solo_G = np.asarray(solo, dtype=np.float64)
     if solo_G.shape != joint_G.shape:
-        raise ValueError(f"v2 pairs joint and solo plays by index: {joint_G.shape} joint, {solo_G.shape} solo")
+        raise ValueError(f"v2 pairs joint and solo plays by index: {joint_G.shape} joint, "
+                         f"{solo_G.shape} solo")
     b_G = np.full_like(joint_G, solo_G.mean()) if baseline == "group" else solo_G
     event_G = ((joint_G > 0) & (b_G < 0)).astype(np.float64) - ((joint_G < 0) & (b_G > 0)).astype(np.float64)
     return joint_G + bonus * event_G, joint_G.copy()
@@ -72,7 +74,8 @@ class _Running:
 
     def update(self, x_N: np.ndarray, decay: float, first: bool) -> None:
         m, v = float(np.mean(x_N)), float(np.var(x_N))
-        self.mean, self.var = (m, v) if first else (decay * self.mean + (1 - decay) * m, decay * self.var + (1 - decay) * v)
+        self.mean, self.var = ((m, v) if first
+                               else (decay * self.mean + (1 - decay) * m, decay * self.var + (1 - decay) * v))
 
 
 @dataclass
@@ -86,7 +89,8 @@ class V1Credit:
     eps: float = 1e-6
     n_updates: int = 0
     n_seen: int = 0
-    applied_gate: float | None = None  # the gate the last batch's Solver rewards used (None: not yet normalizing)
+    # the gate the last batch's Solver rewards used (None: not yet normalizing)
+    applied_gate: float | None = None
     delta: _Running = field(default_factory=_Running)
     joint: _Running = field(default_factory=_Running)
     solo: _Running = field(default_factory=_Running)
@@ -97,7 +101,8 @@ class V1Credit:
         return self.n_updates >= 1 and self.n_seen >= self.min_samples
 
     def gate(self) -> float:
-        """g = sigmoid(η μ_Δ / (σ_Δ + ε)): the Solver leans on its joint reward when the Thinker helps on average."""
+        """g = sigmoid(η μ_Δ / (σ_Δ + ε)): the Solver leans on its joint reward when the Thinker helps on
+        average."""
         return _sigmoid(self.eta * self.delta.mean / (self.delta.std(self.eps) + self.eps))
 
     def rewards(self, joint: Any, solo: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -123,7 +128,8 @@ class V1Credit:
 
     def state_dict(self) -> dict[str, Any]:
         return {"n_updates": self.n_updates, "n_seen": self.n_seen,
-                **{f"{k}_{a}": getattr(getattr(self, k), a) for k in ("delta", "joint", "solo") for a in ("mean", "var")}}
+                **{f"{k}_{a}": getattr(getattr(self, k), a)
+                   for k in ("delta", "joint", "solo") for a in ("mean", "var")}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.n_updates, self.n_seen = int(state["n_updates"]), int(state["n_seen"])

@@ -48,17 +48,24 @@ from common.credit import Credit
 from common.episode import Group, Task, info_means
 from common.method import Method, MethodConfig, Mode, RunView
 from common.rollout import Rollout
-from replications.ccpo.counterfactual import V1Credit, v2_rewards, vote_counterfactuals  # noqa: F401  (public API of this module too)
+from replications.ccpo.counterfactual import (  # noqa: F401  (public API of this module too)
+    V1Credit,
+    v2_rewards,
+    vote_counterfactuals,
+)
 
 
 @dataclass
 class CCPOConfig(MethodConfig):
     name: str = "ccpo"
-    credit: Literal["shared", "v1", "v2", "vote"] = "v1"  # shared (GRPO on the team reward, the baseline) | v1 | v2 (CCPO) | vote (voting)
-    estimator: str = "auto"  # group normalization: auto = grpo for shared and v1, drgrpo (mean-centering) for v2
+    # shared (GRPO on the team reward, the baseline) | v1 | v2 (CCPO) | vote (voting)
+    credit: Literal["shared", "v1", "v2", "vote"] = "v1"
+    # group normalization: auto = grpo for shared and v1, drgrpo (mean-centering) for v2
+    estimator: str = "auto"
     thinker_role: str = "thinker"  # the role credited with the counterfactual difference
     solver_role: str = "solver"  # the role that can also play alone (the `solo` variant)
-    alternate_every: int = 10  # train one role at a time, switching every N steps (paper: 10); 0 = both always
+    # train one role at a time, switching every N steps (paper: 10); 0 = both always
+    alternate_every: int = 10
     first_role: str = "thinker"  # the role trained first when alternating (official: start_agent)
     ema_decay: float = 0.99  # v1: EMA decay of the running statistics
     min_samples: int = 10  # v1: no normalization before this many samples have been seen
@@ -66,15 +73,18 @@ class CCPOConfig(MethodConfig):
     eta: float = 1.0  # v1: sharpness of the Solver's gate
     eps: float = 1e-6  # v1: added to every std
     bonus: float = 0.2  # v2: λ, weight of the help/hurt event bonus
-    solo_baseline: Literal["group", "sample"] = "group"  # v2: b = the group's mean solo reward, or each play's paired solo reward
-    crn: bool = False  # solo play k reuses joint play k's environment seed (paired counterfactuals, #18); false: its own
+    # v2: b = the group's mean solo reward, or each play's paired solo reward
+    solo_baseline: Literal["group", "sample"] = "group"
+    # solo play k reuses joint play k's environment seed (paired counterfactuals, #18); false: its own
+    crn: bool = False
 
 
 class CCPO(Method):
     Config = CCPOConfig
     needs = frozenset({"two_role_dialogue"})  # a Thinker, a Solver, and the Solver alone (solo)
     compare_arm = "ccpo-v1"  # v1: the EMA-normalized counterfactual credit, paired solo plays
-    paper_data_hint = "download MATH (hendrycks/competition_math) to a local folder and pass method.paper_data=..."
+    paper_data_hint = ("download MATH (hendrycks/competition_math) to a local folder and pass "
+                       "method.paper_data=...")
     cfg: CCPOConfig
 
     def __init__(self, cfg: CCPOConfig, run: RunView):
@@ -87,14 +97,16 @@ class CCPO(Method):
         super().validate()
         c, roles = self.cfg, set(self.env.roles)
         if c.credit == "vote":
-            missing = [f"without{i}" for i in range(len(self.env.roles)) if f"without{i}" not in self.env.variants()]
+            missing = [f"without{i}" for i in range(len(self.env.roles))
+                       if f"without{i}" not in self.env.variants()]
             if missing:
-                raise ValueError(f"method.credit=vote credits voters of a majority vote (env voting); {self.env.name} "
-                                 f"has no variants {missing}")
+                raise ValueError("method.credit=vote credits voters of a majority vote (env voting); "
+                                 f"{self.env.name} has no variants {missing}")
             return
         for key in ("thinker_role", "solver_role", "first_role"):
             if getattr(c, key) not in roles:
-                raise ValueError(f"method.{key}={getattr(c, key)!r} is not a role of {self.env.name}; roles: {sorted(roles)}")
+                raise ValueError(f"method.{key}={getattr(c, key)!r} is not a role of {self.env.name}; "
+                                 f"roles: {sorted(roles)}")
         if c.thinker_role == c.solver_role:
             raise ValueError("method.thinker_role and method.solver_role must differ")
         if "solo" not in self.env.variants():
@@ -107,10 +119,11 @@ class CCPO(Method):
         """G joint plays per task and, paired by index, G solo plays of the Solver (scored, never
         trained; compute tag `solo`). Evaluation plays them in every arm: the Solver's own skill."""
         groups = super().play(rollout, tasks, step, mode, variant)
-        if variant == "main" and "solo" in self.env.variants() and (mode == "eval" or self.cfg.credit in ("v1", "v2")):
+        if (variant == "main" and "solo" in self.env.variants()
+                and (mode == "eval" or self.cfg.credit in ("v1", "v2"))):
             sizes = [len(g.episodes) for g in groups]
-            solo = rollout.play_groups(tasks, sizes, step, mode=mode, variant="solo", tag="solo", trainable=False,
-                                       seed_tag="main" if self.cfg.crn else None)
+            solo = rollout.play_groups(tasks, sizes, step, mode=mode, variant="solo", tag="solo",
+                                       trainable=False, seed_tag="main" if self.cfg.crn else None)
             for g, s in zip(groups, solo, strict=True):
                 g.extra["solo"] = s.episodes
         return groups
@@ -132,11 +145,13 @@ class CCPO(Method):
             return Credit.outcome(groups, metrics)
         if c.credit == "vote":
             voters = self.env.roles
-            deltas = [[vote_counterfactuals([bool(e.info.get(f"{r}_correct", False)) for r in voters]) for e in g.episodes]
+            deltas = [[vote_counterfactuals([bool(e.info.get(f"{r}_correct", False)) for r in voters])
+                       for e in g.episodes]
                       for g in groups]
             flat_V = np.concatenate([d for g in deltas for d in g]) if groups else np.zeros(0)
             metrics.update(vote_pivotal_rate=float(flat_V.mean()) if flat_V.size else 0.0)
-            return Credit("reward", [[dict(zip(voters, map(float, d), strict=True)) for d in g] for g in deltas],
+            return Credit("reward",
+                          [[dict(zip(voters, map(float, d), strict=True)) for d in g] for g in deltas],
                           metrics=metrics)
         joint_N = np.array([e.reward for g in groups for e in g.episodes])
         solo_N = np.array([e.reward for g in groups for e in g.extra["solo"]])
@@ -145,12 +160,15 @@ class CCPO(Method):
         if c.credit == "v1":
             thinker_N, solver_N = self.v1.rewards(joint_N, solo_N)
             metrics.update(v1_mu_delta=self.v1.delta.mean, v1_sigma_delta=self.v1.delta.std(self.v1.eps),
-                           **({} if self.v1.applied_gate is None else {"v1_gate": self.v1.applied_gate}))  # the gate applied
+                           # the gate applied
+                           **({} if self.v1.applied_gate is None else {"v1_gate": self.v1.applied_gate}))
         else:
-            pairs = [v2_rewards(2 * joint_N[a:b] - 1, 2 * solo_N[a:b] - 1, c.bonus, c.solo_baseline) for a, b in spans]
+            pairs = [v2_rewards(2 * joint_N[a:b] - 1, 2 * solo_N[a:b] - 1, c.bonus, c.solo_baseline)
+                     for a, b in spans]
             thinker_N = np.concatenate([p[0] for p in pairs]) if pairs else joint_N
             solver_N = np.concatenate([p[1] for p in pairs]) if pairs else joint_N
-        flat = [{c.thinker_role: float(t), c.solver_role: float(s)} for t, s in zip(thinker_N, solver_N, strict=True)]
+        flat = [{c.thinker_role: float(t), c.solver_role: float(s)}
+                for t, s in zip(thinker_N, solver_N, strict=True)]
         values = [flat[a:b] for a, b in spans]
         joint_ok = np.array([e.success for g in groups for e in g.episodes])
         solo_ok = np.array([e.success for g in groups for e in g.extra["solo"]])

@@ -46,7 +46,8 @@ def thinker_table(runs: list[Run]) -> Table:
             evals = [r.evals[stage] for r in arm_runs if stage in r.evals]
             if evals:
                 rows.append([env, arm, label, str(len(evals)),
-                             *(fmt_ci(mean_ci([column(e) for e in evals], **CI)) for column in COLUMNS.values())])
+                             *(fmt_ci(mean_ci([column(e) for e in evals], **CI))
+                               for column in COLUMNS.values())])
     return Table("ccpo-thinker", "CCPO: the Thinker's contribution per arm, held-out, mean over seeds "
                  "[95% t CI] (help, hurt, contribution: the paired variant; drop: mean@k minus "
                  "mean@k with the message emptied)", ["env", "arm", "stage", "seeds", *COLUMNS], rows)
@@ -66,10 +67,10 @@ def compute_table(runs: list[Run]) -> Table:
             steps = sorted({int(m["step"]) + 1 for m in last})
             rows.append([env, arm, str(len(last)), "/".join(map(str, steps)),
                          *(f"{sum(m.get(k, 0) for m in last) / len(last):,.0f}" for k in COMPUTE)])
-    return Table("ccpo-compute", "CCPO: training compute per arm, mean over seeds (tokens generated and model "
-                 "calls; main: the trained joint plays, solo: the Solver-alone counterfactual plays)",
-                 ["env", "arm", "seeds", "steps", "tokens", "tokens main", "tokens solo", "calls", "calls main",
-                  "calls solo"], rows)
+    return Table("ccpo-compute", "CCPO: training compute per arm, mean over seeds (tokens generated and "
+                 "model calls; main: the trained joint plays, solo: the Solver-alone counterfactual plays)",
+                 ["env", "arm", "seeds", "steps", "tokens", "tokens main", "tokens solo", "calls",
+                  "calls main", "calls solo"], rows)
 
 
 EXTRA_TABLES: dict[str, ExtraTable] = {"thinker": thinker_table, "compute": compute_table}

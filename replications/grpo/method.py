@@ -35,9 +35,12 @@ from envs.api.base import Environment
 @dataclass
 class GRPOConfig(MethodConfig):
     name: str = "grpo"
-    estimator: str = "grpo"  # grpo (Shao et al. 2024) | drgrpo (Liu et al. 2025) | rloo (Ahmadian et al. 2024) | rft
-    update: Literal["rl", "clean_sft"] = "rl"  # clean_sft: train on the demonstrator's plays (see the module doc)
-    demonstrator_env: dict[str, Any] = field(default_factory=dict)  # env settings of the clean_sft demonstrator
+    # grpo (Shao et al. 2024) | drgrpo (Liu et al. 2025) | rloo (Ahmadian et al. 2024) | rft
+    estimator: str = "grpo"
+    # clean_sft: train on the demonstrator's plays (see the module doc)
+    update: Literal["rl", "clean_sft"] = "rl"
+    # env settings of the clean_sft demonstrator
+    demonstrator_env: dict[str, Any] = field(default_factory=dict)
 
 
 class GRPO(Method):
@@ -53,7 +56,8 @@ class GRPO(Method):
         known = {f.name for f in dataclasses.fields(self.env.cfg)}
         unknown = sorted(set(self.cfg.demonstrator_env) - known)
         if unknown:
-            raise ValueError(f"method.demonstrator_env: unknown {self.env.name} setting(s) {unknown}; it accepts {sorted(known)}")
+            raise ValueError(f"method.demonstrator_env: unknown {self.env.name} setting(s) {unknown}; "
+                             f"it accepts {sorted(known)}")
         if self.cfg.demonstrator_env and self.cfg.update != "clean_sft":
             raise ValueError("method.demonstrator_env is read only with method.update=clean_sft")
 
@@ -61,7 +65,8 @@ class GRPO(Method):
     def demonstrator(self) -> Environment | None:
         """The clean_sft arm's demonstrator environment (None for the RL arms)."""
         if self.cfg.update == "clean_sft" and self._demonstrator is None:
-            self._demonstrator = type(self.env)(dataclasses.replace(self.env.cfg, **self.cfg.demonstrator_env))
+            self._demonstrator = type(self.env)(dataclasses.replace(self.env.cfg,
+                                                                    **self.cfg.demonstrator_env))
         return self._demonstrator
 
     def play(self, rollout: Rollout, tasks: list[Task], step: int, mode: Mode = "train",
@@ -69,7 +74,8 @@ class GRPO(Method):
         if mode != "train" or self.demonstrator is None:
             return super().play(rollout, tasks, step, mode, variant)
         sizes = [self.group_size(t, mode) for t in tasks]
-        return rollout.play_groups(tasks, sizes, step, mode=mode, variant=variant, demonstrator=self.demonstrator)
+        return rollout.play_groups(tasks, sizes, step, mode=mode, variant=variant,
+                                   demonstrator=self.demonstrator)
 
     def credit(self, groups: list[Group], step: int) -> Credit:
         if self.demonstrator is None:

@@ -48,27 +48,31 @@ def mode_selection_table(runs: list[Run]) -> Table:
         seeds = sorted(set(rs) & set(start))
         final, n, _ = paired_difference([_value(rs[s], "final", "mean@k") for s in sorted(rs)])
         worked, _, _ = paired_difference([_value(rs[s], "final", "worked") for s in sorted(rs)])
-        gain, _, _ = paired_difference([_value(rs[s], "final", "mean@k") - _value(start[s], "initial", "mean@k")
-                                        for s in seeds])
+        gain, _, _ = paired_difference([_value(rs[s], "final", "mean@k")
+                                        - _value(start[s], "initial", "mean@k") for s in seeds])
         if arm == "grpo":
             grpo_gain = gain[0]
-            rows.append([arm, str(n), fmt_ci(final), fmt_ci(worked), fmt_ci(gain, signed=True), "", "", "1.00"])
+            rows.append([arm, str(n), fmt_ci(final), fmt_ci(worked), fmt_ci(gain, signed=True), "", "",
+                         "1.00"])
             continue
         both = sorted(set(rs) & set(by_arm.get("grpo", {})))
-        diff, pairs, sd = paired_difference([_value(by_arm["grpo"][s], "final", "mean@k") - _value(rs[s], "final", "mean@k")
-                                             for s in both])
-        share = gain[0] / grpo_gain if grpo_gain == grpo_gain and grpo_gain > 0 and gain[0] == gain[0] else NAN
+        diff, pairs, sd = paired_difference([_value(by_arm["grpo"][s], "final", "mean@k")
+                                             - _value(rs[s], "final", "mean@k") for s in both])
+        share = (gain[0] / grpo_gain if grpo_gain == grpo_gain and grpo_gain > 0 and gain[0] == gain[0]
+                 else NAN)
         rows.append([arm, str(n), fmt_ci(final), fmt_ci(worked), fmt_ci(gain, signed=True),
                      fmt_ci(diff, signed=True) + f", {pairs} pairs" if pairs else "—",
                      table_verdict(diff, pairs, sd, MARGINS[arm]) if pairs else "—",
                      "—" if np.isnan(share) else f"{share:.2f}"])
-    headers = ["arm", "seeds", "held-out mean@k", "answers showing their working", "gain over the warm start (paired)",
-               "grpo - arm (paired)", "verdict (the card's margin)", "share of GRPO's gain"]
-    return Table("grpo-mode-selection", "GRPO on arith: how much of the gain is mode selection. Final held-out mean@k and "
-                 "the share of answers that show their working per arm, mean over seeds [95% t CI]; gains paired by seed "
-                 "with the warm start's evaluation (the grpo arm's, one warm start per seed); GRPO minus each supervised "
-                 "arm of the same budget (online RFT: supervised on its own successes; clean SFT: on demonstrations "
-                 "that always work), with the verdict at the margin of the card's claim", headers, rows)
+    headers = ["arm", "seeds", "held-out mean@k", "answers showing their working",
+               "gain over the warm start (paired)", "grpo - arm (paired)", "verdict (the card's margin)",
+               "share of GRPO's gain"]
+    return Table("grpo-mode-selection", "GRPO on arith: how much of the gain is mode selection. Final "
+                 "held-out mean@k and the share of answers that show their working per arm, mean over seeds "
+                 "[95% t CI]; gains paired by seed with the warm start's evaluation (the grpo arm's, one "
+                 "warm start per seed); GRPO minus each supervised arm of the same budget (online RFT: "
+                 "supervised on its own successes; clean SFT: on demonstrations that always work), with the "
+                 "verdict at the margin of the card's claim", headers, rows)
 
 
 EXTRA_TABLES: dict[str, ExtraTable] = {"mode-selection": mode_selection_table}

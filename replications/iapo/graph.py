@@ -49,7 +49,8 @@ class InfluenceGraph:
     """The graph over `n` actions (0-based action indices, in order of play)."""
 
     n: int
-    edges: set[tuple[int, int, EdgeKind]] = field(default_factory=set)  # (source, target, kind), source < target
+    # (source, target, kind), source < target
+    edges: set[tuple[int, int, EdgeKind]] = field(default_factory=set)
     errors: set[int] = field(default_factory=set)
     user_input: set[int] = field(default_factory=set)
 
@@ -126,7 +127,8 @@ def argument_annotator(episode: Episode) -> InfluenceGraph:
             graph.user_input.add(a)
         for arg in sorted(_arguments(episode.turns[t].text)):
             if arg in produced:
-                graph.add_edge(produced[arg], a, "failed_utilization" if a in graph.errors else "success_utilization")
+                graph.add_edge(produced[arg], a,
+                               "failed_utilization" if a in graph.errors else "success_utilization")
         if t + 1 < len(episode.turns):
             for arg in _arguments(episode.turns[t + 1].prompt_text) - seen:
                 produced.setdefault(arg, a)
@@ -139,7 +141,8 @@ EDGE_DEFINITIONS = """You annotate how the assistant's actions in a dialogue inf
 Actions are numbered A0, A1, ... in order. Report one fact per line, nothing else:
 EDGE i -> j input                : action j acts on information that action i supplied or elicited
 EDGE i -> j success_utilization  : action j used the output of action i, and it worked
-EDGE i -> j failed_utilization   : action j repeats action i's error, uses its invalid output, or falls back because of it
+EDGE i -> j failed_utilization   : action j repeats action i's error, uses its invalid output, or falls back \
+because of it
 ERROR i                          : action i carries an error (a failed tool call, a malformed call)
 USER j                           : action j directly acts on a message from the user
 Only edges from an earlier action to a later one. Write DONE when finished."""
@@ -198,7 +201,8 @@ def hf_greedy(model_path: str, max_new_tokens: int = 256) -> Callable[[str], str
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model: Any = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16 if torch.cuda.is_available() else torch.float32)
+    model: Any = AutoModelForCausalLM.from_pretrained(
+        model_path, dtype=torch.bfloat16 if torch.cuda.is_available() else torch.float32)
     model.eval().requires_grad_(False)
     if torch.cuda.is_available():
         model.cuda()
@@ -206,7 +210,8 @@ def hf_greedy(model_path: str, max_new_tokens: int = 256) -> Callable[[str], str
     def generate(prompt: str) -> str:
         ids = tokenizer(prompt, return_tensors="pt").to(model.device)
         with torch.no_grad():
-            out = model.generate(**ids, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.eos_token_id)
+            out = model.generate(**ids, do_sample=False, max_new_tokens=max_new_tokens,
+                                 pad_token_id=tokenizer.eos_token_id)
         return str(tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True))
 
     return generate

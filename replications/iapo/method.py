@@ -18,14 +18,15 @@ multipliers m, and the sign routing with beta+ and c). A success is credited tow
 whose information was used, away from those that erred; a failure is blamed toward the actions that
 erred and whose errors were carried on. A graph that says nothing gives w = 1: GRPO.
 
-Hooks: only `credit` changes. It computes A_tau per episode (the method's estimator over the
-group's non-excluded episodes, as the core would), asks the annotator for each episode's graph
-(`graph.py`: the environment's provenance events by default; argument provenance in the text for
-environments without events (tau2, BFCL); the paper's frozen-LLM annotator at the paper scale), and returns per-token advantages in `Credit.tokens`. Arms (`method.credit`):
-`broadcast` (GRPO itself), `iapo`, and `shuffled` (the control: the same episode's IAPO weights
-assigned to its actions in a random order, rescaled so that sum_i L_i w_i = L still holds: the same
-weight distribution without the graph's information). beta+ = 0 and c = 0.5 are the paper's
-ablations (`method.beta_plus`, `method.clip`).
+Hooks: only `credit` changes. It computes A_tau per episode (the method's estimator over the group's
+non-excluded episodes, as the core would), asks the annotator for each episode's graph (`graph.py`:
+the environment's provenance events by default; argument provenance in the text for environments
+without events (tau2, BFCL); the paper's frozen-LLM annotator at the paper scale), and returns
+per-token advantages in `Credit.tokens`. Arms (`method.credit`): `broadcast` (GRPO itself), `iapo`,
+and `shuffled` (the control: the same episode's IAPO weights assigned to its actions in a random
+order, rescaled so that sum_i L_i w_i = L still holds: the same weight distribution without the
+graph's information). beta+ = 0 and c = 0.5 are the paper's ablations (`method.beta_plus`,
+`method.clip`).
 
 `routing_weights` (and the features, the graph, the annotators) are public and importable here.
 """
@@ -35,7 +36,6 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -44,6 +44,7 @@ from common.credit import BROADCAST, Advantages, Credit, episode_offsets
 from common.episode import Episode, Group, info_means
 from common.method import Method, MethodConfig, RunView
 from common.rollout import derive_seed
+from replications.iapo.checks import check_benchmarks, check_settings
 from replications.iapo.graph import (  # noqa: F401  (public API of this module too)
     Annotator,
     InfluenceGraph,
@@ -54,10 +55,12 @@ from replications.iapo.graph import (  # noqa: F401  (public API of this module 
     parse_annotation,
     provenance_annotator,
 )
-from replications.iapo.routing import features, multipliers, routing_weights, routing_weights_reference  # noqa: F401
-
-# the real benchmarks of the small and paper scales (envs/benchmarks/tau2/, envs/benchmarks/bfcl/)
-BENCHMARK_ENVS = ("tau2", "bfcl")
+from replications.iapo.routing import (  # noqa: F401
+    features,
+    multipliers,
+    routing_weights,
+    routing_weights_reference,
+)
 
 
 @dataclass
@@ -65,13 +68,17 @@ class IAPOConfig(MethodConfig):
     """The `method.*` settings of IAPO ([P] the paper, [I] ours)."""
 
     name: str = "iapo"
-    estimator: str = "grpo"  # A_tau: group normalization (common.credit.CREDIT), GRPO's (R - mean)/(std + eps) [P]
-    credit: Literal["broadcast", "iapo", "shuffled"] = "iapo"  # broadcast = GRPO | iapo | shuffled (control) [I]
-    beta_plus: float = 0.05  # beta+: errors cut an action's share of a positive advantage [P: 0.05; ablation 0]
+    # A_tau: group normalization (common.credit.CREDIT), GRPO's (R - mean)/(std + eps) [P]
+    estimator: str = "grpo"
+    # broadcast = GRPO | iapo | shuffled (control) [I]
+    credit: Literal["broadcast", "iapo", "shuffled"] = "iapo"
+    # beta+: errors cut an action's share of a positive advantage [P: 0.05; ablation 0]
+    beta_plus: float = 0.05
     clip: float = 0.25  # c: z-scores clipped to [-c, c] [P: 0.25; ablations 0.125, 0.5]
     # the graph: environment events [I] | argument provenance in the text (tau2, BFCL) [I] | frozen LLM [P]
     annotator: Literal["provenance", "arguments", "llm"] = "provenance"
-    annotator_model: str | None = None  # annotator=llm: a local model folder, decoded greedily (temperature 0)
+    # annotator=llm: a local model folder, decoded greedily (temperature 0)
+    annotator_model: str | None = None
 
 
 def shuffle_weights(weights: Sequence[float], lengths: Sequence[int], rng: random.Random) -> list[float]:
@@ -100,53 +107,38 @@ class IAPO(Method):
         self._annotator: Annotator | None = None
 
     def validate(self) -> None:
-        c, run = self.cfg, self.run
-        if run.scale in ("small", "paper"):
-            from envs.registry import ENVS
-
-            missing = [name for name in BENCHMARK_ENVS if name not in ENVS]
-            if missing:
-                raise ValueError(f"scale={run.scale} trains on env=tau2 and evaluates on env=bfcl; {missing} not registered in "
-                                 f"envs.registry.ENVS yet: use scale=cpu (env=service_desk) until they are")
+        """The small and paper scales' benchmarks registered, then the core's checks, then the settings'
+        (`checks.py`)."""
+        check_benchmarks(self)
         super().validate()
-        if c.clip <= 0 or c.beta_plus < 0:
-            raise ValueError(f"method.clip must be > 0 and method.beta_plus >= 0; got {c.clip}, {c.beta_plus}")
-        if c.credit == "broadcast" and (c.beta_plus != IAPOConfig.beta_plus or c.clip != IAPOConfig.clip):
-            raise ValueError("method.beta_plus and method.clip have no effect with method.credit=broadcast (GRPO); drop them")
-        if c.credit != "broadcast" and run.kl_placement == "reward":
-            raise ValueError("method.credit=iapo/shuffled returns advantages, so trainer.kl.placement=reward has no effect; "
-                             "use trainer.kl.placement=loss or none")
-        if c.annotator == "llm":
-            if run.scale not in ("small", "paper"):
-                raise ValueError(f"method.annotator=llm is the paper-scale annotator (a frozen model at temperature 0); at "
-                                 f"scale={run.scale} use method.annotator=provenance")
-            if not (c.annotator_model and Path(c.annotator_model).exists()):
-                raise ValueError(f"method.annotator=llm needs method.annotator_model, a local model folder; got "
-                                 f"{c.annotator_model!r}: download e.g. Qwen/Qwen3-8B and pass its folder")
-        elif c.annotator_model is not None:
-            raise ValueError(f"method.annotator_model has no effect with method.annotator={c.annotator}; drop it")
+        check_settings(self, IAPOConfig)
 
     def annotate(self, episode: Episode) -> InfluenceGraph:
         """The episode's influence graph from the configured annotator."""
         if self._annotator is None:
-            self._annotator = {"provenance": provenance_annotator, "arguments": argument_annotator}.get(self.cfg.annotator) or \
-                LLMAnnotator(hf_greedy(str(self.cfg.annotator_model)))
+            self._annotator = ({"provenance": provenance_annotator, "arguments": argument_annotator}
+                               .get(self.cfg.annotator)
+                               or LLMAnnotator(hf_greedy(str(self.cfg.annotator_model))))
         return self._annotator(episode)
 
-    def episode_weights(self, episode: Episode, advantage: float, rng: random.Random | None = None) -> dict[int, float]:
-        """Turn index -> w of each assistant action of `episode` under `advantage` (shuffled with `rng` for the control)."""
+    def episode_weights(self, episode: Episode, advantage: float, rng: random.Random | None = None
+                        ) -> dict[int, float]:
+        """Turn index -> w of each assistant action of `episode` under `advantage` (shuffled with `rng` for
+        the control)."""
         turns = action_turns(episode)
         lengths = [episode.turns[t].num_action_tokens for t in turns]
         if not turns or sum(lengths) == 0:
             return {t: 1.0 for t in turns}
         graph = self.annotate(episode)
-        w = routing_weights(lengths, *graph.degrees(), advantage, beta_plus=self.cfg.beta_plus, c=self.cfg.clip)
+        w = routing_weights(lengths, *graph.degrees(), advantage, beta_plus=self.cfg.beta_plus,
+                            c=self.cfg.clip)
         if rng is not None:
             w = shuffle_weights(w, lengths, rng)
         return dict(zip(turns, w, strict=True))
 
     def credit(self, groups: list[Group], step: int) -> Credit:
-        # the environment's behaviour rates over this step's episodes (trap use, redundant lookups), for the curves
+        # the environment's behaviour rates over this step's episodes (trap use, redundant lookups), for the
+        # curves
         behaviour = info_means([e for g in groups for e in g.episodes])
         if self.cfg.credit == "broadcast":
             return Credit.outcome(groups, behaviour)
@@ -155,20 +147,23 @@ class IAPO(Method):
         spread: list[float] = []
         for g, group in enumerate(groups):
             kept = [i for i, e in enumerate(group.episodes) if not self.excluded(e)]
-            advantages_G = self.estimator(np.array([group.episodes[i].reward for i in kept], dtype=np.float64))
+            advantages_G = self.estimator(np.array([group.episodes[i].reward for i in kept],
+                                                   dtype=np.float64))
             values.append([{BROADCAST: 0.0} for _ in group.episodes])
             for i, a in zip(kept, advantages_G, strict=True):
                 values[g][i] = {BROADCAST: float(a)}
                 if a == 0:
                     continue
                 episode = group.episodes[i]
-                rng = random.Random(derive_seed(self.run.seed, step, g, i, "shuffle")) if self.cfg.credit == "shuffled" else None
+                rng = (random.Random(derive_seed(self.run.seed, step, g, i, "shuffle"))
+                       if self.cfg.credit == "shuffled" else None)
                 weights = self.episode_weights(episode, float(a), rng)
                 for t, w in weights.items():
                     tokens[(g, i, t)] = [float(a) * w] * episode.turns[t].num_action_tokens
                 if weights:
                     spread.append(max(weights.values()) - min(weights.values()))
-        return Credit("advantage", values, tokens, {**behaviour, "weight_spread": float(np.mean(spread)) if spread else 0.0})
+        return Credit("advantage", values, tokens,
+                      {**behaviour, "weight_spread": float(np.mean(spread)) if spread else 0.0})
 
     def credit_metrics(self, groups: list[Group], advantages: Advantages) -> dict[str, float]:
         """Where the advantage went: the mean |advantage| per token of erroring actions and of actions whose

@@ -75,11 +75,14 @@ def routing_weights(lengths: Sequence[int], support_out: Sequence[float], failed
     """
     lengths_N = np.asarray(lengths, float)
     n = lengths_N.size
-    for name, arr in (("support_out", support_out), ("failed_out", failed_out), ("incoming", incoming), ("errors", errors)):
+    for name, arr in (("support_out", support_out), ("failed_out", failed_out), ("incoming", incoming),
+                      ("errors", errors)):
         if len(arr) != n:
-            raise ValueError(f"routing_weights: {name} has {len(arr)} entries for {n} actions (one per action)")
+            raise ValueError(f"routing_weights: {name} has {len(arr)} entries for {n} actions "
+                             "(one per action)")
         if np.any(np.asarray(arr, float) < 0):
-            raise ValueError(f"routing_weights: {name} must be >= 0 (degrees and error flags); got {list(arr)}")
+            raise ValueError(f"routing_weights: {name} must be >= 0 (degrees and error flags); "
+                             f"got {list(arr)}")
     if n == 0:
         return []
     if np.any(lengths_N < 0) or lengths_N.sum() <= 0:
@@ -101,9 +104,9 @@ def routing_weights(lengths: Sequence[int], support_out: Sequence[float], failed
     return [float(x) for x in w]
 
 
-def routing_weights_reference(lengths: Sequence[int], support_out: Sequence[float], failed_out: Sequence[float],
-                              incoming: Sequence[float], errors: Sequence[float], advantage: float,
-                              beta_plus: float = BETA_PLUS, c: float = CLIP) -> list[float]:
+def routing_weights_reference(lengths: Sequence[int], support_out: Sequence[float],
+                              failed_out: Sequence[float], incoming: Sequence[float], errors: Sequence[float],
+                              advantage: float, beta_plus: float = BETA_PLUS, c: float = CLIP) -> list[float]:
     """The same formulas written out with Python loops, one line per symbol (a slow, obvious reference
     for the tests)."""
     import math

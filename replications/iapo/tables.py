@@ -45,7 +45,8 @@ def summarize(runs: list[Run]) -> Summaries:
         final, initial = ev["final"], ev.get("initial", {})
         probe = final.get("variants", {}).get("probe", {})
         summary = {
-            "seed": run.seed, "initial": initial.get("mean@k", NAN), "final": final["mean@k"], "probe": probe.get("mean@k", NAN),
+            "seed": run.seed, "initial": initial.get("mean@k", NAN), "final": final["mean@k"],
+            "probe": probe.get("mean@k", NAN),
             "probe_initial": initial.get("variants", {}).get("probe", {}).get("mean@k", NAN),
             "trap_final": final["metrics"].get("trap_use", NAN), "trap_auc": _curve_mean(rows, "trap_use"),
             "redundant_final": final["metrics"].get("redundant_lookup", NAN),
@@ -59,7 +60,8 @@ def summarize(runs: list[Run]) -> Summaries:
 
 
 def delays(runs: Summaries) -> list[int]:
-    return sorted({int(k.split("_", 1)[1]) for rs in runs.values() for r in rs for k in r if k.startswith("final_")})
+    return sorted({int(k.split("_", 1)[1])
+                   for rs in runs.values() for r in rs for k in r if k.startswith("final_")})
 
 
 def verdict(iv: Interval, n: int, sd: float, margin: float = MARGIN) -> str:
@@ -73,14 +75,16 @@ def _by_seed(runs: Summaries, arm: str, d: int) -> dict[int, float]:
 
 
 def gap(runs: Summaries, d: int, arm: str = "iapo", base: str = "grpo") -> tuple[Interval, int, float]:
-    """`arm` - `base` on final mean@k at delay d, paired by seed: (t interval, pairs, SD of the differences)."""
+    """`arm` - `base` on final mean@k at delay d, paired by seed: (t interval, pairs, SD of the
+    differences)."""
     x, y = _by_seed(runs, arm, d), _by_seed(runs, base, d)
     return paired_difference([x[s] - y[s] for s in sorted(set(x) & set(y))])
 
 
 def gap_growth(runs: Summaries, d_lo: int, d_hi: int) -> tuple[Interval, int, float]:
     """(IAPO - GRPO at d_hi) - (IAPO - GRPO at d_lo), per seed present in both arms."""
-    cells = [_by_seed(runs, arm, d) for arm, d in (("iapo", d_hi), ("grpo", d_hi), ("iapo", d_lo), ("grpo", d_lo))]
+    cells = [_by_seed(runs, arm, d)
+             for arm, d in (("iapo", d_hi), ("grpo", d_hi), ("iapo", d_lo), ("grpo", d_lo))]
     seeds = sorted(set.intersection(*(set(c) for c in cells)))
     return paired_difference([(cells[0][s] - cells[1][s]) - (cells[2][s] - cells[3][s]) for s in seeds])
 
@@ -98,13 +102,16 @@ def behaviour_table(runs: list[Run]) -> Table:
                 return "—"
             return f"{m:.3f} [{lo:.3f}, {hi:.3f}]" if lo == lo else f"{m:.3f} (no CI)"
 
-        rows.append([arm, str(len(rs)), iv("initial"), iv("final"), *[iv(f"final_{d}") for d in ds], iv("probe_initial"),
-                     iv("probe"), iv("trap_final"), iv("trap_auc"), iv("redundant_final"), iv("redundant_auc")])
-    headers = ["arm", "seeds", "mean@k warm start", "mean@k after RL", *[f"mean@k after RL, D={d}" for d in ds],
-               "probe accuracy, warm start", "probe accuracy after RL", "trap use after RL", "trap use, mean over steps",
-               "redundant lookup after RL", "redundant lookup, mean over steps"]
-    return Table("iapo-behaviour", "IAPO per arm: held-out success (overall and per delay D), probe accuracy (single-turn "
-                 "tool calls), trap use and redundant lookups (episode rates), mean over seeds [95% t CI]", headers, rows)
+        rows.append([arm, str(len(rs)), iv("initial"), iv("final"), *[iv(f"final_{d}") for d in ds],
+                     iv("probe_initial"), iv("probe"), iv("trap_final"), iv("trap_auc"),
+                     iv("redundant_final"), iv("redundant_auc")])
+    headers = ["arm", "seeds", "mean@k warm start", "mean@k after RL",
+               *[f"mean@k after RL, D={d}" for d in ds],
+               "probe accuracy, warm start", "probe accuracy after RL", "trap use after RL",
+               "trap use, mean over steps", "redundant lookup after RL", "redundant lookup, mean over steps"]
+    return Table("iapo-behaviour", "IAPO per arm: held-out success (overall and per delay D), probe accuracy "
+                 "(single-turn tool calls), trap use and redundant lookups (episode rates), mean over seeds "
+                 "[95% t CI]", headers, rows)
 
 
 def gap_growth_table(runs: list[Run]) -> Table:
@@ -114,13 +121,15 @@ def gap_growth_table(runs: list[Run]) -> Table:
     for d in ds:
         for arm, base in (("iapo", "grpo"), ("shuffled", "grpo"), ("iapo", "shuffled")):
             iv, n, sd = gap(summaries, d, arm, base)
-            rows.append([f"{arm} - {base} at D={d}", fmt_ci(iv, signed=True) + f", {n} pairs", verdict(iv, n, sd)])
+            rows.append([f"{arm} - {base} at D={d}", fmt_ci(iv, signed=True) + f", {n} pairs",
+                         verdict(iv, n, sd)])
     if len(ds) >= 2:
         iv, n, sd = gap_growth(summaries, ds[0], ds[-1])
-        rows.append([f"gap at D={ds[-1]} minus gap at D={ds[0]} (the gap grows with D)", fmt_ci(iv, signed=True) + f", {n} pairs",
-                     verdict(iv, n, sd)])
-    return Table("iapo-gap-growth", "IAPO: does the IAPO - GRPO gap on held-out mean@k grow with D, and does the shuffled "
-                 "graph lose it? (paired by seed, 95% t CI; margin 0.05; verdicts as in paper/claims.py)",
+        rows.append([f"gap at D={ds[-1]} minus gap at D={ds[0]} (the gap grows with D)",
+                     fmt_ci(iv, signed=True) + f", {n} pairs", verdict(iv, n, sd)])
+    return Table("iapo-gap-growth", "IAPO: does the IAPO - GRPO gap on held-out mean@k grow with D, and does "
+                 "the shuffled graph lose it? (paired by seed, 95% t CI; margin 0.05; verdicts as in "
+                 "paper/claims.py)",
                  ["effect", "estimate", "verdict"], rows)
 
 

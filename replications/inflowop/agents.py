@@ -74,8 +74,10 @@ def _errors(own: dict[str, float], rest: float) -> dict[str, float]:
 
 
 POOL: tuple[ScriptedAgent, ...] = (
-    ScriptedAgent(AgentCard("lister", frozenset({"list"}), 1.0, 0.2), _errors({"list": 0.03, "num": 0.25}, 0.40)),
-    ScriptedAgent(AgentCard("numeric", frozenset({"num"}), 1.0, 0.2), _errors({"num": 0.03, "list": 0.20}, 0.40)),
+    ScriptedAgent(AgentCard("lister", frozenset({"list"}), 1.0, 0.2),
+                  _errors({"list": 0.03, "num": 0.25}, 0.40)),
+    ScriptedAgent(AgentCard("numeric", frozenset({"num"}), 1.0, 0.2),
+                  _errors({"num": 0.03, "list": 0.20}, 0.40)),
     ScriptedAgent(AgentCard("scribe", frozenset({"text", "cipher"}), 1.0, 0.3),
                   _errors({"text": 0.04, "cipher": 0.22, "num": 0.30}, 0.35)),
     ScriptedAgent(AgentCard("generalist", frozenset(CATEGORIES), 2.5, 0.5), _errors({"cipher": 0.25}, 0.10)),
@@ -83,7 +85,8 @@ POOL: tuple[ScriptedAgent, ...] = (
 )
 # on-demand specialists, one per category: good at it, created at every use (gamma, 2 s) [I]
 CREATED: tuple[ScriptedAgent, ...] = tuple(
-    ScriptedAgent(AgentCard(f"new-{c}", frozenset({c}), 1.5, 0.3, created=True, creation_latency=2.0), _errors({c: 0.05}, 0.50))
+    ScriptedAgent(AgentCard(f"new-{c}", frozenset({c}), 1.5, 0.3, created=True, creation_latency=2.0),
+                  _errors({c: 0.05}, 0.50))
     for c in CATEGORIES)
 
 
@@ -93,7 +96,8 @@ def agents_by_name(with_created: bool = True) -> dict[str, ScriptedAgent]:
 
 
 # ---- policy agents: a model of the suite behind a card (the model side is policy_agents.py) ----------
-MODEL_CALL_LATENCY, MODEL_OP_LATENCY = 1.0, 0.2  # a policy agent's card: simulated seconds, as a specialist's [I]
+# a policy agent's card: simulated seconds, as a specialist's [I]
+MODEL_CALL_LATENCY, MODEL_OP_LATENCY = 1.0, 0.2
 
 
 @dataclass(frozen=True)
@@ -121,9 +125,11 @@ def model_agent(categories: Sequence[str]) -> ModelAgent:
     """
     unknown = sorted(set(categories) - set(CATEGORIES))
     if unknown or not categories:
-        raise ValueError(f"a policy agent is trained on categories of {list(CATEGORIES)}; got {list(categories)}")
+        raise ValueError(f"a policy agent is trained on categories of {list(CATEGORIES)}; "
+                         f"got {list(categories)}")
     name = "lora-" + "+".join(categories)
-    return ModelAgent(AgentCard(name, frozenset(categories), MODEL_CALL_LATENCY, MODEL_OP_LATENCY), name, tuple(categories))
+    return ModelAgent(AgentCard(name, frozenset(categories), MODEL_CALL_LATENCY, MODEL_OP_LATENCY), name,
+                      tuple(categories))
 
 
 @dataclass(frozen=True)
@@ -163,7 +169,8 @@ class Profile:
     counts: dict[tuple[str, str], list[int]] = field(default_factory=dict)
 
     def record(self, agent: str, categories: Sequence[str], passed: bool) -> None:
-        """One run of `agent` on a subtask touching `categories` (each counted once): passed its contracts or not."""
+        """One run of `agent` on a subtask touching `categories` (each counted once): passed its
+        contracts or not."""
         for c in sorted(set(categories)):
             entry = self.counts.setdefault((agent, c), [0, 0])
             entry[0] += int(passed)
@@ -176,7 +183,8 @@ class Profile:
 
 @dataclass(frozen=True)
 class Prior:
-    """The card as a prior on reliability: declared categories `declared`, others `undeclared`, worth `strength` runs."""
+    """The card as a prior on reliability: declared categories `declared`, others `undeclared`, worth
+    `strength` runs."""
 
     declared: float = 0.9
     undeclared: float = 0.5

@@ -77,7 +77,8 @@ class Trace:
 
 
 def classify(subtask: Subtask, card: AgentCard, task: BraidTask, rel: Reliability, tau: float) -> FaultKind:
-    """Decomposition fault when a multi-step subtask's agent is rated competent (>= tau) at every step, else assignment.
+    """Decomposition fault when a multi-step subtask's agent is rated competent (>= tau) at every step,
+    else assignment.
 
     >>> from replications.inflowop.agents import AgentCard
     >>> from envs.testbeds.braid import BraidTask, Node
@@ -99,15 +100,16 @@ def classify(subtask: Subtask, card: AgentCard, task: BraidTask, rel: Reliabilit
 class Executor:
     """Runs one task's plan with the given agents, contract checks and repair policy."""
 
-    def __init__(self, task: BraidTask, agents: dict[str, Agent], cards: Sequence[AgentCard], rel: Reliability,
-                 w: Weights, rng: random.Random, repair: RepairMode = "local", max_repairs: int = 4, tau: float = 0.85,
-                 profile: Profile | None = None):
+    def __init__(self, task: BraidTask, agents: dict[str, Agent], cards: Sequence[AgentCard],
+                 rel: Reliability, w: Weights, rng: random.Random, repair: RepairMode = "local",
+                 max_repairs: int = 4, tau: float = 0.85, profile: Profile | None = None):
         self.task, self.agents, self.cards, self.rel, self.w = task, agents, list(cards), rel, w
-        self.rng, self.repair, self.max_repairs, self.tau, self.profile = rng, repair, max_repairs, tau, profile
+        (self.rng, self.repair, self.max_repairs, self.tau,
+         self.profile) = rng, repair, max_repairs, tau, profile
 
     # ---- one call -------------------------------------------------------------------------------
-    def _call(self, s: Subtask, done: dict[Subtask, dict[int, Value]], trace: Trace, is_repair: bool, may_repair: bool
-              ) -> Generator[Ask, str, tuple[dict[int, Value], Subtask | None, bool]]:
+    def _call(self, s: Subtask, done: dict[Subtask, dict[int, Value]], trace: Trace, is_repair: bool,
+              may_repair: bool) -> Generator[Ask, str, tuple[dict[int, Value], Subtask | None, bool]]:
         """Run subtask s: (its exit values, the producer blamed for a broken input contract, whether
         its output contracts hold). A broken input contract stops the call before it runs when
         `may_repair` (the producer is to be repaired), else the call runs on what arrived."""
@@ -147,16 +149,20 @@ class Executor:
         if is_repair:
             trace.repair_calls += 1
             trace.repair_latency += seconds
-        exits = [v for v in sorted(s.nodes) if not task.consumers(v) or any(c not in s.nodes for c in task.consumers(v))]
+        exits = [v for v in sorted(s.nodes)
+                 if not task.consumers(v) or any(c not in s.nodes for c in task.consumers(v))]
         ok = True
         for v in exits:
             node = task.nodes[v]
-            seen = all(isinstance(a, str) or a not in s.nodes for a in node.args)  # every input known to the coordinator
+            # every input known to the coordinator
+            seen = all(isinstance(a, str) or a not in s.nodes for a in node.args)
             inputs = task.inputs_of(node, values)
-            ok &= output_contract(node.op, node.k, inputs, values[v]) if seen else is_type(values[v], OPS[node.op].output)
+            ok &= (output_contract(node.op, node.k, inputs, values[v]) if seen
+                   else is_type(values[v], OPS[node.op].output))
         if self.profile is not None:
             self.profile.record(s.agent, [OPS[task.nodes[v].op].category for v in s.nodes], ok)
-        trace.log.append(f"call {s} {'ok' if ok else 'output contract broken'}{' (repair)' if is_repair else ''}")
+        trace.log.append(f"call {s} {'ok' if ok else 'output contract broken'}"
+                         f"{' (repair)' if is_repair else ''}")
         if not ok:
             trace.violations += 1
         return {v: values[v] for v in exits}, None, ok
@@ -189,7 +195,8 @@ class Executor:
             agent, _ = best_agent(self.task, s.nodes, self.cards, self.rel, self.w, exclude={s.agent})
             trace.log.append(f"repair {s}: {kind} fault, every agent tried, re-assign to {agent}")
             return order(self.task, [*rest, Subtask(s.nodes, agent)])
-        pieces = [Subtask(frozenset({v}), best_agent(self.task, [v], self.cards, self.rel, self.w)[0]) for v in sorted(s.nodes)]
+        pieces = [Subtask(frozenset({v}), best_agent(self.task, [v], self.cards, self.rel, self.w)[0])
+                  for v in sorted(s.nodes)]
         trace.log.append(f"repair {s}: {kind} fault, re-decompose into {pieces}")
         return order(self.task, [*rest, *pieces])
 
@@ -257,7 +264,8 @@ def drive(runs: Sequence[Generator[Ask, str, Trace]], answer: Answer | None) -> 
         advance(i, None)
     while pending:
         if answer is None:
-            raise ValueError("the plan gives operations to a policy agent, but no answer function computes them")
+            raise ValueError("the plan gives operations to a policy agent, but no answer function computes "
+                             "them")
         ids = sorted(pending)
         texts = answer([pending[i] for i in ids])
         if len(texts) != len(ids):

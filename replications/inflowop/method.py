@@ -48,23 +48,10 @@ from typing import TYPE_CHECKING, Any
 from common.episode import Episode, Group, Task, Turn, tasks_of
 from common.method import Method, MethodConfig, Mode, RunView
 from envs.testbeds.braid import BraidEnv, BraidTask
-from replications.inflowop.agents import (
-    POOL,
-    ModelAgent,
-    Profile,
-    model_agent,
-    reliability,
-)
+from replications.inflowop.agents import ModelAgent, Profile, model_agent, reliability
+from replications.inflowop.checks import check_settings
 from replications.inflowop.execute import Answer, classify, drive
-from replications.inflowop.plan import (
-    Subtask,
-    Weights,
-    best_agent,
-    coalesce,
-    cost,
-    greedy_split,
-    latency,
-)
+from replications.inflowop.plan import Subtask, Weights, best_agent, coalesce, cost, greedy_split, latency
 from replications.inflowop.workflow import ARMS, Arm, _task_rng, pool_of, prepare, record, solve, warm_up
 
 if TYPE_CHECKING:
@@ -72,7 +59,6 @@ if TYPE_CHECKING:
 
 __all__ = ["InFlowOp", "InFlowOpConfig", "Subtask", "Weights", "best_agent", "classify", "coalesce", "cost",
            "greedy_split", "latency", "model_agent", "pool_of", "prepare", "reliability", "solve", "warm_up"]
-
 
 
 @dataclass
@@ -84,14 +70,16 @@ class InFlowOpConfig(MethodConfig):
     arm: Arm = "inflowop"  # which workflow plays (module docstring)
     beta: float = 0.02  # eq. C: cost per second of latency [I: dev split, tune.py]
     gamma: float = 0.0  # eq. C: cost of creating an on-demand specialist [I: dev split, tune.py]
-    tau: float = 0.85  # a merged subtask's agent rated >= tau at every step: a fault is a decomposition fault [I]
+    # a merged subtask's agent rated >= tau at every step: a fault is a decomposition fault [I]
+    tau: float = 0.85
     max_repairs: int = 4  # repairs (or re-runs) per task before the run goes on without repair [I]
     warmup_tasks: int = 128  # train tasks run by random pool agents to build the profiles first [I]
     prior_declared: float = 0.9  # eq. R: reliability prior of a category the card declares [I]
     prior_undeclared: float = 0.5  # eq. R: ... of one it does not declare [I]
     prior_strength: float = 4.0  # eq. R: the card prior is worth this many runs [I]
     create: bool = True  # on-demand specialists may be created (gamma) [I]
-    single_agent: str = "generalist"  # the single-agent arm's agent: the best single agent on the dev split [I: tune.py]
+    # the single-agent arm's agent: the best single agent on the dev split [I: tune.py]
+    single_agent: str = "generalist"
     # policy agents (issue #22): LoRA adapters of the run's model, one per entry, warm-started on its
     # categories ("list", "text+cipher", ...); empty: the scripted pool only [I]
     policy_agents: list[str] = field(default_factory=list)
@@ -102,51 +90,43 @@ class InFlowOpConfig(MethodConfig):
     agent_seed: int = 0  # the adapters' SFT seed: the same adapters for every run seed (paired arms) [I]
     agent_temperature: float = 0.0  # policy agents decode greedily (their best guess) [I]
     agent_max_tokens: int = 40  # longest output: a 12-item list of two-digit numbers [I]
-    play_batch: int = 128  # with policy agents: tasks planned and run side by side (their generations batched) [I]
+    # with policy agents: tasks planned and run side by side (their generations batched) [I]
+    play_batch: int = 128
 
 
 class InFlowOp(Method):
     Config = InFlowOpConfig
     needs = frozenset({"typed_operation_dags"})  # plans and repairs braid's DAGs
-    paper_data_hint = ("the paper's Braid benchmark and its six LLM backbones are not public: stage Braid's tasks in a "
-                       "local folder and pass method.paper_data=<folder> (and model.path=<backbone>); not implemented yet")
+    paper_data_hint = ("the paper's Braid benchmark and its six LLM backbones are not public: stage Braid's "
+                       "tasks in a local folder and pass method.paper_data=<folder> (and "
+                       "model.path=<backbone>); not implemented yet")
     cfg: InFlowOpConfig
 
     def __init__(self, cfg: InFlowOpConfig, run: RunView):
         super().__init__(cfg, run)
         self.profile = Profile()
         self.agent_records: dict[str, dict[str, Any]] = {}  # policy agents' warm starts (cached or trained)
-        self.competence: dict[str, dict[str, dict[str, float]]] = {}  # policy agents' measured competence (dev split)
+        # policy agents' measured competence (dev split)
+        self.competence: dict[str, dict[str, dict[str, float]]] = {}
 
     def validate(self) -> None:
-        """Training-free on `braid`, with settings in range; scale=small (too slow here) and paper (no data) refuse."""
-        if self.run.scale == "small":  # measured beside other jobs on the 2-core machine (CARD.md, policy agents)
-            raise ValueError("scale=small would warm-start SmolLM2-135M adapters as the policy agents (+pool=policy), "
-                             "measured at ~15 s per SFT step on one CPU thread: 3 adapters x 300 steps is ~3.9 h, over "
-                             "the hour this scale allows; run scale=cpu +pool=policy (the tiny model's adapters) instead")
+        """Training-free on `braid`, with settings in range; scale=small (too slow here) and paper (no
+        data) refuse."""
+        # scale=small: measured beside other jobs on the 2-core machine (CARD.md, policy agents)
+        if self.run.scale == "small":
+            raise ValueError("scale=small would warm-start SmolLM2-135M adapters as the policy agents "
+                             "(+pool=policy), measured at ~15 s per SFT step on one CPU thread: 3 adapters "
+                             "x 300 steps is ~3.9 h, over the hour this scale allows; run scale=cpu "
+                             "+pool=policy (the tiny model's adapters) instead")
         super().validate()
         if self.run.scale == "paper":
             raise ValueError(f"scale=paper needs {self.paper_data_hint}")
         if not isinstance(self.env, BraidEnv):
-            raise ValueError(f"inflowop plans DAGs of typed operations: set env=braid (got env={self.env.name})")
+            raise ValueError("inflowop plans DAGs of typed operations: set env=braid "
+                             f"(got env={self.env.name})")
         if self.run.steps != 0:
             raise ValueError(f"inflowop is training-free: set trainer.steps=0 (got {self.run.steps})")
-        c = self.cfg
-        if c.beta < 0 or c.gamma < 0 or c.max_repairs < 0 or c.warmup_tasks < 0 or c.prior_strength <= 0:
-            raise ValueError("method.beta, gamma, max_repairs, warmup_tasks must be >= 0 and prior_strength > 0")
-        if not (0 < c.prior_undeclared < 1 and 0 < c.prior_declared < 1 and 0 < c.tau <= 1):
-            raise ValueError("method.prior_declared and prior_undeclared must be in (0, 1), tau in (0, 1]")
-        models = pool_of(c)  # raises on an unknown category
-        if len({m.name for m in models}) != len(models):
-            raise ValueError(f"method.policy_agents names an agent twice: {c.policy_agents}")
-        names = [a.name for a in POOL] + [m.name for m in models]
-        if c.single_agent not in names:
-            raise ValueError(f"method.single_agent must be a pool agent {names}; got {c.single_agent!r}")
-        if min(c.agent_steps, c.agent_batch_size, c.agent_demos, c.agent_max_tokens, c.play_batch) < 1 or c.agent_lr <= 0:
-            raise ValueError("method.agent_steps, agent_batch_size, agent_demos, agent_max_tokens, play_batch must be >= 1 "
-                             "and agent_lr > 0")
-        if models and self.run.engine != "hf":
-            raise ValueError(f"policy agents are adapters of the HF engine's policy: set engine=hf (got {self.run.engine})")
+        check_settings(self.cfg, self.run.engine)  # method.* in range, the agent pool well named
 
     def play(self, rollout: Rollout, tasks: list[Task], step: int, mode: Mode = "train",
              variant: str = "main") -> list[Group]:
@@ -163,9 +143,12 @@ class InFlowOp(Method):
         profile = Profile() if spec["profiles"] else None
         if profile is not None and self.cfg.warmup_tasks:
             train = tasks_of(self.env.task_set()["train"])
-            rows = [train[i] for i in _task_rng(seed, "warmup").sample(range(len(train)), min(self.cfg.warmup_tasks, len(train)))]
-            warm_up([BraidTask.parse(r.data) for r in rows], profile, _task_rng(seed, "warmup-runs"), models, answer, batch)
-        plays = [(row, BraidTask.parse(row.data), j) for row in tasks for j in range(self.group_size(row, mode))]
+            rows = [train[i] for i in _task_rng(seed, "warmup").sample(
+                range(len(train)), min(self.cfg.warmup_tasks, len(train)))]
+            warm_up([BraidTask.parse(r.data) for r in rows], profile, _task_rng(seed, "warmup-runs"), models,
+                    answer, batch)
+        plays = [(row, BraidTask.parse(row.data), j)
+                 for row in tasks for j in range(self.group_size(row, mode))]
         episodes: dict[str, list[Episode]] = {row.id: [] for row in tasks}
         for start in range(0, len(plays), batch):
             chunk = plays[start:start + batch]
@@ -173,13 +156,16 @@ class InFlowOp(Method):
             for row, task, j in chunk:  # planned from the profile as it stands before the chunk runs
                 executor, plan = prepare(task, self.cfg, profile, _task_rng(seed, f"{row.id}/{j}"), models)
                 runs.append(executor.steps(plan))
-                planned.append({"policy_share_planned": sum(s.agent in names for s in plan) / len(plan)} if models else {})
+                planned.append({"policy_share_planned": sum(s.agent in names for s in plan) / len(plan)}
+                               if models else {})
             for (row, task, _), trace, before in zip(chunk, drive(runs, answer), planned, strict=True):
                 info = record(task, trace, models) | before | extra
-                turns = [Turn(role="agent", adapter=None, prompt_ids=[], action_ids=[], logprobs=[], text=line,
-                              trainable=False) for line in trace.log if line.startswith("call")]
+                turns = [Turn(role="agent", adapter=None, prompt_ids=[], action_ids=[], logprobs=[],
+                              text=line, trainable=False)
+                         for line in trace.log if line.startswith("call")]
                 episodes[row.id].append(Episode(row.id, row.tier, turns=turns, reward=float(info["success"]),
-                                                   success=bool(info["success"]), info=info, counts_for_training=False))
+                                                success=bool(info["success"]), info=info,
+                                                counts_for_training=False))
         self.profile = profile or Profile()
         return [Group(row.id, row.tier, episodes[row.id]) for row in tasks]
 
@@ -188,7 +174,8 @@ class InFlowOp(Method):
         from replications.inflowop.policy_agents import policy_pool
 
         assert isinstance(self.env, BraidEnv)  # validate() made sure
-        answer, self.agent_records, self.competence = policy_pool(rollout, models, self.env, self.cfg, self.run)
+        answer, self.agent_records, self.competence = policy_pool(rollout, models, self.env, self.cfg,
+                                                                  self.run)
         return answer, {f"competence_{agent}_{cat}": row["accuracy"]
                         for agent, table in self.competence.items() for cat, row in table.items()}
 
@@ -196,5 +183,6 @@ class InFlowOp(Method):
         return {"profile": {f"{a}|{c}": v for (a, c), v in self.profile.counts.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.profile = Profile({tuple(k.split("|", 1)): list(v) for k, v in state.get("profile", {}).items()})  # type: ignore[misc]
+        self.profile = Profile({tuple(k.split("|", 1)): list(v)  # type: ignore[misc]
+                                for k, v in state.get("profile", {}).items()})
 

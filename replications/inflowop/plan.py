@@ -75,7 +75,8 @@ def latency(card: AgentCard, size: int) -> float:
 def cost(task: BraidTask, nodes: Iterable[int], card: AgentCard, rel: Reliability, w: Weights) -> float:
     """cost(S, a) = rel(S, a) + beta * lat(S, a) + gamma * [a is created] (eq. C)."""
     nodes = sorted(nodes)
-    return reliability_cost(task, nodes, card, rel) + w.beta * latency(card, len(nodes)) + w.gamma * card.created
+    return (reliability_cost(task, nodes, card, rel) + w.beta * latency(card, len(nodes))
+            + w.gamma * card.created)
 
 
 def can_run(card: AgentCard, task: BraidTask, nodes: Iterable[int]) -> bool:
@@ -84,8 +85,8 @@ def can_run(card: AgentCard, task: BraidTask, nodes: Iterable[int]) -> bool:
     return not card.created or (len(nodes) == 1 and OPS[task.nodes[nodes[0]].op].category in card.declares)
 
 
-def best_agent(task: BraidTask, nodes: Iterable[int], cards: Sequence[AgentCard], rel: Reliability, w: Weights,
-               exclude: Iterable[str] = ()) -> tuple[str, float]:
+def best_agent(task: BraidTask, nodes: Iterable[int], cards: Sequence[AgentCard], rel: Reliability,
+               w: Weights, exclude: Iterable[str] = ()) -> tuple[str, float]:
     """The cheapest agent for S among `cards` (not in `exclude`), and its cost; ties: the first card."""
     nodes = sorted(nodes)
     excluded = set(exclude)
@@ -124,7 +125,8 @@ def _reaches(edges: set[tuple[int, int]], start: int, goal: int, skip: tuple[int
 
 
 def order(task: BraidTask, subtasks: Sequence[Subtask]) -> list[Subtask]:
-    """The subtasks in an order that respects the data flow (Kahn's algorithm; ties: the smallest node first)."""
+    """The subtasks in an order that respects the data flow (Kahn's algorithm; ties: the smallest node
+    first)."""
     groups = [s.nodes for s in subtasks]
     edges = _edges(task, groups)
     indeg = {g: sum(1 for _, b in edges if b == g) for g in range(len(groups))}
@@ -176,7 +178,8 @@ def coalesce(task: BraidTask, cards: Sequence[AgentCard], rel: Reliability, w: W
 
 
 def template_plan(task: BraidTask, cards: Sequence[AgentCard]) -> list[Subtask]:
-    """The fixed template: atomic steps, each to the first pool card declaring its category (no cost, no profile)."""
+    """The fixed template: atomic steps, each to the first pool card declaring its category (no cost, no
+    profile)."""
     out = []
     for g in split_atomic(task):
         category = OPS[task.nodes[min(g)].op].category
@@ -189,7 +192,8 @@ def single_plan(task: BraidTask, agent: str) -> list[Subtask]:
     return [Subtask(frozenset(n.index for n in task.nodes), agent)]
 
 
-def plan_cost(task: BraidTask, plan: Sequence[Subtask], cards: Sequence[AgentCard], rel: Reliability, w: Weights) -> float:
+def plan_cost(task: BraidTask, plan: Sequence[Subtask], cards: Sequence[AgentCard], rel: Reliability,
+              w: Weights) -> float:
     """The summed cost of a plan (eq. C over its subtasks)."""
     by_name = {c.name: c for c in cards}
     return sum(cost(task, s.nodes, by_name[s.agent], rel, w) for s in plan)

@@ -83,8 +83,8 @@ def agent_demonstrations(env: BraidEnv, tokenizer: Any, categories: Sequence[str
                 pairs.append((ids, demonstrated_action_ids(tokenizer, action, stop)))
             episode.step(action)
     if not pairs:
-        raise ValueError(f"no train node of categories {list(categories)} in the first {n_tasks} train tasks: raise "
-                         "method.agent_demos or env.train_size")
+        raise ValueError(f"no train node of categories {list(categories)} in the first {n_tasks} train "
+                         "tasks: raise method.agent_demos or env.train_size")
     return pairs
 
 
@@ -93,8 +93,9 @@ def _lora_names(model: Any, adapter: str) -> list[str]:
     return [n for n, _ in model.named_parameters() if "lora_" in n and tag in n]
 
 
-def add_agents(policy: Any, agents: Sequence[ModelAgent], env: BraidEnv, run_model: ModelConfig, run_sft: SFTConfig,
-               training: AgentTraining, work_dir: str, chat: ChatFormat | None = None) -> dict[str, dict[str, Any]]:
+def add_agents(policy: Any, agents: Sequence[ModelAgent], env: BraidEnv, run_model: ModelConfig,
+               run_sft: SFTConfig, training: AgentTraining, work_dir: str, chat: ChatFormat | None = None
+               ) -> dict[str, dict[str, Any]]:
     """Add each agent's adapter to `policy.model` (a peft model), warm-started by SFT on its
     categories, or loaded from the cache when that exact warm start was done before. Returns, per
     agent, its warm-start record (`cached`: loaded, not retrained; SFT losses; seconds)."""
@@ -102,8 +103,8 @@ def add_agents(policy: Any, agents: Sequence[ModelAgent], env: BraidEnv, run_mod
 
     model = policy.model
     if not isinstance(model, PeftModel):
-        raise ValueError("policy agents are LoRA adapters next to the run's own: the run's policy has no adapter "
-                         "(model.roles maps every role to 'scripted'); keep the default adapter")
+        raise ValueError("policy agents are LoRA adapters next to the run's own: the run's policy has no "
+                         "adapter (model.roles maps every role to 'scripted'); keep the default adapter")
     lora = LoraConfig(r=run_model.lora_rank, lora_alpha=run_model.lora_alpha, lora_dropout=0.0,
                       target_modules=list(run_model.lora_targets), bias="none", task_type="CAUSAL_LM")
     records: dict[str, dict[str, Any]] = {}
@@ -112,8 +113,8 @@ def add_agents(policy: Any, agents: Sequence[ModelAgent], env: BraidEnv, run_mod
     code = warm_start_code(env) | {__name__: hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]}
     for agent in agents:
         key = fingerprint(run_model.__dict__ | {"roles": None, "frozen_adapters": None},
-                          asdict(run_sft) if run_sft.enabled else None, env.cfg, list(agent.trained_on), asdict(training),
-                          code)
+                          asdict(run_sft) if run_sft.enabled else None, env.cfg, list(agent.trained_on),
+                          asdict(training), code)
         folder = Path(work_dir) / "inflowop-agents" / key
         folder.parent.mkdir(parents=True, exist_ok=True)
         if agent.adapter not in model.peft_config:
@@ -122,25 +123,29 @@ def add_agents(policy: Any, agents: Sequence[ModelAgent], env: BraidEnv, run_mod
                 model.add_adapter(agent.adapter, lora)
         with FileLock(str(folder) + ".lock"):
             if (folder / "record.json").exists():
-                set_peft_model_state_dict(model, torch.load(folder / "adapter.pt"), adapter_name=agent.adapter)
+                set_peft_model_state_dict(model, torch.load(folder / "adapter.pt"),
+                                          adapter_name=agent.adapter)
                 records[agent.name] = json.loads((folder / "record.json").read_text()) | {"cached": True}
                 continue
             start = time.perf_counter()
-            pairs = agent_demonstrations(env, policy.tokenizer, agent.trained_on, training.demos, training.seed, chat)
+            pairs = agent_demonstrations(env, policy.tokenizer, agent.trained_on, training.demos,
+                                         training.seed, chat)
             model.set_adapter(agent.adapter)
             mine = set(_lora_names(model, agent.adapter))
             for name, p in model.named_parameters():
                 p.requires_grad_(name in mine)
-            cfg = SFTConfig(enabled=True, steps=training.steps, lr=training.lr, batch_size=training.batch_size,
-                            demos=training.demos, seed=training.seed)
+            cfg = SFTConfig(enabled=True, steps=training.steps, lr=training.lr,
+                            batch_size=training.batch_size, demos=training.demos, seed=training.seed)
             with torch.random.fork_rng():
                 torch.manual_seed(training.seed)
                 losses = sft(model, pairs, cfg, training.seed, policy.tokenizer.pad_token_id)
             for p in model.parameters():
                 p.requires_grad_(False)
-            policy._active = None  # peft's active adapter changed under the policy: its next `use` re-activates
-            record = {"key": key, "categories": list(agent.trained_on), "pairs": len(pairs), "loss_first": losses[0],
-                      "loss_last": losses[-1], "seconds": round(time.perf_counter() - start, 2)}
+            # peft's active adapter changed under the policy: its next `use` re-activates
+            policy._active = None
+            record = {"key": key, "categories": list(agent.trained_on), "pairs": len(pairs),
+                      "loss_first": losses[0], "loss_last": losses[-1],
+                      "seconds": round(time.perf_counter() - start, 2)}
             tmp = folder.with_suffix(".tmp")
             tmp.mkdir(parents=True, exist_ok=True)
             torch.save(get_peft_model_state_dict(model, adapter_name=agent.adapter), tmp / "adapter.pt")
@@ -172,8 +177,8 @@ class Answerer:
         for ask in asks:
             ids = self._ids.get(ask.prompt)
             if ids is None:
-                ids = self._ids[ask.prompt] = self.tokenizer.encode(observation_text(self.chat, ask.prompt, True),
-                                                                    add_special_tokens=False)
+                ids = self._ids[ask.prompt] = self.tokenizer.encode(
+                    observation_text(self.chat, ask.prompt, True), add_special_tokens=False)
             requests.append(Request(ids, ask.adapter))
         start = time.perf_counter()
         samples = self.engine.generate(requests, self.params, seed=self.seed * 1_000_003 + self.calls)
@@ -183,8 +188,9 @@ class Answerer:
         return [s.text for s in samples]
 
 
-def measure_competence(tasks: Sequence[BraidTask], scripted: Sequence[ScriptedAgent], models: Sequence[ModelAgent],
-                       answer: Answerer | None, seed: int = 0) -> dict[str, dict[str, dict[str, float]]]:
+def measure_competence(tasks: Sequence[BraidTask], scripted: Sequence[ScriptedAgent],
+                       models: Sequence[ModelAgent], answer: Answerer | None, seed: int = 0
+                       ) -> dict[str, dict[str, dict[str, float]]]:
     """Per agent and category: the share of nodes it computes right from the right inputs
     (`accuracy`), the share of unreadable/malformed outputs (`malformed`) and the node count `n`,
     over every node of `tasks` (the dev split). Scored against the truth: for reporting only, the
@@ -193,12 +199,15 @@ def measure_competence(tasks: Sequence[BraidTask], scripted: Sequence[ScriptedAg
     outputs: dict[str, list[Any]] = {}
     rng = random.Random(f"competence/{seed}")
     for agent in scripted:
-        outputs[agent.name] = [agent.attempt(n.op, n.k, t.inputs_of(n, truth), 0, rng) for t, n, truth in nodes]
+        outputs[agent.name] = [agent.attempt(n.op, n.k, t.inputs_of(n, truth), 0, rng)
+                               for t, n, truth in nodes]
     for model_agent in models:
         if answer is None:
             raise ValueError("measuring a policy agent needs an answer function")
-        asks = [Ask(model_agent.name, model_agent.adapter, prompt(n.op, n.k, t.inputs_of(n, truth))) for t, n, truth in nodes]
-        outputs[model_agent.name] = [read_output(text, n.op) for text, (_, n, _) in zip(answer(asks), nodes, strict=True)]
+        asks = [Ask(model_agent.name, model_agent.adapter, prompt(n.op, n.k, t.inputs_of(n, truth)))
+                for t, n, truth in nodes]
+        outputs[model_agent.name] = [read_output(text, n.op)
+                                     for text, (_, n, _) in zip(answer(asks), nodes, strict=True)]
     table: dict[str, dict[str, dict[str, float]]] = {}
     for name, values in outputs.items():
         tally: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
@@ -207,7 +216,8 @@ def measure_competence(tasks: Sequence[BraidTask], scripted: Sequence[ScriptedAg
             row[0] += value == truth[n.index]
             row[1] += value is None
             row[2] += 1
-        table[name] = {c: {"accuracy": r[0] / r[2], "malformed": r[1] / r[2], "n": r[2]} for c, r in sorted(tally.items())}
+        table[name] = {c: {"accuracy": r[0] / r[2], "malformed": r[1] / r[2], "n": r[2]}
+                       for c, r in sorted(tally.items())}
     return table
 
 
@@ -219,7 +229,8 @@ def policy_pool(rollout: Any, models: list[ModelAgent], env: BraidEnv, cfg: InFl
     policy = getattr(rollout.engine, "policy", None)
     if policy is None:
         raise ValueError("policy agents are adapters of the HF engine's policy: set engine=hf")
-    training = AgentTraining(cfg.agent_steps, cfg.agent_lr, cfg.agent_batch_size, cfg.agent_demos, cfg.agent_seed)
+    training = AgentTraining(cfg.agent_steps, cfg.agent_lr, cfg.agent_batch_size, cfg.agent_demos,
+                             cfg.agent_seed)
     records = add_agents(policy, models, env, run.model, run.sft, training, run.work_dir, rollout.chat)
     answer = Answerer(rollout.engine, rollout.tokenizer, SamplingParams(temperature=cfg.agent_temperature,
                       max_new_tokens=cfg.agent_max_tokens, stop=env.stop), run.seed, rollout.chat)

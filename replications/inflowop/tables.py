@@ -25,7 +25,8 @@ def _by_arm(runs: list[Run]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
         out.setdefault(run.arm, []).append(run.evals["final"])
-    return {arm: out[arm] for arm in sorted(out, key=lambda a: (ARMS.index(a) if a in ARMS else len(ARMS), a))}
+    return {arm: out[arm]
+            for arm in sorted(out, key=lambda a: (ARMS.index(a) if a in ARMS else len(ARMS), a))}
 
 
 def _mean(finals: list[dict[str, Any]], key: str) -> float:
@@ -41,11 +42,13 @@ def workflow_table(runs: list[Run]) -> Table:
         rows.append([arm, str(len(finals)), acc, *(f"{_mean(finals, k):.2f}" for k in
                      ("latency", "repair_latency", "calls", "repair_calls", "violations", "faults_assignment",
                       "faults_decomposition", "merged_share", "created_share"))])
-    headers = ["arm", "seeds", "accuracy", "latency (s)", "repair latency (s)", "calls", "repair calls", "broken contracts",
-               "assignment faults", "decomposition faults", "merged share", "created share"]
-    return Table("inflowop-workflow", "InFlowOp per arm on held-out braid tasks: accuracy (mean over seeds [95% t CI]), "
-                 "then per task: simulated latency, what repairs cost, broken contracts, faults by kind, share of merged "
-                 "subtasks and of on-demand specialists in the final plans", headers, rows)
+    headers = ["arm", "seeds", "accuracy", "latency (s)", "repair latency (s)", "calls", "repair calls",
+               "broken contracts", "assignment faults", "decomposition faults", "merged share",
+               "created share"]
+    return Table("inflowop-workflow", "InFlowOp per arm on held-out braid tasks: accuracy (mean over seeds "
+                 "[95% t CI]), then per task: simulated latency, what repairs cost, broken contracts, faults "
+                 "by kind, share of merged subtasks and of on-demand specialists in the final plans",
+                 headers, rows)
 
 
 def domains_table(runs: list[Run]) -> Table:
@@ -57,8 +60,8 @@ def domains_table(runs: list[Run]) -> Table:
             acc, lat, rep = (_mean(finals, f"{k}_{name}") for k in ("success", "latency", "repair_latency"))
             cells.append(f"{acc:.3f} / {lat:.1f} / {rep:.1f}")
         rows.append([name, *cells])
-    return Table("inflowop-domains", "InFlowOp per domain and arm: accuracy / latency (s) / repair latency (s) per task, "
-                 "mean over seeds", ["domain", *by_arm], rows)
+    return Table("inflowop-domains", "InFlowOp per domain and arm: accuracy / latency (s) / repair latency "
+                 "(s) per task, mean over seeds", ["domain", *by_arm], rows)
 
 
 EXTRA_TABLES: dict[str, ExtraTable] = {"workflow": workflow_table, "domains": domains_table}

@@ -74,15 +74,16 @@ def prepare(task: BraidTask, cfg: InFlowOpConfig, profile: Profile | None, rng: 
     else:
         plan = coalesce(task, cards, rel, w)
     repair: RepairMode = spec["repair"]
-    return (Executor(task, agents, cards, rel, w, rng, repair=repair, max_repairs=cfg.max_repairs, tau=cfg.tau,
-                     profile=profile), plan)
+    return (Executor(task, agents, cards, rel, w, rng, repair=repair, max_repairs=cfg.max_repairs,
+                     tau=cfg.tau, profile=profile), plan)
 
 
 def warm_up(tasks: list[BraidTask], profile: Profile, rng: random.Random, models: Sequence[ModelAgent] = (),
             answer: Answer | None = None, batch: int = 1) -> Profile:
     """Build profiles from exploration runs: every step of every task to a uniformly random pool
     agent (policy agents included), no repair; the contracts judge each run (no labels). `batch`
-    tasks run side by side (their policy agents' operations generated together). Returns `profile`, updated."""
+    tasks run side by side (their policy agents' operations generated together). Returns `profile`,
+    updated."""
     pool: list[Any] = [*POOL, *models]
     agents: dict[str, Any] = {**agents_by_name(with_created=False), **{m.name: m for m in models}}
     cards = [a.card for a in pool]
@@ -90,8 +91,8 @@ def warm_up(tasks: list[BraidTask], profile: Profile, rng: random.Random, models
         runs = []
         for task in tasks[start:start + batch]:
             plan = [Subtask(frozenset({n.index}), rng.choice(pool).name) for n in task.nodes]
-            runs.append(Executor(task, agents, cards, lambda card, c: 0.5, Weights(0.0, 0.0), rng, repair="none",
-                                 profile=profile).steps(plan))
+            runs.append(Executor(task, agents, cards, lambda card, c: 0.5, Weights(0.0, 0.0), rng,
+                                 repair="none", profile=profile).steps(plan))
         drive(runs, answer)
     return profile
 
@@ -106,9 +107,11 @@ def record(task: BraidTask, trace: Trace, models: Sequence[ModelAgent] = ()) -> 
     return {
         "success": success, "latency": trace.latency, "repair_latency": trace.repair_latency,
         "calls": trace.calls, "repair_calls": trace.repair_calls, "violations": trace.violations,
-        "faults_assignment": trace.faults["assignment"], "faults_decomposition": trace.faults["decomposition"],
+        "faults_assignment": trace.faults["assignment"],
+        "faults_decomposition": trace.faults["decomposition"],
         "subtasks": len(trace.plan), "merged_share": merged / max(len(trace.plan), 1),
         "created_share": sum(s.agent.startswith("new-") for s in trace.plan) / max(len(trace.plan), 1),
         f"success_{d}": success, f"latency_{d}": trace.latency, f"repair_latency_{d}": trace.repair_latency,
-    } | ({"policy_share": sum(s.agent in {m.name for m in models} for s in trace.plan) / max(len(trace.plan), 1)}
+    } | ({"policy_share": sum(s.agent in {m.name for m in models} for s in trace.plan)
+          / max(len(trace.plan), 1)}
          if models else {})

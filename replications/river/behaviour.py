@@ -16,5 +16,5 @@ def behaviour(groups: list[Group]) -> dict[str, float]:
     def mean(key: str) -> float:
         return float(np.mean([float(e.info.get(key, 0.0)) for e in eps]))
 
-    return {"train_solved": mean("solved"), "train_read_memo": mean("read_memo"), "train_looped": mean("looped"),
-            "train_repeat_rate": mean("repeat_rate")}
+    return {"train_solved": mean("solved"), "train_read_memo": mean("read_memo"),
+            "train_looped": mean("looped"), "train_repeat_rate": mean("repeat_rate")}

@@ -23,10 +23,16 @@ derivation by hand.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from envs.api.base import Observation
 
 PAPER_AGREEMENT = 0.833  # [S] audit vs an independent re-judge
 PAPER_FLAG_PRECISION = 0.895  # [S] defect flags confirmed
@@ -56,7 +62,8 @@ def audit_rates(agreement: float = PAPER_AGREEMENT, flag_precision: float = PAPE
     if not 0 < f < 1:
         raise ValueError(f"agreement {agreement} is not between the two precisions: no consistent audit")
     prevalence = flag_precision * f + (1 - clean_precision) * (1 - f)
-    return AuditRates(f, prevalence, flag_precision * f / prevalence, clean_precision * (1 - f) / (1 - prevalence))
+    return AuditRates(f, prevalence, flag_precision * f / prevalence,
+                      clean_precision * (1 - f) / (1 - prevalence))
 
 
 def simulate_audit(defects: list[str], rates: AuditRates, rng: random.Random) -> list[bool]:
@@ -110,6 +117,28 @@ def river_filter(tasks: list[dict[str, Any]], oracle_solves: Any, rates: AuditRa
     return FilterReport(kept, confusion(defects, flags), dict(sorted(oracle_table.items())),
                         dict(sorted(Counter(defects[i] for i in kept).items())),
                         {k: float(v) for k, v in dataclasses.asdict(rates).items()})
+
+
+def scripted_oracle(env: Any, filter_seed: int) -> Callable[[dict[str, Any], int], bool]:
+    """The scripted oracle: the environment's demonstrator without its injected errors, in the same
+    sandbox. `filter_seed` seeds its tries."""
+    no_errors: dict[str, Any] = {"demo_shortcut": 0.0, "demo_slip": 0.0, "demo_loop": 0.0}
+    oracle_cfg = dataclasses.replace(env.cfg, **no_errors)
+    oracle_env = type(env)(oracle_cfg)
+
+    def solves(task: dict[str, Any], attempt: int) -> bool:
+        # each task's tries draw their own choices (an ambiguous task's guess), independent of other
+        # tasks'
+        seed = f"oracle/{filter_seed}/{attempt}/{json.dumps(task, sort_keys=True)}"
+        state = oracle_env.new_episode(task, random.Random(hashlib.sha256(seed.encode()).hexdigest()))
+        obs: Observation | None = state.start()
+        result = None
+        while obs is not None:
+            result = state.step(state.expert_action())
+            obs = result.next
+        return bool(result is not None and result.reward > 0)
+
+    return solves
 
 
 def random_subset(n_pool: int, size: int, seed: int) -> list[int]:

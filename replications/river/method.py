@@ -32,7 +32,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -41,12 +41,8 @@ from common.episode import Group, Task, tasks_of
 from common.method import Method, MethodConfig, RunView
 from common.util import atomic_write_text
 from replications.river.behaviour import behaviour
-from replications.river.filter import FilterReport, audit_rates, random_subset, river_filter
+from replications.river.filter import FilterReport, audit_rates, random_subset, river_filter, scripted_oracle
 from replications.river.penalty import jaccard, repeated_turns, repetition_penalty
-
-if TYPE_CHECKING:
-
-    from envs.api.base import Observation
 
 __all__ = ["River", "RiverConfig", "jaccard", "repeated_turns", "repetition_penalty"]
 
@@ -69,15 +65,17 @@ class RiverConfig(MethodConfig):
     audit_flag_precision: float = 0.895
     audit_clean_precision: float = 0.40
     oracle_tries: int = 2  # the oracle's attempts per task (pass@2) [S]
-    filter_seed: int = 0  # the audit's draws and the random subset: fixed, so every RL seed sees the same pool [I]
+    # the audit's draws and the random subset: fixed, so every RL seed sees the same pool [I]
+    filter_seed: int = 0
 
 
 class River(Method):
     Config = RiverConfig
     needs = frozenset({"env_pool_with_audit"})  # the filter reads the tasks' audit labels
     # scale=paper: River's synthetic environments and the terminal benchmarks are not public
-    paper_data_hint = ("River's 14,399 synthetic terminal environments and the Terminal-Bench / TerminalWorld tasks "
-                       "are not public (no code or data released): stage them in a local folder and pass method.paper_data=<folder>")
+    paper_data_hint = ("River's 14,399 synthetic terminal environments and the Terminal-Bench / "
+                       "TerminalWorld tasks are not public (no code or data released): stage them in a local "
+                       "folder and pass method.paper_data=<folder>")
     cfg: RiverConfig
 
     def __init__(self, cfg: RiverConfig, run: RunView):
@@ -98,45 +96,30 @@ class River(Method):
                              f"env={self.env.name} has none: use env=terminal or method.pool=full")
         audit_rates(self.cfg.audit_agreement, self.cfg.audit_flag_precision, self.cfg.audit_clean_precision)
         if self.run.scale == "paper" and not (Path(self.cfg.paper_data or "") / "terminal_bench").is_dir():
-            raise ValueError(f"scale=paper needs {self.cfg.paper_data}/terminal_bench (no terminal_bench environment "
-                             f"is in envs yet): {self.paper_data_hint}")
+            raise ValueError(f"scale=paper needs {self.cfg.paper_data}/terminal_bench (no terminal_bench "
+                             f"environment is in envs yet): {self.paper_data_hint}")
 
     # ---- the filter -------------------------------------------------------------------------------
     def filter_report(self) -> FilterReport:
         """River's filter over the train split, computed once and cached under work_dir (it plays the
         oracle in the real sandbox: tens of seconds), keyed by everything it depends on."""
         if self.report is None:
-            key = json.dumps([dataclasses.asdict(self.env.cfg), self.cfg.audit_agreement, self.cfg.audit_flag_precision,
-                              self.cfg.audit_clean_precision, self.cfg.oracle_tries, self.cfg.filter_seed],
+            key = json.dumps([dataclasses.asdict(self.env.cfg), self.cfg.audit_agreement,
+                              self.cfg.audit_flag_precision, self.cfg.audit_clean_precision,
+                              self.cfg.oracle_tries, self.cfg.filter_seed],
                              sort_keys=True, default=str)
-            path = Path(self.run.work_dir) / "river" / f"filter-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+            path = (Path(self.run.work_dir) / "river"
+                    / f"filter-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json")
             if path.exists():
                 self.report = FilterReport(**json.loads(path.read_text()))
             else:
                 tasks = [t.data for t in tasks_of(self.env.task_set()["train"])]
-                rates = audit_rates(self.cfg.audit_agreement, self.cfg.audit_flag_precision, self.cfg.audit_clean_precision)
-                self.report = river_filter(tasks, self._oracle(), rates, self.cfg.filter_seed, self.cfg.oracle_tries)
+                rates = audit_rates(self.cfg.audit_agreement, self.cfg.audit_flag_precision,
+                                    self.cfg.audit_clean_precision)
+                self.report = river_filter(tasks, scripted_oracle(self.env, self.cfg.filter_seed), rates,
+                                           self.cfg.filter_seed, self.cfg.oracle_tries)
                 atomic_write_text(path, json.dumps(self.report.to_json(), sort_keys=True))
         return self.report
-
-    def _oracle(self) -> Any:
-        """The scripted oracle: the environment's demonstrator without its injected errors, in the same sandbox."""
-        no_errors: dict[str, Any] = {"demo_shortcut": 0.0, "demo_slip": 0.0, "demo_loop": 0.0}
-        oracle_cfg = dataclasses.replace(self.env.cfg, **no_errors)
-        oracle_env = type(self.env)(oracle_cfg)
-
-        def solves(task: dict[str, Any], attempt: int) -> bool:
-            # each task's tries draw their own choices (an ambiguous task's guess), independent of other tasks'
-            seed = f"oracle/{self.cfg.filter_seed}/{attempt}/{json.dumps(task, sort_keys=True)}"
-            state = oracle_env.new_episode(task, random.Random(hashlib.sha256(seed.encode()).hexdigest()))
-            obs: Observation | None = state.start()
-            result = None
-            while obs is not None:
-                result = state.step(state.expert_action())
-                obs = result.next
-            return bool(result is not None and result.reward > 0)
-
-        return solves
 
     def pool(self, n_train: int) -> list[int]:
         """The train indices this arm samples from."""
@@ -147,7 +130,8 @@ class River(Method):
                 kept = self.filter_report().kept
                 if not kept:
                     raise ValueError("River's filter kept no train task: raise env.train_size")
-                self._pool = kept if self.cfg.pool == "river" else random_subset(n_train, len(kept), self.cfg.filter_seed)
+                self._pool = (kept if self.cfg.pool == "river"
+                              else random_subset(n_train, len(kept), self.cfg.filter_seed))
             train = tasks_of(self.env.task_set()["train"])
             defects = [train[i].data["defect"] for i in self._pool]
             self.pool_stats = {"pool_size": float(len(defects)),
@@ -181,9 +165,11 @@ class River(Method):
                 turns_seen += len(pairs)
                 if not self.cfg.penalty:
                     continue
-                for t, s in enumerate(repetition_penalty(pairs, self.cfg.threshold, self.cfg.delta, self.cfg.cap)):
+                for t, s in enumerate(repetition_penalty(pairs, self.cfg.threshold, self.cfg.delta,
+                                                         self.cfg.cap)):
                     if s:
                         penalized += 1
                         tokens[(g, i, t)] = [advantage[i] + s] * episode.turns[t].num_action_tokens
-        metrics = {**behaviour(groups), **self.pool_stats, "penalized_turn_rate": penalized / max(turns_seen, 1)}
+        metrics = {**behaviour(groups), **self.pool_stats,
+                   "penalized_turn_rate": penalized / max(turns_seen, 1)}
         return Credit("advantage", values, tokens, metrics)

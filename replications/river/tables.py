@@ -48,14 +48,16 @@ def hacking_table(runs: list[Run]) -> Table:
         long_final = [r.evals["final"]["per_tier"].get("2", {}).get("mean@k", float("nan")) for r in mine]
         memo = [r.evals["final"]["metrics"].get("read_memo", float("nan")) for r in mine]
         loops = [r.evals["final"]["metrics"].get("looped", float("nan")) for r in mine]
-        rows.append([arm, str(len(mine)), _ci(list(first)), _ci(list(last)), _ci(list(solved_last)), _ci(initial),
-                     _ci(final), _ci(long_final), _ci(memo), _ci(loops)])
+        rows.append([arm, str(len(mine)), _ci(list(first)), _ci(list(last)), _ci(list(solved_last)),
+                     _ci(initial), _ci(final), _ci(long_final), _ci(memo), _ci(loops)])
     return Table("river-hacking",
-                 f"Train reward (the tasks' own verifiers, mean of the first and last {WINDOW} steps) beside clean held-out "
-                 "success (mean@k, warm start and final; tier 2 = the composition never trained on), the true success on "
-                 "train tasks, and the held-out rates of the memo shortcut and of looping episodes; mean [95% CI] over seeds.",
-                 ["arm", "seeds", "train reward (first)", "train reward (last)", "train solved (last)", "held-out (warm start)",
-                  "held-out (final)", "tier 2 (final)", "memo shortcut", "looped"], rows)
+                 f"Train reward (the tasks' own verifiers, mean of the first and last {WINDOW} steps) beside "
+                 "clean held-out success (mean@k, warm start and final; tier 2 = the composition never "
+                 "trained on), the true success on train tasks, and the held-out rates of the memo shortcut "
+                 "and of looping episodes; mean [95% CI] over seeds.",
+                 ["arm", "seeds", "train reward (first)", "train reward (last)", "train solved (last)",
+                  "held-out (warm start)", "held-out (final)", "tier 2 (final)", "memo shortcut", "looped"],
+                 rows)
 
 
 EXTRA_TABLES: dict[str, ExtraTable] = {"hacking": hacking_table}

@@ -54,7 +54,8 @@ from replications.sharp.shapley import (  # noqa: F401  (the formulas are public
 class SHARPConfig(MethodConfig):
     name: str = "sharp"
     estimator: str = "grpo"  # normalization within (query, agent): grpo = (r - mean) / (std + eps) (card)
-    credit: Literal["broadcast", "local", "loo", "exact", "mc"] = "exact"  # broadcast = GRPO; local = own slot; loo; exact Shapley; mc = permutation Shapley
+    # broadcast = GRPO; local = own slot; loo; exact Shapley; mc = permutation Shapley
+    credit: Literal["broadcast", "local", "loo", "exact", "mc"] = "exact"
     lambda_s: float = 0.9  # weight of the Shapley (or leave-one-out, or own-slot) term [S: 0.9]
     lambda_p: float = 0.1  # weight of the tool-process reward [S: 0.1]
     permutations: int = 32  # credit=mc only: orderings sampled per episode (>= 2, for the standard error)
@@ -66,7 +67,8 @@ def worker_key(m: int) -> str:
 
 class SHARP(Method):
     Config = SHARPConfig
-    needs = frozenset({"multi_agent_shared_outcome", "counterfactual_replay"})  # exact Shapley replays coalitions
+    # exact Shapley replays coalitions
+    needs = frozenset({"multi_agent_shared_outcome", "counterfactual_replay"})
     compare_arm = "sharp-exact-k4"  # exact Shapley credit (its method.* settings; the env is make compare's)
     paper_data_hint = ("put MuSiQue, GAIA (text), WebWalkerQA and FRAMES in one local folder and pass "
                        "method.paper_data=<folder> (and model.path=<local Qwen3-8B>)")
@@ -79,7 +81,8 @@ class SHARP(Method):
     def validate(self) -> None:
         super().validate()
         if self.cfg.permutations < 2:
-            raise ValueError(f"method.permutations must be >= 2 (the Monte-Carlo standard error needs two); got {self.cfg.permutations}")
+            raise ValueError("method.permutations must be >= 2 (the Monte-Carlo standard error needs two); "
+                             f"got {self.cfg.permutations}")
 
     def env_protocols(self) -> tuple[type, ...]:
         return () if self.cfg.credit in ("broadcast", "local") else (CounterfactualReplay,)
@@ -87,9 +90,11 @@ class SHARP(Method):
     def agent_of(self, episode: Episode, index: int) -> str:
         """The planner is one agent; the m-th worker turn of the episode is worker m."""
         role = episode.turns[index].role
-        return worker_key(sum(t.role == "worker" for t in episode.turns[:index])) if role == "worker" else role
+        return (worker_key(sum(t.role == "worker" for t in episode.turns[:index])) if role == "worker"
+                else role)
 
-    def contributions(self, record: dict[str, Any] | None, n_workers: int, salt: int) -> tuple[dict[int, float], int, float]:
+    def contributions(self, record: dict[str, Any] | None, n_workers: int, salt: int
+                      ) -> tuple[dict[int, float], int, float]:
         """phi (or Delta) of each worker, the number of coalitions re-scored, the mean MC stderr."""
         players = list(range(n_workers))
         if record is None or not players:
@@ -115,13 +120,15 @@ class SHARP(Method):
         t0 = time.perf_counter()
         if self.cfg.credit == "broadcast":
             return Credit.outcome(groups, {"rescores": 0.0, "rescores_total": float(self.rescores_total),
-                                           "rescores_per_episode": 0.0, "time_credit_s": time.perf_counter() - t0})
+                                           "rescores_per_episode": 0.0,
+                                           "time_credit_s": time.perf_counter() - t0})
         values, rescores, stderrs = [], 0, []
         for gi, group in enumerate(groups):
             rewards_G = []
             for ei, ep in enumerate(group.episodes):
                 record = ep.info.get("record")
-                phi, n, se = self.contributions(record, len(ep.turns_of("worker")), salt=step * 1_000_003 + gi * 1009 + ei)
+                phi, n, se = self.contributions(record, len(ep.turns_of("worker")),
+                                                salt=step * 1_000_003 + gi * 1009 + ei)
                 rescores += n
                 stderrs.append(se)
                 kinds = record["tool_kinds"] if record else []
@@ -132,7 +139,8 @@ class SHARP(Method):
         self.rescores_total += rescores
         n_eps = sum(len(g.episodes) for g in groups)
         metrics = {"rescores": float(rescores), "rescores_total": float(self.rescores_total),
-                   "rescores_per_episode": rescores / max(n_eps, 1), "time_credit_s": time.perf_counter() - t0}
+                   "rescores_per_episode": rescores / max(n_eps, 1),
+                   "time_credit_s": time.perf_counter() - t0}
         if self.cfg.credit == "mc":
             metrics["mc_stderr_mean"] = float(np.mean(stderrs)) if stderrs else 0.0
         return Credit("reward", values, metrics=metrics)
@@ -157,7 +165,8 @@ class SHARP(Method):
             out["distractor_rate"] = kinds.count("distractor") / len(kinds)
             if firsts := [ep.info["record"]["tool_kinds"][0] for ep in episodes
                           if ep.info.get("record") and ep.info["record"]["tool_kinds"]]:
-                out["distractor_rate_first"] = firsts.count("distractor") / len(firsts)  # the most upstream worker
+                # the most upstream worker
+                out["distractor_rate_first"] = firsts.count("distractor") / len(firsts)
             out["tool_error_rate"] = (kinds.count("error") + kinds.count("invalid")) / len(kinds)
             right = [a for a, k in zip(advs, kinds, strict=True) if k == "value"]
             bad = [a for a, k in zip(advs, kinds, strict=True) if k == "distractor"]

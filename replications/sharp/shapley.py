@@ -59,7 +59,8 @@ def shapley_values_mc(players: Sequence[Player], value: Value, permutations: int
     standard error (0 when every ordering gives m the same contribution).
     """
     if permutations < 2:
-        raise ValueError(f"permutations must be >= 2 (the standard error needs two orderings); got {permutations}")
+        raise ValueError("permutations must be >= 2 (the standard error needs two orderings); "
+                         f"got {permutations}")
     players = list(players)
     rng = random.Random(seed)
     cache: dict[frozenset, float] = {}
@@ -96,7 +97,8 @@ def own_slot(record: dict[str, Any], n_workers: int) -> dict[int, float]:
     worker m to fact m), else 0. A downstream worker of a broken chain gets 0 however it chose."""
     truth = record.get("worker_truth", record["truth"])
     results = record["results"]
-    return {m: float(m < len(results) and m < len(truth) and results[m] == truth[m]) for m in range(n_workers)}
+    return {m: float(m < len(results) and m < len(truth) and results[m] == truth[m])
+            for m in range(n_workers)}
 
 
 def agent_rewards(outcome: float, contribution: dict[Player, float], tool: dict[Player, float],

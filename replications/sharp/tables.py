@@ -69,11 +69,15 @@ def summarize(runs: list[Run]) -> Summaries:
             return float(np.mean(values)) if values else NAN
 
         out.setdefault(key, []).append({
-            "seed": run.seed, "initial": ev["initial"]["mean@k"] if "initial" in ev else NAN, "final": ev["final"]["mean@k"],
+            "seed": run.seed, "initial": ev["initial"]["mean@k"] if "initial" in ev else NAN,
+            "final": ev["final"]["mean@k"],
             "success_auc": curve("success_rate"),
-            "steps_to_half": steps_to(success) if (success := [r["success_rate"] for r in rows if "success_rate" in r]) else NAN,
+            "steps_to_half": (
+                steps_to(success) if (success := [r["success_rate"] for r in rows if "success_rate" in r])
+                else NAN),
             "distractor_final": ev["final"]["metrics"]["distractor_rate"],
-            "distractor_auc": curve("distractor_rate"), "distractor_first_auc": curve("distractor_rate_first"),
+            "distractor_auc": curve("distractor_rate"),
+            "distractor_first_auc": curve("distractor_rate_first"),
             "credit_gap": float(np.nanmean([r.get("credit_gap", NAN) for r in rows])) if rows else NAN,
             "model_calls": last.get("model_calls_total", 0), "tokens": last.get("generated_tokens_total", 0),
             "rescores": last.get("rescores_total", 0.0),
@@ -93,7 +97,8 @@ def _by_seed(runs: Summaries, key: Key, field: str = "final") -> dict[int, float
 
 def contrast(runs: Summaries, variant: str, k: int, better: str, worse: str,
              field: str = "final") -> tuple[Interval, int, float]:
-    """better - worse at (variant, K) on `field`, paired by seed: (t interval, pairs, SD of the differences)."""
+    """better - worse at (variant, K) on `field`, paired by seed: (t interval, pairs, SD of the
+    differences)."""
     x, y = _by_seed(runs, (variant, k, better), field), _by_seed(runs, (variant, k, worse), field)
     return paired_difference([x[s] - y[s] for s in sorted(set(x) & set(y))])
 
@@ -107,7 +112,8 @@ def gap_growth(runs: Summaries, k_lo: int, k_hi: int, variant: str = "toolplan",
                field: str = "final") -> tuple[Interval, int, float]:
     """(SHARP - GRPO at k_hi) - (SHARP - GRPO at k_lo), per seed present in all four cells (a seed's
     runs share nothing across K, but pairing within K removes the shared warm start)."""
-    keys = ((variant, k_hi, "sharp-exact"), (variant, k_hi, "grpo"), (variant, k_lo, "sharp-exact"), (variant, k_lo, "grpo"))
+    keys = ((variant, k_hi, "sharp-exact"), (variant, k_hi, "grpo"), (variant, k_lo, "sharp-exact"),
+            (variant, k_lo, "grpo"))
     cells = [_by_seed(runs, key, field) for key in keys]
     seeds = sorted(set.intersection(*(set(c) for c in cells)))
     return paired_difference([(cells[0][s] - cells[1][s]) - (cells[2][s] - cells[3][s]) for s in seeds])
@@ -124,26 +130,33 @@ def compute_table(runs: list[Run]) -> Table:
             if not values:
                 return "—"
             m, lo, hi = mean_ci(values, **CI)
-            return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]" if lo == lo else f"{m:.{digits}f} (no CI)"
+            return (f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]" if lo == lo
+                    else f"{m:.{digits}f} (no CI)")
 
         def mean(key: str, digits: int = 0, rs: list[dict[str, Any]] = rs) -> str:
             return f"{np.mean([r[key] for r in rs]):.{digits}f}"
 
-        rows.append([variant, str(k), arm, str(len(rs)), iv("initial"), iv("final"), iv("success_auc"), iv("steps_to_half", 1),
-                     iv("distractor_final"), iv("distractor_auc"), iv("distractor_first_auc"), iv("credit_gap", 2),
-                     mean("model_calls"), mean("tokens"), mean("rescores"), mean("time_credit_s", 2), mean("time_s")])
-    headers = ["variant", "K", "arm", "seeds", "mean@k warm start", "mean@k after RL", "training success, mean over steps",
-               f"steps to {HALF} (censored at the budget)", "distractor rate after RL", "distractor rate, mean over steps",
-               "first worker's distractor rate, mean over steps", "credit gap (right - distractor)", "model calls",
-               "generated tokens", "coalition re-scorings", "credit time (s)", "train time (s)"]
-    return Table("sharp-compute", "SHARP per variant, K and arm: held-out accuracy, the training success curve, distractor "
-                 "calls, credit gap and the compute spent (re-scorings are deterministic replays: no extra model calls or "
-                 "tokens), mean over seeds [95% bootstrap CI]", headers, rows)
+        rows.append([variant, str(k), arm, str(len(rs)), iv("initial"), iv("final"), iv("success_auc"),
+                     iv("steps_to_half", 1), iv("distractor_final"), iv("distractor_auc"),
+                     iv("distractor_first_auc"), iv("credit_gap", 2), mean("model_calls"), mean("tokens"),
+                     mean("rescores"), mean("time_credit_s", 2), mean("time_s")])
+    headers = ["variant", "K", "arm", "seeds", "mean@k warm start", "mean@k after RL",
+               "training success, mean over steps", f"steps to {HALF} (censored at the budget)",
+               "distractor rate after RL", "distractor rate, mean over steps",
+               "first worker's distractor rate, mean over steps", "credit gap (right - distractor)",
+               "model calls", "generated tokens", "coalition re-scorings", "credit time (s)",
+               "train time (s)"]
+    return Table("sharp-compute", "SHARP per variant, K and arm: held-out accuracy, the training success "
+                 "curve, distractor calls, credit gap and the compute spent (re-scorings are deterministic "
+                 "replays: no extra model calls or tokens), mean over seeds [95% bootstrap CI]",
+                 headers, rows)
 
 
 # (better, worse, what it asks), per variant; rows appear only where both arms have runs
-CONTRASTS = (("sharp-exact", "grpo", "SHARP (exact) - GRPO"), ("sharp-exact", "local", "SHARP (exact) - local (own slot)"),
-             ("sharp-exact", "sharp-loo", "SHARP exact - leave-one-out"), ("sharp-loo", "grpo", "SHARP (loo) - GRPO"))
+CONTRASTS = (("sharp-exact", "grpo", "SHARP (exact) - GRPO"),
+             ("sharp-exact", "local", "SHARP (exact) - local (own slot)"),
+             ("sharp-exact", "sharp-loo", "SHARP exact - leave-one-out"),
+             ("sharp-loo", "grpo", "SHARP (loo) - GRPO"))
 
 
 def gap_growth_table(runs: list[Run]) -> Table:
@@ -155,26 +168,32 @@ def gap_growth_table(runs: list[Run]) -> Table:
             for better, worse, what in CONTRASTS:
                 if (variant, k, better) not in summaries or (variant, k, worse) not in summaries:
                     continue
-                for field, label, margin, sign in (("final", "held-out mean@k", MARGIN, 1),
-                                                   ("success_auc", "training success, mean over steps", MARGIN, 1),
-                                                   ("steps_to_half", f"steps to {HALF} (fewer is better)", STEPS_MARGIN, -1)):
+                for field, label, margin, sign in (
+                        ("final", "held-out mean@k", MARGIN, 1),
+                        ("success_auc", "training success, mean over steps", MARGIN, 1),
+                        ("steps_to_half", f"steps to {HALF} (fewer is better)", STEPS_MARGIN, -1)):
                     (m, lo, hi), n, sd = contrast(summaries, variant, k, better, worse, field)
-                    if m != m:  # not logged by these runs (e.g. #16's runs have no steps to 0.5 below their budget)
+                    # not logged by these runs (e.g. #16's runs have no steps to 0.5 below their budget)
+                    if m != m:
                         continue
                     iv = (sign * m, sign * hi, sign * lo) if sign < 0 else (m, lo, hi)
                     name = f"{what}, K={k}" if sign > 0 else f"{what}, K={k}: steps saved"
-                    rows.append([variant, name, label, fmt_ci(iv, signed=True) + f", {n} pairs", table_verdict(iv, n, sd, margin)])
-        if len(ks) >= 2 and all((variant, k, a) in summaries for k in (ks[0], ks[-1]) for a in ("grpo", "sharp-exact")):
-            for field, label in (("final", "held-out mean@k"), ("success_auc", "training success, mean over steps")):
+                    rows.append([variant, name, label, fmt_ci(iv, signed=True) + f", {n} pairs",
+                                 table_verdict(iv, n, sd, margin)])
+        if len(ks) >= 2 and all((variant, k, a) in summaries
+                                for k in (ks[0], ks[-1]) for a in ("grpo", "sharp-exact")):
+            for field, label in (("final", "held-out mean@k"),
+                                 ("success_auc", "training success, mean over steps")):
                 iv, n, sd = gap_growth(summaries, ks[0], ks[-1], variant, field)
                 if iv[0] != iv[0]:
                     continue
-                rows.append([variant, f"gap at K={ks[-1]} minus gap at K={ks[0]} (the gap grows with K)", label,
-                             fmt_ci(iv, signed=True) + f", {n} pairs", table_verdict(iv, n, sd, MARGIN)])
-    return Table("sharp-gap-growth", "SHARP: each credit against its controls per variant and K, and whether the SHARP - "
-                 f"GRPO gap grows with K (paired by seed, 95% t CI; margins {MARGIN} on mean@k and the success area, "
-                 f"{STEPS_MARGIN:.0f} steps; verdicts as in paper/claims.py)", ["variant", "effect", "metric", "estimate", "verdict"],
-                 rows)
+                rows.append([variant, f"gap at K={ks[-1]} minus gap at K={ks[0]} (the gap grows with K)",
+                             label, fmt_ci(iv, signed=True) + f", {n} pairs",
+                             table_verdict(iv, n, sd, MARGIN)])
+    return Table("sharp-gap-growth", "SHARP: each credit against its controls per variant and K, and whether "
+                 f"the SHARP - GRPO gap grows with K (paired by seed, 95% t CI; margins {MARGIN} on mean@k "
+                 f"and the success area, {STEPS_MARGIN:.0f} steps; verdicts as in paper/claims.py)",
+                 ["variant", "effect", "metric", "estimate", "verdict"], rows)
 
 
 EXTRA_TABLES: dict[str, ExtraTable] = {"compute": compute_table, "gap-growth": gap_growth_table}

@@ -52,8 +52,8 @@ def current_task_rewards(solve_rewards: Sequence[float]) -> list[float]:
     return [float(x) for x in solve_rewards[:-1]]
 
 
-def grouped_advantages(scores: Sequence[float], keys: Sequence[Hashable], weights: Sequence[float] | None = None
-                       ) -> list[float]:
+def grouped_advantages(scores: Sequence[float], keys: Sequence[Hashable],
+                       weights: Sequence[float] | None = None) -> list[float]:
     """A_i = w_i * (s_i - mean of the scores that share key_i): mean-centered within each key, no std
     division (the key is (chain group, position, role)); `weights` scale each advantage (the curate
     loss weight), 1 by default.
@@ -62,8 +62,8 @@ def grouped_advantages(scores: Sequence[float], keys: Sequence[Hashable], weight
     [0.5, -0.5, 0.0, 0.0]
     """
     if len(scores) != len(keys) or (weights is not None and len(weights) != len(scores)):
-        raise ValueError(f"scores, keys and weights must have one entry per trajectory; got {len(scores)}, {len(keys)}, "
-                         f"{len(weights) if weights is not None else '-'}")
+        raise ValueError(f"scores, keys and weights must have one entry per trajectory; got {len(scores)}, "
+                         f"{len(keys)}, {len(weights) if weights is not None else '-'}")
     members: dict[Hashable, list[int]] = defaultdict(list)
     for i, key in enumerate(keys):
         members[key].append(i)
@@ -93,7 +93,8 @@ def chains_of(tasks: list[Task]) -> list[list[Task]]:
     one whose plan is not longer than the last, starts the next chain (the same family may come twice).
 
     >>> fam = lambda f, t: Task(f"{f}{t}", t, json.dumps({"family": f}))
-    >>> [[t.id for t in c] for c in chains_of([fam("a", 2), fam("a", 3), fam("b", 2), fam("b", 3), fam("b", 2)])]
+    >>> [[t.id for t in c]
+    ...  for c in chains_of([fam("a", 2), fam("a", 3), fam("b", 2), fam("b", 3), fam("b", 2)])]
     [['a2', 'a3'], ['b2', 'b3'], ['b2']]
     """
     chains: list[list[Task]] = []
@@ -131,8 +132,9 @@ def play_metrics(groups: list[Group], tiers: Sequence[int]) -> dict[str, float]:
     return out
 
 
-def chain_scores(groups: list[Group], slots: list[list[Slot]], curate_of: Callable[[list[float]], list[float]],
-                 excluded: Callable[[Episode], bool], curate_weight: float
+def chain_scores(groups: list[Group], slots: list[list[Slot]],
+                 curate_of: Callable[[list[float]], list[float]], excluded: Callable[[Episode], bool],
+                 curate_weight: float
                  ) -> tuple[list[tuple[int, int]], list[float], list[tuple[int, int, str]], list[float]]:
     """Every kept episode's chain score, its normalization key and its weight, over a step's chain groups:
     a solve turn scores its own reward r_p; a curate turn `curate_of(r)[p]` (R_p, or r_p in the control)
@@ -168,7 +170,8 @@ def chain_spec(task: Task, mode: str, variant: str, **extra: Any) -> PlaySpec:
     """One play of a chain position: the task with what the chain hands it (`extra`: the document, what
     was found), tagged for compute accounting (solve or curate, training or evaluation)."""
     task = task.with_data(**extra)
-    tag = ("eval" if variant == "main" else "eval/curate") if mode == "eval" else ("main" if variant == "main" else "curate")
+    tag = (("eval" if variant == "main" else "eval/curate") if mode == "eval"
+           else ("main" if variant == "main" else "curate"))
     return PlaySpec(task, variant, tag, trainable=mode == "train")
 
 

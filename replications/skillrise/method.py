@@ -57,15 +57,15 @@ from replications.skillrise.chain import (
     play_metrics,
     play_specs,
 )
+from replications.skillrise.checks import check_env, check_settings
 
 if TYPE_CHECKING:
     import random
 
     from common.rollout import Rollout
 
-__all__ = ["DOC_KINDS", "SkillRise", "SkillRiseConfig", "Slot", "chains_of", "curate_rewards", "current_task_rewards",
-           "grouped_advantages"]
-
+__all__ = ["DOC_KINDS", "SkillRise", "SkillRiseConfig", "Slot", "chains_of", "curate_rewards",
+           "current_task_rewards", "grouped_advantages"]
 
 
 @dataclass
@@ -73,8 +73,10 @@ class SkillRiseConfig(MethodConfig):
     """The `method.*` settings of skillrise: [P] the paper (and its official code), [I] our own choice."""
 
     name: str = "skillrise"
-    estimator: str = "grpo"  # the grpo arm's group normalization (chain arms return advantages themselves) [P: GRPO]
-    arm: Literal["grpo", "skillrise", "current"] = "skillrise"  # grpo (no document) | skillrise | current (control) [I]
+    # the grpo arm's group normalization (chain arms return advantages themselves) [P: GRPO]
+    estimator: str = "grpo"
+    # grpo (no document) | skillrise | current (control) [I]
+    arm: Literal["grpo", "skillrise", "current"] = "skillrise"
     decay: float = 0.6  # the curate reward's discount over later tasks (official traj_gamma) [P]
     curate_loss_weight: float = 1.0  # multiplies curate advantages [P]
 
@@ -88,33 +90,21 @@ class SkillRise(Method):
     def __init__(self, cfg: SkillRiseConfig, run: RunView):
         super().__init__(cfg, run)
         self.chain_length = len(self.env.tiers)  # K: one task per plan length
-        self._families: tuple[Sequence[Task], list[list[int]]] | None = None  # (the pool, its indices per family)
-        self._slots: list[tuple[int, int, Literal["solve", "curate"]]] = []  # (family, position, role) per group played
+        # (the pool, its indices per family)
+        self._families: tuple[Sequence[Task], list[list[int]]] | None = None
+        # (family, position, role) per group played
+        self._slots: list[tuple[int, int, Literal["solve", "curate"]]] = []
 
     @property
     def chains(self) -> bool:
         return self.cfg.arm != "grpo"
 
     def validate(self) -> None:
-        c, run = self.cfg, self.run
-        if self.chains and ("curate" not in self.env.variants() or set(self.env.roles) != {"solver", "curator"}):
-            raise ValueError(f"method.arm={c.arm} plays chains of solve and curate turns: the environment needs roles solver and "
-                             f"curator and a 'curate' variant (env=skill_families has them, and env=textworld with "
-                             f"env.families=true); {self.env.name} has roles "
-                             f"{self.env.roles} and variants {self.env.variants()}: it needs a curate turn first")
+        """A chain arm's environment needs a curate turn, then the core's checks, then the settings'
+        (`checks.py`)."""
+        check_env(self)
         super().validate()
-        if not 0 <= c.decay <= 1 or c.curate_loss_weight < 0:
-            raise ValueError(f"need method.decay in [0, 1] and method.curate_loss_weight >= 0; got {c.decay}, {c.curate_loss_weight}")
-        if not self.chains:
-            if c.decay != SkillRiseConfig.decay or c.curate_loss_weight != SkillRiseConfig.curate_loss_weight:
-                raise ValueError("method.decay and method.curate_loss_weight have no effect with method.arm=grpo; drop them")
-            return
-        if self.chain_length < 2:
-            raise ValueError(f"a chain needs at least 2 tasks (the environment's plan lengths); {self.env.name} has tiers {self.env.tiers}")
-        if run.world_size > 1:
-            raise ValueError("method.arm=skillrise/current plays whole chains in one process: use trainer.devices=1, trainer.num_nodes=1")
-        if run.kl_placement == "reward":
-            raise ValueError("the chain arms return advantages, so trainer.kl.placement=reward has no effect; use loss or none")
+        check_settings(self, SkillRiseConfig)
 
     # ---- tasks ------------------------------------------------------------------------------------
     def families(self, pool: Sequence[Task]) -> list[list[int]]:
@@ -130,8 +120,9 @@ class SkillRise(Method):
             return super().tasks(pool, step, rng)
         fams = self.families(pool)
         if self.run.tasks_per_step > len(fams):
-            raise ValueError(f"trainer.tasks_per_step={self.run.tasks_per_step} families per step, but the train split "
-                             f"has {len(fams)}: raise env.train_size or lower trainer.tasks_per_step")
+            raise ValueError(f"trainer.tasks_per_step={self.run.tasks_per_step} families per step, but the "
+                             f"train split has {len(fams)}: raise env.train_size or lower "
+                             "trainer.tasks_per_step")
         picked = rng.sample(fams, self.run.tasks_per_step)
         return [pool[i] for fam in picked for i in fam]
 
@@ -166,7 +157,8 @@ class SkillRise(Method):
             live = [(f, row) for f, row in live if p + 1 < len(families[f])]
             if not live:
                 continue
-            specs = [chain_spec(row, mode, "curate", skill=docs[f][c], found=solve[f, p].episodes[c].info.get("found", []))
+            specs = [chain_spec(row, mode, "curate", skill=docs[f][c],
+                                found=solve[f, p].episodes[c].info.get("found", []))
                      for f, row in live for c in range(n)]
             episodes = play_specs(rollout, specs, step, mode, f"curate{p}")
             for j, (f, row) in enumerate(live):
@@ -176,7 +168,8 @@ class SkillRise(Method):
             for key, g in curate.items():
                 solve[key].extra["curate"] = g.episodes
             return [solve[key] for key in sorted(solve)]
-        self._slots = [(*key, role) for key in sorted(solve) for role in ("solve", "curate")  # type: ignore[misc]
+        self._slots = [(*key, role)  # type: ignore[misc]
+                       for key in sorted(solve) for role in ("solve", "curate")
                        if role == "solve" or key in curate]
         return [g for key in sorted(solve) for g in ([solve[key]] + ([curate[key]] if key in curate else []))]
 
@@ -189,10 +182,14 @@ class SkillRise(Method):
         if not self.chains:
             return Credit.outcome(groups, metrics)
         if len(self._slots) != len(groups):
-            raise ValueError(f"SkillRise credits the {len(self._slots)} chain groups it played last; got {len(groups)} groups")
-        slots = [[Slot(f, p, role, c) for c in range(len(g.episodes))] for g, (f, p, role) in zip(groups, self._slots, strict=True)]
-        rewards = functools.partial(curate_rewards, decay=self.cfg.decay) if self.cfg.arm == "skillrise" else current_task_rewards
-        flat, scores, keys, weights = chain_scores(groups, slots, rewards, self.excluded, self.cfg.curate_loss_weight)
+            raise ValueError(f"SkillRise credits the {len(self._slots)} chain groups it played last; "
+                             f"got {len(groups)} groups")
+        slots = [[Slot(f, p, role, c) for c in range(len(g.episodes))]
+                 for g, (f, p, role) in zip(groups, self._slots, strict=True)]
+        rewards = (functools.partial(curate_rewards, decay=self.cfg.decay) if self.cfg.arm == "skillrise"
+                   else current_task_rewards)
+        flat, scores, keys, weights = chain_scores(groups, slots, rewards, self.excluded,
+                                                   self.cfg.curate_loss_weight)
         advantages = grouped_advantages(scores, keys, weights)
         values: list[list[dict[str, float]]] = [[{} for _ in g.episodes] for g in groups]
         for (gi, i), a in zip(flat, advantages, strict=True):

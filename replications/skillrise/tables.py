@@ -42,7 +42,8 @@ def _tier(run: Run, tier: str, stage: str = "final") -> float:
 
 
 def _doc(run: Run, kind: str, stage: str = "final") -> float:
-    return float(run.evals.get(stage, {}).get("extra", {}).get("curate", {}).get("metrics", {}).get(f"doc_{kind}", NAN))
+    return float(run.evals.get(stage, {}).get("extra", {}).get("curate", {}).get("metrics", {})
+                 .get(f"doc_{kind}", NAN))
 
 
 def _curve(run: Run, key: str, first: bool) -> float:
@@ -84,14 +85,15 @@ def positions_table(runs: list[Run]) -> Table:
         for arm in [a for a in CHAIN_ARMS if a in arms and "grpo" in arms]:
             x, y = arms[arm], arms["grpo"]
             seeds = sorted(set(x) & set(y))
-            iv, n, sd = paired_difference([(_tier(x[s], last) - _tier(y[s], last)) - (_tier(x[s], first) - _tier(y[s], first))
-                                 for s in seeds])
-            rows.append([f"({arm} - grpo) at position {len(tiers)} minus at position 1", str(n), *[""] * len(tiers),
-                         fmt_ci(iv, signed=True), table_verdict(iv, n, sd, MARGIN)])
+            iv, n, sd = paired_difference([(_tier(x[s], last) - _tier(y[s], last))
+                                           - (_tier(x[s], first) - _tier(y[s], first)) for s in seeds])
+            rows.append([f"({arm} - grpo) at position {len(tiers)} minus at position 1", str(n),
+                         *[""] * len(tiers), fmt_ci(iv, signed=True), table_verdict(iv, n, sd, MARGIN)])
     headers = ["arm / effect", "seeds", *[f"position {i + 1} (plan {t})" for i, t in enumerate(tiers)],
                "paired difference [95% t CI]", "verdict (margin 0.05)"]
-    return Table("skillrise-positions", "SkillRise: held-out success (mean@k) by chain position after RL, mean over seeds "
-                 "[95% t CI]; does it rise with the position? (paired by seed; verdicts as in paper/claims.py)", headers, rows)
+    return Table("skillrise-positions", "SkillRise: held-out success (mean@k) by chain position after RL, "
+                 "mean over seeds [95% t CI]; does it rise with the position? (paired by seed; verdicts as "
+                 "in paper/claims.py)", headers, rows)
 
 
 def documents_table(runs: list[Run]) -> Table:
@@ -108,12 +110,13 @@ def documents_table(runs: list[Run]) -> Table:
         x, y = arms["skillrise"], arms[arm]
         seeds = sorted(set(x) & set(y))
         iv, n, sd = paired_difference([_doc(x[s], "abstract") - _doc(y[s], "abstract") for s in seeds])
-        rows.append([f"skillrise - {arm}", "held-out abstract share, after RL", str(n), fmt_ci(iv, signed=True),
-                     table_verdict(iv, n, sd, 0.10), "", "", ""])
+        rows.append([f"skillrise - {arm}", "held-out abstract share, after RL", str(n),
+                     fmt_ci(iv, signed=True), table_verdict(iv, n, sd, 0.10), "", "", ""])
     headers = ["arm", "when", "seeds", *[f"doc {k}" for k in KINDS]]
-    return Table("skillrise-documents", "SkillRise: what the curate turns write, as shares of curate turns, mean over seeds "
-                 "[95% t CI] (abstract: only abstract steps; right: an abstract prefix of the true order; concrete: only "
-                 "tool numbers). The last row compares the abstract share of the two curate rewards (margin 0.10).",
+    return Table("skillrise-documents", "SkillRise: what the curate turns write, as shares of curate turns, "
+                 "mean over seeds [95% t CI] (abstract: only abstract steps; right: an abstract prefix of "
+                 "the true order; concrete: only tool numbers). The last row compares the abstract share of "
+                 "the two curate rewards (margin 0.10).",
                  headers, rows)
 
 
@@ -122,8 +125,9 @@ def summary(runs: list[Run]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for arm, rs in _by_arm(runs).items():
         tiers = _tiers(list(rs.values()))
-        out[arm] = {"seeds": sorted(rs), **{f"position_{i + 1}": float(np.nanmean([_tier(r, t) for r in rs.values()]))
-                                            for i, t in enumerate(tiers)}}
+        out[arm] = {"seeds": sorted(rs),
+                    **{f"position_{i + 1}": float(np.nanmean([_tier(r, t) for r in rs.values()]))
+                       for i, t in enumerate(tiers)}}
         if arm in CHAIN_ARMS:
             out[arm].update({f"doc_{k}": float(np.nanmean([_doc(r, k) for r in rs.values()])) for k in KINDS})
     return out

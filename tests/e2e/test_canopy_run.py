@@ -24,8 +24,9 @@ TIMING = ("time_rollout_s", "time_reference_s", "time_train_s", "time_step_s")
 
 def args(out, work, arm, *extra):
     # each label is its own out_dir (arm= names only the replication's arms, whose settings it applies)
-    return [sys.executable, "-m", "experiments.run", "method=canopy", "scale=smoke", f"out_dir={Path(out) / arm}",
-            f"work_dir={work}", "progress=false", "trainer.threads=1", "trainer.steps=4", *extra]
+    return [sys.executable, "-m", "experiments.run", "method=canopy", "scale=smoke",
+            f"out_dir={Path(out) / arm}", f"work_dir={work}", "progress=false", "trainer.threads=1",
+            "trainer.steps=4", *extra]
 
 
 def rows(out, arm):
@@ -73,7 +74,7 @@ def test_killed_run_resumes_without_a_second_pilot(runs):
     proc.wait()
     killed_at = len(rows(out, "killed"))
     assert 0 < killed_at < 4, "the run finished before it could be killed; the test proves nothing"
-    subprocess.run(args(out, work, "killed", "trainer.checkpoint_every=1"), cwd=ROOT, check=True, capture_output=True,
-                   timeout=900)
+    subprocess.run(args(out, work, "killed", "trainer.checkpoint_every=1"), cwd=ROOT, check=True,
+                   capture_output=True, timeout=900)
     strip = [{k: v for k, v in r.items() if k not in TIMING} for r in rows(out, "killed")]
     assert strip == [{k: v for k, v in r.items() if k not in TIMING} for r in rows(out, "full")]

@@ -16,9 +16,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def args(out, work, first_role):
-    return [f"out_dir={Path(out) / first_role}", f"work_dir={work}", "scale=smoke", "progress=false", "trainer.threads=1",
-            "trainer.steps=1", "trainer.checkpoint_every=1", "eval.max_tasks=4", "sft.steps=20", "method.credit=v1",
-            "method.alternate_every=1", f"method.first_role={first_role}", "method.crn=true"]
+    return [f"out_dir={Path(out) / first_role}", f"work_dir={work}", "scale=smoke", "progress=false",
+            "trainer.threads=1", "trainer.steps=1", "trainer.checkpoint_every=1", "eval.max_tasks=4",
+            "sft.steps=20", "method.credit=v1", "method.alternate_every=1", f"method.first_role={first_role}",
+            "method.crn=true"]
 
 
 @pytest.mark.parametrize("first_role", ["thinker", "solver"])

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.e2e
 
 def _not_done(cells):
     """Cells whose folder holds a finished committed run that the plan would not count as done."""
-    return [f"{c.name}: {c.state()}" for c in cells if (c.run_dir / "done").exists() and c.state().state != "done"]
+    return [f"{c.name}: {c.state()}" for c in cells
+            if (c.run_dir / "done").exists() and c.state().state != "done"]
 
 
 @pytest.mark.parametrize("method", list(METHODS))
@@ -43,7 +44,8 @@ def test_every_committed_compare_cell_is_done(monkeypatch):
 def test_the_quick_start_skips_every_committed_cell(wall_budget):
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "experiments.replicate", "--method", "grpo"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     seconds = time.monotonic() - start
     assert done.returncode == 0, done.stderr[-2000:]
     assert "FAILED" not in done.stderr and "not done" not in done.stdout

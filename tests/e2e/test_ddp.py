@@ -22,8 +22,8 @@ TIMING = ("time_rollout_s", "time_reference_s", "time_train_s", "time_step_s")
 def run_args(out, work, steps=10):
     # 8 tasks a step (4 per rank) and an evaluation every 2 steps: gradients, gathered metrics and evaluations
     return [f"out_dir={out}", f"work_dir={work}", "scale=smoke", "progress=false", "trainer.threads=1",
-            "trainer.devices=2", f"trainer.steps={steps}", "trainer.tasks_per_step=8", "trainer.checkpoint_every=2",
-            "eval.every=4", "eval.max_tasks=8"]
+            "trainer.devices=2", f"trainer.steps={steps}", "trainer.tasks_per_step=8",
+            "trainer.checkpoint_every=2", "eval.every=4", "eval.max_tasks=8"]
 
 
 def python(*args):
@@ -75,8 +75,9 @@ def test_two_rank_run_records_the_whole_run_once(reference):
 
 def test_kill_both_ranks_then_resume_gives_the_same_records(reference, tmp_path, work):
     d = run_dir(tmp_path)
+    # rank 1 is started in its group
     proc = subprocess.Popen(python(*run_args(tmp_path, work)), cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)  # rank 1 is started in its group
+                            stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 300
     while time.time() < deadline:
         n = len((d / "metrics.jsonl").read_text().splitlines()) if (d / "metrics.jsonl").exists() else 0
@@ -97,8 +98,10 @@ def test_kill_both_ranks_then_resume_gives_the_same_records(reference, tmp_path,
 def test_make_replicate_with_two_devices(tmp_path, work):
     """`make replicate-grpo SCALE=smoke ARGS="trainer.devices=2"`: the cell runs as two processes."""
     out = tmp_path / "out"
-    make = ["make", "-o", "setup", f"PY={sys.executable}"]  # -o setup: the suite is installed, never reinstalled here
-    done = subprocess.run([*make, "replicate-grpo", "SCALE=smoke", f"ARGS=trainer.devices=2 out_dir={out} work_dir={work}"],
+    # -o setup: the suite is installed, never reinstalled here
+    make = ["make", "-o", "setup", f"PY={sys.executable}"]
+    done = subprocess.run([*make, "replicate-grpo", "SCALE=smoke",
+                           f"ARGS=trainer.devices=2 out_dir={out} work_dir={work}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (manifest_path,) = out.glob("grpo/*/*/seed-*/manifest.json")

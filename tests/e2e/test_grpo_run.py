@@ -19,8 +19,9 @@ TIMING = ("time_rollout_s", "time_reference_s", "time_train_s", "time_step_s")
 
 def run_args(out, work, arm, steps=10):
     # each label is its own out_dir (arm= names only the replication's arms, whose settings it applies)
-    return [f"out_dir={Path(out) / arm}", f"work_dir={work}", "scale=smoke", "progress=false", "trainer.threads=1",
-            f"trainer.steps={steps}", "trainer.checkpoint_every=2", "eval.max_tasks=8", "sft.steps=20"]
+    return [f"out_dir={Path(out) / arm}", f"work_dir={work}", "scale=smoke", "progress=false",
+            "trainer.threads=1", f"trainer.steps={steps}", "trainer.checkpoint_every=2", "eval.max_tasks=8",
+            "sft.steps=20"]
 
 
 def run_dir(out, arm):
@@ -52,10 +53,12 @@ def reference(tmp_path_factory):
 def test_run_directory_is_complete(reference):
     out, _ = reference
     d = run_dir(out, "a")
-    assert {p.name for p in d.iterdir()} >= {"config.yaml", "manifest.json", "metrics.jsonl", "eval.json", "done"}
+    assert {p.name for p in d.iterdir()} >= {"config.yaml", "manifest.json", "metrics.jsonl", "eval.json",
+                                             "done"}
     manifest = json.loads((d / "manifest.json").read_text())
     assert manifest["git_sha"] and "torch" in manifest["packages"] and manifest["seed"] == 0
-    assert {"envs.testbeds.arith", "common.warmstart"} <= set(manifest["warmstart"]["code"])  # the warm start's code fingerprint
+    # the warm start's code fingerprint
+    assert {"envs.testbeds.arith", "common.warmstart"} <= set(manifest["warmstart"]["code"])
     rows = metrics(d)
     assert [r["step"] for r in rows] == list(range(10))
     assert rows[-1]["generated_tokens_total"] == sum(r["generated_tokens"] for r in rows)
@@ -96,7 +99,8 @@ def test_sigkill_then_resume_gives_the_same_metrics(reference):
     assert not (d / "done").exists(), "the run finished before it could be killed; the test proves nothing"
     killed_at = len((d / "metrics.jsonl").read_text().splitlines())
     assert 0 < killed_at < 10
-    subprocess.run(python(*run_args(out, work, "killed")), cwd=ROOT, check=True, capture_output=True, timeout=600)
+    subprocess.run(python(*run_args(out, work, "killed")), cwd=ROOT, check=True, capture_output=True,
+                   timeout=600)
     assert (d / "done").exists()
     assert json.loads((d / "manifest.json").read_text())["attempts"] == 2
     assert metrics(d) == metrics(run_dir(out, "a"))

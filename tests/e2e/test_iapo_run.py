@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("arm", ["iapo", "shuffled"])
 def test_iapo_smoke_run(tmp_path, arm):
     out, work = tmp_path / "out", tmp_path / "work"
-    args = [sys.executable, "-m", "experiments.run", "method=iapo", "scale=smoke", f"arm={arm}", f"out_dir={out}",
-            f"work_dir={work}", "progress=false", "trainer.threads=1", "sft.steps=20"]
+    args = [sys.executable, "-m", "experiments.run", "method=iapo", "scale=smoke", f"arm={arm}",
+            f"out_dir={out}", f"work_dir={work}", "progress=false", "trainer.threads=1", "sft.steps=20"]
     subprocess.run(args, cwd=ROOT, check=True, capture_output=True, timeout=300)
     d = out / "iapo" / "service_desk" / arm / "seed-0"
     rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]

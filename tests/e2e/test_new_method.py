@@ -28,7 +28,8 @@ from paper.cards import load_cards
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "new_method.py"
-BUDGET_S = 120  # the scaffold plus a smoke replication, on 2 cores of its own (wall_budget: times the test workers)
+# the scaffold plus a smoke replication, on 2 cores of its own (wall_budget: times the test workers)
+BUDGET_S = 120
 COMPARE_BUDGET_S = 30  # make compare SCALE=smoke ENVS=arith: GRPO's one smoke cell and the comparison
 
 
@@ -91,8 +92,9 @@ def test_scaffold_writes_a_short_method_and_a_card_that_parses(small_suite):
     proc = scaffold(small_suite, "in_flow")
     assert proc.returncode == 0, proc.stderr
     folder = small_suite / "replications" / "in_flow"
-    expected = {"__init__.py", "method.py", "CARD.md", "conf/__init__.py", "conf/config.yaml", "conf/replication.yaml",
-                "conf/scale/smoke.yaml", "conf/scale/cpu.yaml", "conf/scale/paper.yaml"}
+    expected = {"__init__.py", "method.py", "CARD.md", "conf/__init__.py", "conf/config.yaml",
+                "conf/replication.yaml", "conf/scale/smoke.yaml", "conf/scale/cpu.yaml",
+                "conf/scale/paper.yaml"}
     assert {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()} == expected
     assert not any("{{" in p.read_text() for p in folder.rglob("*") if p.is_file())
     # only what a new method must write (at most 40 lines): hooks of the base class, with its parameters
@@ -154,7 +156,8 @@ from replications import METHODS
 from experiments.run import compose
 print(json.dumps({"replications": replications.__file__, "common": common.method.__file__,
                   "foo": METHODS["foo"].__module__,
-                  "errors": {s: run_config_errors(compose("foo", [f"scale={s}"])) for s in ("smoke", "cpu", "paper")}}))
+                  "errors": {s: run_config_errors(compose("foo", [f"scale={s}"]))
+                             for s in ("smoke", "cpu", "paper")}}))
 """
 
 
@@ -168,19 +171,23 @@ def test_scaffolded_method_runs_smoke_end_to_end(tmp_path, wall_budget):
     make = ["make", "-o", "setup", f"PY={sys.executable}"]  # -o setup: never install into the copy
 
     t0 = time.time()
-    usage = subprocess.run([*make, "new-method"], cwd=suite, env=env, capture_output=True, text=True, timeout=60)
+    usage = subprocess.run([*make, "new-method"], cwd=suite, env=env, capture_output=True, text=True,
+                           timeout=60)
     assert usage.returncode != 0 and "usage: make new-method NAME=<name>" in usage.stderr
-    new = subprocess.run([*make, "new-method", "NAME=foo"], cwd=suite, env=env, capture_output=True, text=True, timeout=60)
+    new = subprocess.run([*make, "new-method", "NAME=foo"], cwd=suite, env=env, capture_output=True,
+                         text=True, timeout=60)
     assert new.returncode == 0, new.stderr
     # the copy's modules are the ones imported, and every scale of the new method composes
-    probe = subprocess.run([sys.executable, "-c", PROBE], cwd=suite, env=env, capture_output=True, text=True, timeout=120)
+    probe = subprocess.run([sys.executable, "-c", PROBE], cwd=suite, env=env, capture_output=True, text=True,
+                           timeout=120)
     assert probe.returncode == 0, probe.stderr[-3000:]
     found = json.loads(probe.stdout.strip().splitlines()[-1])
     assert found["replications"] == str(suite / "replications" / "__init__.py")
     assert found["common"] == str(suite / "common" / "method.py")
     assert found["foo"] == "replications.foo.method"
     assert found["errors"]["smoke"] == [] and found["errors"]["cpu"] == []
-    assert [e for e in found["errors"]["paper"] if "model.path" not in e] == []  # only the weights are missing
+    # only the weights are missing
+    assert [e for e in found["errors"]["paper"] if "model.path" not in e] == []
 
     run = subprocess.run([*make, "replicate-foo", "SCALE=smoke"], cwd=suite, env=env, capture_output=True,
                          text=True, timeout=600)
@@ -190,13 +197,14 @@ def test_scaffolded_method_runs_smoke_end_to_end(tmp_path, wall_budget):
     assert (cell / "done").exists(), run.stdout[-2000:]
     assert json.loads((cell / "manifest.json").read_text())["method"] == "foo"
     assert "## Foo:" in run.stdout  # the method's section of the report, built from its card
-    assert elapsed < wall_budget(BUDGET_S), f"scaffold + smoke replication took {elapsed:.0f} s (budget: {wall_budget(BUDGET_S)} s)"
+    assert elapsed < wall_budget(BUDGET_S), (f"scaffold + smoke replication took {elapsed:.0f} s "
+                                             f"(budget: {wall_budget(BUDGET_S)} s)")
 
     # the new method joins the head-to-head comparison with no other change: on arith beside GRPO, its
     # cell the replication's own finished run (reused, not rerun), GRPO's run here
     t0 = time.time()
-    compare = subprocess.run([*make, "compare", "SCALE=smoke", "ENVS=arith", "METHODS=foo", "SEEDS=0"], cwd=suite,
-                             env=env, capture_output=True, text=True, timeout=600)
+    compare = subprocess.run([*make, "compare", "SCALE=smoke", "ENVS=arith", "METHODS=foo", "SEEDS=0"],
+                             cwd=suite, env=env, capture_output=True, text=True, timeout=600)
     elapsed = time.time() - t0
     assert compare.returncode == 0, compare.stdout[-2000:] + compare.stderr[-3000:]
     assert "foo/arith/foo/seed-0: reuses runs/smoke/foo/arith/foo/seed-0" in compare.stdout
@@ -204,6 +212,8 @@ def test_scaffolded_method_runs_smoke_end_to_end(tmp_path, wall_budget):
     assert (steps / "foo" / "arith" / "foo" / "seed-0").resolve() == cell.resolve()
     assert (steps / "grpo" / "arith" / "grpo" / "seed-0" / "done").exists()
     matrix = next(line for line in compare.stdout.splitlines() if line.startswith("| foo |"))
-    assert "n=1: inconclusive" in matrix and "n/a" not in matrix.split("|")[2]  # arith is the matrix's first env
-    assert elapsed < wall_budget(COMPARE_BUDGET_S), f"make compare took {elapsed:.0f} s (budget: {wall_budget(COMPARE_BUDGET_S)} s)"
+    # arith is the matrix's first env
+    assert "n=1: inconclusive" in matrix and "n/a" not in matrix.split("|")[2]
+    assert elapsed < wall_budget(COMPARE_BUDGET_S), (f"make compare took {elapsed:.0f} s "
+                                                     f"(budget: {wall_budget(COMPARE_BUDGET_S)} s)")
     assert not (ROOT / "replications" / "foo").exists() and not (ROOT / "runs" / "smoke" / "foo").exists()

@@ -42,7 +42,8 @@ def test_smoke_replication_end_to_end(tmp_path, wall_budget):
 @pytest.mark.e2e
 def test_bad_config_fails_before_any_cell_runs(tmp_path):
     cmd = [sys.executable, "-m", "experiments.replicate", "--method", "grpo", "--scale", "smoke",
-           f"out_dir={tmp_path}", "trainer.kl.estimator=k9", "trainer.kl.coef=0.1", "trainer.kl.placement=loss"]
+           f"out_dir={tmp_path}", "trainer.kl.estimator=k9", "trainer.kl.coef=0.1",
+           "trainer.kl.placement=loss"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert "unknown KL estimator" in proc.stderr and "choose k1 | k2 | k3" in proc.stderr
@@ -59,14 +60,15 @@ def test_bad_config_fails_before_any_cell_runs(tmp_path):
     (["trainer.lr=${nope}"], "error: Interpolation key 'nope' not found (in trainer.lr)"),
     (["--seeds", "abc"], "error: argument --seeds: 'abc' is not a comma-separated list of seeds >= 0"),
     (["--seeds", "0,-1"], "error: argument --seeds: '0,-1' is not"),
-    (["--seeds", "99999999999999999999999"], "error: argument --seeds: '99999999999999999999999' is not a comma-separated "
-                                             "list of seeds >= 0 (and < 2^63)"),
-    (["--scale", "huge"], "error: grpo has no scale 'huge'; choose one of ['cpu', 'paper', 'small', 'smoke']"),
+    (["--seeds", "99999999999999999999999"], "error: argument --seeds: '99999999999999999999999' is not a "
+                                             "comma-separated list of seeds >= 0 (and < 2^63)"),
+    (["--scale", "huge"], "error: grpo has no scale 'huge'; "
+                          "choose one of ['cpu', 'paper', 'small', 'smoke']"),
     (["--parallel", "x"], "error: argument --parallel: invalid int value: 'x'"),
     (["--arms", "nope"], "error: grpo has no arm(s) ['nope']"),
     # issue 34: ARGS=seed=7 ran seed 7 in the folder and progress line of seed 0
-    (["seed=7"], "error: seed=7 in the extra overrides (ARGS) is refused: a cell's seed is set by SEEDS (--seeds), not "
-                 "by an override"),
+    (["seed=7"], "error: seed=7 in the extra overrides (ARGS) is refused: a cell's seed is set by SEEDS "
+                 "(--seeds), not by an override"),
     (["+arm=other"], "error: +arm=other in the extra overrides (ARGS) is refused: a cell's arm is set by the "
                      "replication's arms"),
     (["method=sharp"], "a cell's method is set by the target (make replicate-<method>, --method)"),
@@ -74,8 +76,8 @@ def test_bad_config_fails_before_any_cell_runs(tmp_path):
 ])
 def test_a_bad_setting_or_argument_is_one_line(tmp_path, capsys, args, message):
     """What `make replicate-grpo ARGS=... SEEDS=...` passes: refused in one line, exit 2, nothing run."""
-    rc = main(["--method", "grpo", "--scale", "smoke", f"out_dir={tmp_path / 'out'}", f"work_dir={tmp_path / 'work'}",
-               *args])
+    rc = main(["--method", "grpo", "--scale", "smoke", f"out_dir={tmp_path / 'out'}",
+               f"work_dir={tmp_path / 'work'}", *args])
     captured = capsys.readouterr()
     assert rc == 2 and captured.out == ""
     assert len(captured.err.splitlines()) == 1, captured.err
@@ -99,7 +101,8 @@ def test_failed_cells_are_listed_even_when_the_tables_fail(tmp_path, capsys, mon
 
     monkeypatch.setattr(replicate, "launch_local", launch_local)
     monkeypatch.setattr(replicate, "collect_tables", collect_tables)
-    rc = main(["--method", "grpo", "--scale", "smoke", f"out_dir={tmp_path / 'out'}", f"work_dir={tmp_path / 'work'}"])
+    rc = main(["--method", "grpo", "--scale", "smoke", f"out_dir={tmp_path / 'out'}",
+               f"work_dir={tmp_path / 'work'}"])
     err = capsys.readouterr().err
     assert rc == 1
     assert "[replicate] FAILED grpo/arith/grpo/seed-0 failed:\nPermissionError" in err

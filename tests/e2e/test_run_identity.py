@@ -32,7 +32,8 @@ def test_a_finished_run_is_skipped_refused_or_forced(tmp_path):
     assert json.loads((checkpoints / "identity.json").read_text()) == {"run_dir": str(d.resolve()),
                                                                       "config_hash": manifest["config_hash"]}
     assert (checkpoints / "last.ckpt").exists() and (checkpoints / "prev.ckpt").exists()
-    lr = json.dumps(yaml.safe_load((d / "config.yaml").read_text())["trainer"]["lr"])  # as the difference shows it
+    # as the difference shows it
+    lr = json.dumps(yaml.safe_load((d / "config.yaml").read_text())["trainer"]["lr"])
     finished = (d / "metrics.jsonl").read_text()
 
     again = run(out, work)
@@ -48,7 +49,8 @@ def test_a_finished_run_is_skipped_refused_or_forced(tmp_path):
     assert not any(p.is_file() for p in (out / ".forcing").rglob("*"))
     after = json.loads((d / "manifest.json").read_text())
     assert after["config_hash"] != manifest["config_hash"] and after["attempts"] == 1
-    assert [p.name for p in (work / "checkpoints").iterdir() if p.is_dir()] == [Path(after["checkpoints"]).name]
+    assert ([p.name for p in (work / "checkpoints").iterdir() if p.is_dir()]
+            == [Path(after["checkpoints"]).name])
     assert f"already finished, skipped: {d}" in run(out, work, "trainer.lr=0.5").stdout
 
 
@@ -76,8 +78,8 @@ def test_two_work_dirs_racing_for_one_run_folder_leave_one_complete_run(tmp_path
         first.kill()
         first.wait()
     state = "was still running" if raced else "had finished"
-    assert second.returncode == 2, (f"the second exited {second.returncode}; when it ended the first {state}\n"
-                                    + second.stdout[-2000:])
+    assert second.returncode == 2, (f"the second exited {second.returncode}; when it ended the first "
+                                    f"{state}\n" + second.stdout[-2000:])
     assert raced, "the first run finished before the second was refused: the race was not run"
     err = second.stderr.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"error: another process is running {d}"), err

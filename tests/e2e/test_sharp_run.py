@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_sharp_smoke_run(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
-    args = [sys.executable, "-m", "experiments.run", "method=sharp", "scale=smoke", f"out_dir={out}", f"work_dir={work}",
-            "progress=false", "trainer.threads=1", "method.credit=exact", "sft.steps=20"]
+    args = [sys.executable, "-m", "experiments.run", "method=sharp", "scale=smoke", f"out_dir={out}",
+            f"work_dir={work}", "progress=false", "trainer.threads=1", "method.credit=exact", "sft.steps=20"]
     subprocess.run(args, cwd=ROOT, check=True, capture_output=True, timeout=300)
     d = out / "sharp" / "toolplan-k3" / "default" / "seed-0"
     rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]

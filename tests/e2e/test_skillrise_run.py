@@ -1,4 +1,5 @@
-"""End to end: real SkillRise runs (smoke scale) on skill_families, the chain arm and the GRPO arm (marked e2e)."""
+"""End to end: real SkillRise runs (smoke scale) on skill_families, the chain arm and the GRPO arm
+(marked e2e)."""
 
 import json
 import subprocess
@@ -13,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_skillrise_smoke_runs(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
-    common = [sys.executable, "-m", "experiments.run", "method=skillrise", "scale=smoke", f"out_dir={out}", f"work_dir={work}",
-              "progress=false", "trainer.threads=1", "sft.steps=20"]
+    common = [sys.executable, "-m", "experiments.run", "method=skillrise", "scale=smoke", f"out_dir={out}",
+              f"work_dir={work}", "progress=false", "trainer.threads=1", "sft.steps=20"]
     for arm in ("skillrise", "grpo"):
         subprocess.run([*common, f"arm={arm}"], cwd=ROOT, check=True, capture_output=True, timeout=300)
     chain = out / "skillrise" / "skill_families" / "skillrise" / "seed-0"
@@ -22,10 +23,13 @@ def test_skillrise_smoke_runs(tmp_path):
     assert [r["step"] for r in rows] == [0, 1, 2]
     # per step: 2 families x 2 chains x 3 tasks = 12 solves and 2 x 2 x 2 = 8 curate turns, each one call
     assert all(r["model_calls_total/curate"] == 8 * (r["step"] + 1) for r in rows)
-    assert all(abs(sum(r[f"doc_{k}"] for k in ("abstract", "concrete", "empty", "other")) - 1) < 1e-9 for r in rows)
+    assert all(abs(sum(r[f"doc_{k}"] for k in ("abstract", "concrete", "empty", "other")) - 1) < 1e-9
+               for r in rows)
     final = json.loads((chain / "eval.json").read_text())["final"]
-    assert set(final["per_tier"]) == {"2", "3", "4"} and final["per_tier"]["2"]["n_tasks"] == 4  # 12 held-out tasks
-    assert {"doc_abstract", "doc_right", "doc_concrete", "doc_empty"} <= set(final["extra"]["curate"]["metrics"])
+    # 12 held-out tasks
+    assert set(final["per_tier"]) == {"2", "3", "4"} and final["per_tier"]["2"]["n_tasks"] == 4
+    assert ({"doc_abstract", "doc_right", "doc_concrete", "doc_empty"}
+            <= set(final["extra"]["curate"]["metrics"]))
     assert set(final["per_role"]) == {"solver"} and set(final["extra"]["curate"]["per_role"]) == {"curator"}
 
     grpo = out / "skillrise" / "skill_families" / "grpo" / "seed-0"

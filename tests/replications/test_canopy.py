@@ -91,7 +91,8 @@ def test_quarantined_episodes_never_enter_group_statistics():
     assert metrics["quarantined"] == 0.0
     assert adv.scalar(ok[0].turns[0]) == pytest.approx(float(grpo(np.array([1, 0, 0, 0, 1, 0, 0.0]))[0]))
     assert adv.scalar(faulted[0].turns[0]) < 0
-    assert {r.episode for r in build_rows(group.episodes, None, m.excluded)} == set(range(len(group.episodes)))
+    assert ({r.episode for r in build_rows(group.episodes, None, m.excluded)}
+            == set(range(len(group.episodes))))
 
 
 def test_a_group_that_is_all_faults_or_all_equal_has_no_signal():
@@ -99,23 +100,26 @@ def test_a_group_that_is_all_faults_or_all_equal_has_no_signal():
     all_fail = Group("b", 2, [episode(0.0) for _ in range(4)])
     mixed = Group("c", 2, [episode(1.0), episode(0.0), episode(0.0, faulted=True)])
     adv, metrics = credit_advantages(canopy(), [all_faulted, all_fail, mixed])
-    assert metrics["signal_measured"] == pytest.approx(0.5)  # all_fail: none; mixed: yes; all_faulted: no group left
+    # all_fail: none; mixed: yes; all_faulted: no group left
+    assert metrics["signal_measured"] == pytest.approx(0.5)
     assert (metrics["groups/tier2"], metrics["signal_groups/tier2"]) == (2.0, 1.0)
     assert all(adv.scalar(t) == 0.0 for e in all_fail.episodes + all_faulted.episodes for t in e.turns)
 
 
 def test_signal_counts_and_the_check_against_the_formula():
-    groups = [Group("a", 1, [episode(1.0, tier=1)] * 4), Group("b", 3, [episode(1.0, tier=3), episode(0.0, tier=3)])]
+    groups = [Group("a", 1, [episode(1.0, tier=1)] * 4),
+              Group("b", 3, [episode(1.0, tier=3), episode(0.0, tier=3)])]
     m = signal_metrics(groups)
-    assert m == {"groups/tier1": 1.0, "signal_groups/tier1": 0.0, "episodes/tier1": 4.0, "successes/tier1": 4.0,
-                 "groups/tier3": 1.0, "signal_groups/tier3": 1.0, "episodes/tier3": 2.0, "successes/tier3": 1.0,
-                 "signal_measured": 0.5}
+    assert m == {"groups/tier1": 1.0, "signal_groups/tier1": 0.0, "episodes/tier1": 4.0,
+                 "successes/tier1": 4.0, "groups/tier3": 1.0, "signal_groups/tier3": 1.0,
+                 "episodes/tier3": 2.0, "successes/tier3": 1.0, "signal_measured": 0.5}
     # a run of Bernoulli groups: two tiers at p = 0.05 (n = 8) and 0.6 (n = 4), 200 steps
     rng = np.random.default_rng(0)
     rows = []
     for _ in range(200):
         made = [Group("x", 3, [episode(float(rng.random() < 0.05)) for _ in range(8)]) for _ in range(3)]
-        made += [Group("y", 1, [episode(float(rng.random() < 0.6), tier=1) for _ in range(4)]) for _ in range(2)]
+        made += [Group("y", 1, [episode(float(rng.random() < 0.6), tier=1) for _ in range(4)])
+                 for _ in range(2)]
         rows.append(signal_metrics(made))
     check = signal_check(rows, window=10)
     truth = (3 * signal_probability(0.05, 8) + 2 * signal_probability(0.6, 4)) / 5
@@ -130,7 +134,8 @@ def test_dropping_the_hardest_tier():
     pool = tasks_of(m.env.task_set()["train"])
     tasks = m.tasks(pool, step=0, rng=random.Random(0))
     assert len(tasks) == m.run.tasks_per_step and {t.tier for t in tasks} <= {1, 2}
-    assert 3 in {t.tier for t in canopy().tasks(pool, step=0, rng=random.Random(1)) + canopy().tasks(pool, 1, random.Random(2))}
+    assert 3 in {t.tier for t in canopy().tasks(pool, step=0, rng=random.Random(1))
+                 + canopy().tasks(pool, 1, random.Random(2))}
 
 
 def test_fixed_group_size_and_resume_state():
@@ -156,11 +161,13 @@ def test_bad_settings_fail_before_anything_runs(overrides, message):
 def _flat(d, prefix=""):
     out = {}
     for k, v in d.items():
-        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) and k not in ("roles",) else {f"{prefix}{k}": v})
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) and k not in ("roles",)
+                   else {f"{prefix}{k}": v})
     return out
 
 
-# each ablation arm differs from `full` in exactly what its name says (and in not re-evaluating the warm start)
+# each ablation arm differs from `full` in exactly what its name says (and in not re-evaluating the warm
+# start)
 ARM_CHANGES = {
     "n-small": {"method.coverage": None, "trainer.group_size": 4},
     # the same 64 episodes per step as full's 4 tasks x 16 (#16)
@@ -180,11 +187,13 @@ def test_each_arm_differs_from_full_in_exactly_its_ablation():
 
     rep = load_replication("canopy")
     assert set(rep.arms) == {"full", *ARM_CHANGES}
-    cfgs = {arm: compose("canopy", ["scale=cpu", f"arm={arm}", *overrides]) for arm, overrides in rep.arms.items()}
+    cfgs = {arm: compose("canopy", ["scale=cpu", f"arm={arm}", *overrides])
+            for arm, overrides in rep.arms.items()}
     for cfg in cfgs.values():
         resolve(cfg, METHODS)
     t = cfgs["full"].trainer
-    assert (t.loss_agg, t.entropy_coef, t.ppo_epochs * t.minibatches, t.kl.placement, t.kl.estimator) == ("token-mean", 0.0, 1, "loss", "k3")
+    assert ((t.loss_agg, t.entropy_coef, t.ppo_epochs * t.minibatches, t.kl.placement, t.kl.estimator)
+            == ("token-mean", 0.0, 1, "loss", "k3"))
     assert cfgs["full"].method.get("coverage", 0.8) is not None
     full = _flat(dataclasses.asdict(cfgs["full"]))
     for arm, expected in ARM_CHANGES.items():

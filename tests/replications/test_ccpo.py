@@ -1,4 +1,5 @@
-"""CCPO's pure formulas (v2 event bonus, v1 running statistics) and its hooks (solo plays, role alternation)."""
+"""CCPO's pure formulas (v2 event bonus, v1 running statistics) and its hooks (solo plays, role
+alternation)."""
 
 import math
 
@@ -107,7 +108,8 @@ def method(**kw):
 
 def test_role_alternation_schedule():
     m = method(alternate_every=10)
-    assert [m.trainable_roles(s) for s in (0, 9, 10, 19, 20)] == [{"thinker"}, {"thinker"}, {"solver"}, {"solver"}, {"thinker"}]
+    assert ([m.trainable_roles(s) for s in (0, 9, 10, 19, 20)]
+            == [{"thinker"}, {"thinker"}, {"solver"}, {"solver"}, {"thinker"}])
     assert method(alternate_every=3, first_role="solver").trainable_roles(3) == {"thinker"}
     assert method(alternate_every=0).trainable_roles(5) is None
     with pytest.raises(ValueError):
@@ -137,7 +139,8 @@ def test_credit_v2_and_solo_plays_never_trained():
     assert all(adv.scalar(t) == 0.0 for e in solo for t in e.turns)  # solo plays get no credit
     assert metrics["help_rate"] == 0.5 and metrics["hurt_rate"] == 0.0
     rows = build_rows(g.all_episodes(), m.trainable_roles(0))
-    assert {r.role for r in rows} == {"thinker"} and all(r.episode < len(joint) for r in rows)  # joint plays come first
+    # joint plays come first
+    assert {r.role for r in rows} == {"thinker"} and all(r.episode < len(joint) for r in rows)
     assert {r.role for r in build_rows(g.all_episodes(), m.trainable_roles(1))} == {"solver"}
 
 
@@ -150,7 +153,8 @@ def test_paper_scales_refuse_without_models_and_data(tmp_path):
         cfg = compose("ccpo", [f"scale={scale}", f"out_dir={tmp_path}", f"work_dir={tmp_path}"])
         with pytest.raises(ValueError, match="model.path"):
             resolve(cfg, METHODS)
-        cfg = compose("ccpo", [f"scale={scale}", f"model.path={tmp_path}", f"out_dir={tmp_path}", f"work_dir={tmp_path}"])
+        cfg = compose("ccpo", [f"scale={scale}", f"model.path={tmp_path}", f"out_dir={tmp_path}",
+                               f"work_dir={tmp_path}"])
         with pytest.raises(ValueError, match="paper_data"):
             resolve(cfg, METHODS)
     assert compose("ccpo", ["scale=paper_v2"]).trainer.group_size == 16
@@ -160,7 +164,8 @@ def test_cpu_scale_arms_compose():
     from experiments.replicate import cell_config, load_replication, plan
 
     cells = plan("ccpo", "cpu", seeds=[0])  # composing every seed's cells too would only repeat these
-    arms = {"grpo", "grpo-center", "grpo-center-tokens", "ccpo-v2", "ccpo-v2ps", "ccpo-v2ps-nocrn", "ccpo-v1", "ccpo-v1-nocrn"}
+    arms = {"grpo", "grpo-center", "grpo-center-tokens", "ccpo-v2", "ccpo-v2ps", "ccpo-v2ps-nocrn", "ccpo-v1",
+            "ccpo-v1-nocrn"}
     assert {c.arm for c in cells} == arms and len(load_replication("ccpo").seeds["cpu"]) == 5
     assert {c.env for c in cells} == {"thinker_solver-freeride"}
     configs = {c.arm: cell_config(c) for c in cells}
@@ -240,7 +245,8 @@ def test_v2_per_sample_baseline_breaks_the_identity():
 def test_credit_v2_per_sample_through_the_method():
     m = method(credit="v2", solo_baseline="sample", alternate_every=1)
     joint = [_episode(1.0, True), _episode(1.0, True), _episode(0.0, False)]
-    solo = [_episode(0.0, False, trainable=False), _episode(1.0, True, trainable=False), _episode(0.0, False, trainable=False)]
+    solo = [_episode(0.0, False, trainable=False), _episode(1.0, True, trainable=False),
+            _episode(0.0, False, trainable=False)]
     adv, _ = credit_advantages(m, [Group("t", 3, joint, extra={"solo": solo})])
     # Thinker rewards [1.2, 1, -1], mean 0.4 -> [0.8, 0.6, -1.4]
     assert [adv.scalar(e.turns[0]) for e in joint] == pytest.approx([0.8, 0.6, -1.4])
@@ -303,7 +309,8 @@ def test_credit_vote_through_the_method():
 
     eps = [ep([True, True, False]), ep([True, True, True])]  # voter 0: pivotal, then not: rewards [1, 0]
     adv, metrics = credit_advantages(m, [Group("t", 1, eps)])
-    assert [adv.scalar(e.turns[0]) for e in eps] == pytest.approx([1 / math.sqrt(2), -1 / math.sqrt(2)], rel=1e-5)
+    assert ([adv.scalar(e.turns[0]) for e in eps]
+            == pytest.approx([1 / math.sqrt(2), -1 / math.sqrt(2)], rel=1e-5))
     assert [adv.scalar(e.turns[2]) for e in eps] == [0.0, 0.0]  # never pivotal: no signal
     assert metrics["vote_pivotal_rate"] == pytest.approx(2 / 6)
     with pytest.raises(ValueError, match="without"):
@@ -325,7 +332,8 @@ def _freeride_plays(crn: bool):
 
     env = ThinkerSolverEnv(ThinkerSolverConfig(train_size=16, heldout_size=4, dev_size=0, question="sum",
                                                see_probs=[0.5], follow_known=0.3, cost_per_char=0.0))
-    rollout = Rollout(env, None, _CharTokenizer(), {"thinker": "scripted", "solver": "scripted"}, [], None, 10_000, seed=7)
+    rollout = Rollout(env, None, _CharTokenizer(), {"thinker": "scripted", "solver": "scripted"}, [], None,
+                      10_000, seed=7)
 
     m = CCPO(build_dataclass(CCPOConfig, {"credit": "v1", "crn": crn}, "method"), run_view(env, group_size=8))
     m.validate()

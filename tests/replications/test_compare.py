@@ -29,8 +29,8 @@ from experiments.run import compose
 from replications import METHODS
 
 # the budget: what every method on one environment shares (the rest is the method's recipe)
-BUDGET = ("env", "model.hidden_size", "model.num_layers", "model.vocab_size", "model.max_length", "sft", "engine",
-          "eval", "trainer.steps", "trainer.tasks_per_step", "trainer.group_size", "trainer.lr",
+BUDGET = ("env", "model.hidden_size", "model.num_layers", "model.vocab_size", "model.max_length", "sft",
+          "engine", "eval", "trainer.steps", "trainer.tasks_per_step", "trainer.group_size", "trainer.lr",
           "trainer.max_new_tokens", "trainer.temperature", "seed", "scale")
 
 
@@ -54,18 +54,20 @@ def test_declarations_use_the_vocabulary():
 def test_the_matrix_follows_the_declarations():
     settings = load_settings()
     assert all(s.env in ENVS and s.home in METHODS for s in settings.values())
-    assert {"arith", "toolplan-k4", "thinker_solver-freeride", "chain_tasks"} <= set(settings)  # #23's cpu envs
+    # #23's cpu envs
+    assert {"arith", "toolplan-k4", "thinker_solver-freeride", "chain_tasks"} <= set(settings)
     for tag, s in settings.items():
         assert applicable("grpo", s.env) and applicable("canopy", s.env), tag  # they need nothing
         assert applicable(s.home, s.env), f"{s.home} does not apply to its own environment {tag}"
-    assert applicable("sharp", "toolplan") and not applicable("sharp", "arith") and not applicable("sharp", "voting")
+    assert (applicable("sharp", "toolplan") and not applicable("sharp", "arith")
+            and not applicable("sharp", "voting"))
     assert applicable("ccpo", "thinker_solver") and not applicable("ccpo", "chain_tasks")
     assert [m for m in METHODS if applicable(m, "service_desk")] == ["grpo", "canopy", "iapo"]
 
 
 def test_hydra_values_survive_the_override_grammar():
-    values = {"s": "it's a\\b, c=d {e}", "t": "ends\\", "u": "q\\'x", "n": None, "b": False, "i": 3, "f": 1e-06,
-              "l": [1, "a b"], "d": {"k": 0.5}}
+    values = {"s": "it's a\\b, c=d {e}", "t": "ends\\", "u": "q\\'x", "n": None, "b": False, "i": 3,
+              "f": 1e-06, "l": [1, "a b"], "d": {"k": 0.5}}
     cfg = compose("grpo", ["scale=smoke", *[f"++env.x_{k}={hydra_value(v)}" for k, v in values.items()]])
     assert {k: cfg.env[f"x_{k}"] for k in values} == values
     with pytest.raises(ValueError, match="interpolation"):
@@ -87,7 +89,8 @@ def test_every_applicable_pair_resolves_to_a_valid_config(scale):
             for key in BUDGET:
                 assert get(cfg, key) == get(grpo, key), f"{method} on {tag}: {key} differs from GRPO's"
             own = _plain_config(method, (f"scale={scale}", f"arm={compare_arm(method)}"))
-            assert cfg["method"] == own["method"] and cfg["trainer"]["kl"] == own["trainer"]["kl"], (method, tag)
+            assert (cfg["method"] == own["method"]
+                    and cfg["trainer"]["kl"] == own["trainer"]["kl"]), (method, tag)
     assert not p.skipped
 
 
@@ -98,7 +101,8 @@ def test_a_cell_reuses_the_methods_own_finished_run(tmp_path):
     assert isinstance(cell, CompareCell) and not cell.done and reusable(cell) is None
     own = tmp_path / "canopy" / "chain_tasks" / "another-name" / "seed-0"
     own.mkdir(parents=True)
-    config = {**copy.deepcopy(_plain_config("canopy", cell.overrides)), "arm": "another-name", "out_dir": "elsewhere"}
+    config = {**copy.deepcopy(_plain_config("canopy", cell.overrides)), "arm": "another-name",
+              "out_dir": "elsewhere"}
     (own / "config.yaml").write_text(yaml.safe_dump(config))
     assert reusable(cell) is None  # not finished
     (own / "done").write_text("")
@@ -120,13 +124,14 @@ def test_bad_selections_are_refused():
 
 @pytest.mark.parametrize("override", ["seed=7", "+arm=grpo", "method=sharp", "scale=cpu"])
 def test_extra_overrides_that_move_a_cell_are_refused_in_one_line(override, tmp_path, capsys):
-    """make compare ARGS=seed=7 (issue 34): the cells' seeds belong to SEEDS, arms, methods and scale to their own."""
+    """make compare ARGS=seed=7 (issue 34): the cells' seeds belong to SEEDS, arms, methods and scale to
+    their own."""
     from experiments.compare import main
 
     assert main(["--scale", "smoke", "--envs", "arith", "--dry-run", f"out_dir={tmp_path}", override]) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and err.startswith(f"error: {override} in the extra overrides (ARGS) is "
-                                                                  "refused: a cell's "), err
+    assert len(err.strip().splitlines()) == 1 and err.startswith(
+        f"error: {override} in the extra overrides (ARGS) is refused: a cell's "), err
     assert not any(tmp_path.iterdir())
 
 

@@ -17,8 +17,10 @@ from tests.helpers import ByTurn, run_view
 def test_rft_keeps_the_successes_with_weight_one_and_nothing_else():
     np.testing.assert_array_equal(rft(np.array([1.0, 0.0, 0.0, 1.0])), [1.0, 0.0, 0.0, 1.0])
     np.testing.assert_array_equal(rft(np.array([0.0, 0.0])), [0.0, 0.0])  # no negative gradient, no baseline
-    np.testing.assert_array_equal(rft(np.array([1.0, 1.0, 1.0])), [1.0, 1.0, 1.0])  # all right: all trained (GRPO: 0)
-    np.testing.assert_array_equal(rft(np.array([0.5, 0.999, 1.0])), [0.0, 0.0, 1.0])  # partial credit is not a success
+    # all right: all trained (GRPO: 0)
+    np.testing.assert_array_equal(rft(np.array([1.0, 1.0, 1.0])), [1.0, 1.0, 1.0])
+    # partial credit is not a success
+    np.testing.assert_array_equal(rft(np.array([0.5, 0.999, 1.0])), [0.0, 0.0, 1.0])
     assert get_estimator("rft") is rft
 
 
@@ -33,8 +35,8 @@ def _clean_setup(tiny_parts):
     env, _, tok, _ = tiny_parts
     noisy = ArithEnv(ArithConfig(train_size=64, heldout_size=16, max_value=20, demo_shortcut=1.0))
     clean = ArithEnv(ArithConfig(train_size=64, heldout_size=16, max_value=20, demo_shortcut=0.0))
-    rollout = Rollout(noisy, _NoModel(), tok, {"solver": "policy"}, ["policy"], SamplingParams(1.0, 1.0, 48, ("\n",)),
-                      512, seed=0)
+    rollout = Rollout(noisy, _NoModel(), tok, {"solver": "policy"}, ["policy"],
+                      SamplingParams(1.0, 1.0, 48, ("\n",)), 512, seed=0)
     return env, tok, noisy, clean, rollout
 
 
@@ -43,8 +45,10 @@ def test_demonstrator_plays_are_the_warm_starts_tokens_teacher_forced(tiny_parts
     tasks = [noisy.task_set()["train"][i] for i in range(3)]
     groups = rollout.play_groups(tasks, [2, 2, 2], step=0, demonstrator=clean)
     turns = [t for g in groups for e in g.episodes for t in e.turns]
-    assert all(e.success and e.reward == 1.0 for g in groups for e in g.episodes)  # the clean demonstrator is right
-    assert all(t.trainable and t.adapter == "policy" and t.logprobs == [0.0] * len(t.action_ids) for t in turns)
+    # the clean demonstrator is right
+    assert all(e.success and e.reward == 1.0 for g in groups for e in g.episodes)
+    assert all(t.trainable and t.adapter == "policy" and t.logprobs == [0.0] * len(t.action_ids)
+               for t in turns)
     assert all("=" in t.text for t in turns)  # the clean demonstrator always shows its working
     # the same (context, action) tokens the SFT warm start trains on, for the same tasks
     one = rollout.play_groups(tasks, [1, 1, 1], step=0, demonstrator=clean)
@@ -59,11 +63,14 @@ def test_clean_sft_credit_is_advantage_one_on_every_demonstrated_token(tiny_part
     method = GRPO(GRPOConfig(update="clean_sft", demonstrator_env={"demo_shortcut": 0.0}), run_view(noisy))
     method.validate()
     tasks = [noisy.task_set()["train"][i] for i in range(2)]
-    groups = method.play(rollout, tasks, step=0, mode="train")  # the NoModel engine proves nothing was sampled
+    # the NoModel engine proves nothing was sampled
+    groups = method.play(rollout, tasks, step=0, mode="train")
     credit = method.credit(groups, 0)
-    assert credit.kind == "advantage" and credit.values == [[{BROADCAST: 1.0}] * len(g.episodes) for g in groups]
+    assert (credit.kind == "advantage"
+            and credit.values == [[{BROADCAST: 1.0}] * len(g.episodes) for g in groups])
     adv = ByTurn(to_advantages(groups, credit, method.agent_of, method.estimator), groups)
-    assert all(adv.tokens(t) == [1.0] * len(t.action_ids) for g in groups for e in g.episodes for t in e.turns)
+    assert all(adv.tokens(t) == [1.0] * len(t.action_ids)
+               for g in groups for e in g.episodes for t in e.turns)
 
 
 def test_clean_sft_settings_are_checked_before_the_run(tiny_parts):
@@ -79,7 +86,8 @@ def test_the_supervised_arms_run_at_cpu_scale_only():
     rep = load_replication("grpo")
     assert rep.arms_at("cpu") == ["grpo", "online-rft", "clean-sft"]
     assert rep.arms_at("smoke") == ["grpo"] and rep.arms_at("paper") == ["grpo"]
-    with pytest.raises(ValueError, match=r"grpo's arm\(s\) \['clean-sft'\] run only at scale\(s\) \['cpu'\], not 'smoke'"):
+    with pytest.raises(ValueError, match=r"grpo's arm\(s\) \['clean-sft'\] run only at scale\(s\) "
+                                         r"\['cpu'\], not 'smoke'"):
         plan("grpo", "smoke", arms=["clean-sft"])
     cells = plan("grpo", "cpu", seeds=[0])
     assert [c.arm for c in cells] == ["grpo", "online-rft", "clean-sft"]

@@ -25,5 +25,7 @@ def test_gains_are_paired_with_the_grpo_arms_warm_start_and_shares_are_ratios_of
     assert rows["clean-sft"]["gain over the warm start (paired)"].startswith("+0.200 [")
     assert rows["clean-sft"]["share of GRPO's gain"] == "0.67"  # 0.2 / 0.3
     assert rows["online-rft"]["share of GRPO's gain"] == "1.00"
-    assert rows["clean-sft"]["grpo - arm (paired)"].startswith("+0.100") and rows["clean-sft"]["grpo - arm (paired)"].endswith(", 2 pairs")
-    assert rows["clean-sft"]["verdict (the card's margin)"].startswith("inconclusive (underpowered: n=2 < required 5")
+    assert (rows["clean-sft"]["grpo - arm (paired)"].startswith("+0.100")
+            and rows["clean-sft"]["grpo - arm (paired)"].endswith(", 2 pairs"))
+    assert rows["clean-sft"]["verdict (the card's margin)"].startswith(
+        "inconclusive (underpowered: n=2 < required 5")

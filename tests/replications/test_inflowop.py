@@ -47,7 +47,8 @@ GEN = AgentCard("G", frozenset({"list", "num"}), 2.0, 0.5)
 
 def chain() -> BraidTask:
     """x0 -> sort (0) -> sum (1) -> add 3 (2)."""
-    return BraidTask(0, ([4, 1, 2],), (Node(0, "sort", 0, ("x0",)), Node(1, "sum", 0, (0,)), Node(2, "add", 3, (1,))))
+    return BraidTask(0, ([4, 1, 2],),
+                     (Node(0, "sort", 0, ("x0",)), Node(1, "sum", 0, (0,)), Node(2, "add", 3, (1,))))
 
 
 def rel_table(table: dict[tuple[str, str], float]):
@@ -71,7 +72,8 @@ def test_cost_by_hand():
     t = chain()
     rel = rel_table({("L", "list"): 0.9, ("L", "num"): 0.6})
     w = Weights(beta=0.1, gamma=2.0)
-    assert handoffs_in(t, [0]) == 0 and handoffs_in(t, [1]) == 1 and handoffs_in(t, [1, 2]) == 1 and handoffs_in(t, [0, 1, 2]) == 0
+    assert (handoffs_in(t, [0]) == 0 and handoffs_in(t, [1]) == 1
+            and handoffs_in(t, [1, 2]) == 1 and handoffs_in(t, [0, 1, 2]) == 0)
     assert latency(LIST, 2) == pytest.approx(1.4)
     # S = {0, 1} (sort, sum: both list) by L: -2 log 0.9 - log COMPOSITION, no handoff in; + 0.1 * 1.4
     assert cost(t, [0, 1], LIST, rel, w) == pytest.approx(-2 * math.log(0.9) - math.log(COMPOSITION) + 0.14)
@@ -101,11 +103,13 @@ def test_coalesce_merges_when_one_agent_fits_and_splits_when_specialists_differ(
     w = Weights(0.05, 0.0)
     same = rel_table({("L", "list"): 0.97, ("L", "num"): 0.97, ("N", "list"): 0.5, ("N", "num"): 0.5})
     plan = coalesce(t, [LIST, NUM], same, w)
-    assert plan == [Subtask(frozenset({0, 1, 2}), "L")]  # saves 2 handoffs and 2 calls for 2 composition factors
+    # saves 2 handoffs and 2 calls for 2 composition factors
+    assert plan == [Subtask(frozenset({0, 1, 2}), "L")]
     apart = rel_table({("L", "list"): 0.97, ("L", "num"): 0.5, ("N", "list"): 0.5, ("N", "num"): 0.97})
     plan = coalesce(t, [LIST, NUM], apart, w)
     assert plan == [Subtask(frozenset({0, 1}), "L"), Subtask(frozenset({2}), "N")]
-    assert greedy_split(t, [LIST, NUM], apart, w) == [Subtask(frozenset({v}), a) for v, a in ((0, "L"), (1, "L"), (2, "N"))]
+    assert (greedy_split(t, [LIST, NUM], apart, w)
+            == [Subtask(frozenset({v}), a) for v, a in ((0, "L"), (1, "L"), (2, "N"))])
 
 
 def _convex_partitions(task: BraidTask):
@@ -139,7 +143,8 @@ def test_coalesce_never_costs_more_than_greedy_and_never_less_than_the_brute_for
         t = BraidTask.parse(json.loads(row["task"]))
         if len(t.nodes) > 5:
             continue
-        table = {(c.name, cat): rng.uniform(0.5, 0.99) for c in cards for cat in ("list", "num", "text", "cipher")}
+        table = {(c.name, cat): rng.uniform(0.5, 0.99)
+                 for c in cards for cat in ("list", "num", "text", "cipher")}
         rel, w = rel_table(table), Weights(rng.choice([0.0, 0.05, 0.2]), 0.0)
         merged, greedy = coalesce(t, cards, rel, w), greedy_split(t, cards, rel, w)
         assert sorted(v for s in merged for v in s.nodes) == [n.index for n in t.nodes]  # a partition
@@ -153,7 +158,8 @@ def test_coalesce_never_costs_more_than_greedy_and_never_less_than_the_brute_for
 
 def test_order_respects_the_data_flow_and_refuses_a_cycle():
     t = chain()
-    assert order(t, [Subtask(frozenset({2}), "a"), Subtask(frozenset({0}), "b"), Subtask(frozenset({1}), "c")]) == [
+    assert order(t, [Subtask(frozenset({2}), "a"), Subtask(frozenset({0}), "b"),
+                     Subtask(frozenset({1}), "c")]) == [
         Subtask(frozenset({0}), "b"), Subtask(frozenset({1}), "c"), Subtask(frozenset({2}), "a")]
     with pytest.raises(ValueError, match="cycle"):
         order(t, [Subtask(frozenset({0, 2}), "a"), Subtask(frozenset({1}), "b")])
@@ -162,7 +168,8 @@ def test_order_respects_the_data_flow_and_refuses_a_cycle():
 def test_template_and_single_plans():
     t = chain()
     assert template_plan(t, [a.card for a in (*POOL, *CREATED)]) == [
-        Subtask(frozenset({0}), "lister"), Subtask(frozenset({1}), "lister"), Subtask(frozenset({2}), "numeric")]
+        Subtask(frozenset({0}), "lister"), Subtask(frozenset({1}), "lister"),
+        Subtask(frozenset({2}), "numeric")]
     assert single_plan(t, "generalist") == [Subtask(frozenset({0, 1, 2}), "generalist")]
 
 
@@ -206,13 +213,15 @@ def no_handoff_noise(monkeypatch):
 
 def run(task, plan, agents, rel, repair="local", tau=0.85, max_repairs=4, profile=None):
     cards = [a.card for a in agents]
-    return execute.Executor(task, {a.name: a for a in agents}, cards, rel, Weights(0.0, 0.0), random.Random(0),
-                            repair=repair, max_repairs=max_repairs, tau=tau, profile=profile).run(plan)
+    return execute.Executor(task, {a.name: a for a in agents}, cards, rel, Weights(0.0, 0.0),
+                            random.Random(0), repair=repair, max_repairs=max_repairs, tau=tau,
+                            profile=profile).run(plan)
 
 
 def test_an_output_fault_reassigns_and_reruns_only_that_subtask(no_handoff_noise):
     t = chain()
-    bad, good = Fixed(AgentCard("bad", frozenset({"num"}), 1.0, 0.2), bad={"add"}), Fixed(AgentCard("good", frozenset({"num"}), 1.0, 0.2))
+    bad, good = (Fixed(AgentCard("bad", frozenset({"num"}), 1.0, 0.2), bad={"add"}),
+                 Fixed(AgentCard("good", frozenset({"num"}), 1.0, 0.2)))
     plan = [Subtask(frozenset({0}), "bad"), Subtask(frozenset({1}), "bad"), Subtask(frozenset({2}), "bad")]
     profile = Profile()
     trace = run(t, plan, [bad, good], lambda c, cat: 0.9, profile=profile)
@@ -221,7 +230,8 @@ def test_an_output_fault_reassigns_and_reruns_only_that_subtask(no_handoff_noise
     assert trace.faults == {"assignment": 1} and trace.repair_calls == 1 and trace.calls == 4
     assert trace.repair_latency == pytest.approx(1.2) and trace.latency == pytest.approx(4 * 1.2)
     assert trace.plan[-1] == Subtask(frozenset({2}), "good")
-    assert profile.get("bad", "num") == (0, 1) and profile.get("good", "num") == (1, 1) and profile.get("bad", "list") == (2, 2)
+    assert (profile.get("bad", "num") == (0, 1) and profile.get("good", "num") == (1, 1)
+            and profile.get("bad", "list") == (2, 2))
 
 
 def fan_task() -> BraidTask:
@@ -237,13 +247,15 @@ def test_an_input_fault_repairs_the_producer_and_reruns_its_dependents_only(no_h
     plan = [Subtask(frozenset({v}), "liar") for v in range(4)]
     trace = run(t, plan, [liar, good], lambda c, cat: 0.9)
     assert all(trace.values[v] == t.truth()[v] for v in range(4))
-    # node 0 re-run by `good`, node 1 (already run on the bad value) re-run, node 2 cached, node 3 ran once it could
+    # node 0 re-run by `good`, node 1 (already run on the bad value) re-run, node 2 cached, node 3 ran
+    # once it could
     assert trace.executions == {0: 2, 1: 2, 2: 1, 3: 1}
     assert any("input contract of node 3 broken" in line for line in trace.log)
     rerun = run(t, plan, [liar, good], lambda c, cat: 0.9, repair="rerun", max_repairs=1)
     assert rerun.executions[2] == 2  # re-run everything: the cached node too
     none = run(t, plan, [liar, good], lambda c, cat: 0.9, repair="none")
-    assert none.executions == {0: 1, 1: 1, 2: 1, 3: 1} and none.values[3] is None and none.violations == 2  # its input, then its output
+    assert (none.executions == {0: 1, 1: 1, 2: 1, 3: 1} and none.values[3] is None
+            and none.violations == 2)  # its input, then its output
 
 
 def test_a_merged_fault_of_a_fit_agent_is_a_decomposition_fault_and_is_split(no_handoff_noise):
@@ -260,17 +272,20 @@ def test_repair_reassigns_first_then_redecomposes(no_handoff_noise):
     weak = Fixed(AgentCard("weak", frozenset({"list"}), 1.0, 0.2), bad={"sum"}, merged_only=True)
     other = Fixed(AgentCard("other", frozenset({"list"}), 1.0, 0.2), bad={"sum"}, merged_only=True)
     trace = run(t, [Subtask(frozenset({0, 1, 2}), "weak")], [weak, other], lambda c, cat: 0.5, tau=0.9)
-    assert trace.faults == {"assignment": 2}  # rated unfit: re-assigned first, then (second fault) re-decomposed
-    assert [line.split(":")[1].strip().split(",")[1].strip().split(" ")[0] for line in trace.log if line.startswith("repair")] == [
-        "re-assign", "re-decompose"]
+    # rated unfit: re-assigned first, then (second fault) re-decomposed
+    assert trace.faults == {"assignment": 2}
+    assert [line.split(":")[1].strip().split(",")[1].strip().split(" ")[0]
+            for line in trace.log if line.startswith("repair")] == ["re-assign", "re-decompose"]
     assert len(trace.plan) == 3 and trace.values[2] == t.truth()[2]
 
 
 def test_classify_by_hand():
     t = chain()
     assert classify(Subtask(frozenset({0}), "G"), GEN, t, lambda c, cat: 0.99, 0.85) == "assignment"
-    assert classify(Subtask(frozenset({0, 1, 2}), "G"), GEN, t, rel_table({("G", "list"): 0.9, ("G", "num"): 0.86}), 0.85) == "decomposition"
-    assert classify(Subtask(frozenset({0, 1, 2}), "G"), GEN, t, rel_table({("G", "list"): 0.9, ("G", "num"): 0.84}), 0.85) == "assignment"
+    assert classify(Subtask(frozenset({0, 1, 2}), "G"), GEN, t,
+                    rel_table({("G", "list"): 0.9, ("G", "num"): 0.86}), 0.85) == "decomposition"
+    assert classify(Subtask(frozenset({0, 1, 2}), "G"), GEN, t,
+                    rel_table({("G", "list"): 0.9, ("G", "num"): 0.84}), 0.85) == "assignment"
 
 
 # ---- the arms ------------------------------------------------------------------------------------
@@ -285,7 +300,8 @@ def test_profiles_never_read_the_ground_truth(monkeypatch):
     profile = warm_up(tasks, Profile(), random.Random(0))
     assert sum(n for _, n in profile.counts.values()) > 0
     for arm in ARMS:
-        solve(tasks[0], replace(InFlowOpConfig(), arm=arm), profile if ARMS[arm]["profiles"] else None, random.Random(1))
+        solve(tasks[0], replace(InFlowOpConfig(), arm=arm), profile if ARMS[arm]["profiles"] else None,
+              random.Random(1))
 
 
 def test_every_arm_solves_tasks_and_records_per_domain_numbers():
@@ -293,7 +309,8 @@ def test_every_arm_solves_tasks_and_records_per_domain_numbers():
     tasks = [BraidTask.parse(json.loads(r["task"])) for r in env.task_set()["heldout"]]
     for arm in ARMS:
         cfg = replace(InFlowOpConfig(), arm=arm)
-        infos = [record(t, solve(t, cfg, Profile() if ARMS[arm]["profiles"] else None, random.Random(i))) for i, t in enumerate(tasks)]
+        infos = [record(t, solve(t, cfg, Profile() if ARMS[arm]["profiles"] else None, random.Random(i)))
+                 for i, t in enumerate(tasks)]
         assert all(isinstance(i["success"], bool) and i["latency"] > 0 for i in infos)
         assert all(f"success_{t.domain_name}" in i for t, i in zip(tasks, infos, strict=True))
         if arm in ("single", "template", "no-repair"):
@@ -321,8 +338,10 @@ def test_every_cpu_cell_composes_and_resolves_and_small_and_paper_refuse():
     assert {c.trainer.steps for c in cfgs} == {0} and {c.env["name"] for c in cfgs} == {"braid"}
     with pytest.raises(ValueError, match="3.9 h, over the hour"):  # the measured SmolLM2 warm start (CARD.md)
         resolve(compose("inflowop", ["scale=small"]), METHODS)
-    with pytest.raises(ValueError, match="braid_paper"):  # Braid itself is not public: no environment reads it
-        resolve(compose("inflowop", ["scale=paper", f"model.path={ROOT}", f"method.paper_data={ROOT}"]), METHODS)
+    # Braid itself is not public: no environment reads it
+    with pytest.raises(ValueError, match="braid_paper"):
+        resolve(compose("inflowop", ["scale=paper", f"model.path={ROOT}", f"method.paper_data={ROOT}"]),
+                METHODS)
     with pytest.raises(ValueError, match="training-free"):
         resolve(compose("inflowop", ["trainer.steps=3"]), METHODS)
     with pytest.raises(ValueError, match="env=braid"):

@@ -64,9 +64,11 @@ def test_each_cell_says_what_running_it_would_do(tmp_path):
 def test_a_cell_is_timed_by_its_recorded_neighbours(tmp_path):
     a, b, new = _cell(tmp_path, 0), _cell(tmp_path, 1), _cell(tmp_path, 2, steps=4)
     steps = cell_config(a).trainer.steps
-    _record(a, asdict(cell_config(a)), done=True, seconds=10 * (steps + 1))  # 10 s a step (one more: evaluations)
+    # 10 s a step (one more: evaluations)
+    _record(a, asdict(cell_config(a)), done=True, seconds=10 * (steps + 1))
     _record(b, asdict(cell_config(b)), done=True, seconds=30 * (steps + 1))  # 30 s a step
-    assert estimate_seconds(new, committed=tmp_path / "none") == pytest.approx(20 * 5)  # the median rate, 5 steps
+    # the median rate, 5 steps
+    assert estimate_seconds(new, committed=tmp_path / "none") == pytest.approx(20 * 5)
     lines = plan_text([a, b, new], parallel=2).splitlines()
     assert lines[-1] == "[plan] 3 cell(s): 2 done, 1 to run, ~2 min"
     assert lines[2].startswith("grpo/arith/grpo/seed-2: to run (~2 min)  scale=smoke seed=2")
@@ -81,9 +83,10 @@ def test_cells_of_other_settings_are_refused_before_anything_runs(tmp_path, caps
     _record(cell, changed, rows=10, done=True)
     text = refusal([cell, _cell(tmp_path, 1)])
     assert text is not None and "FORCE=1" in text and "grpo/arith/grpo/seed-0: a finished run" in text
-    monkeypatch.setattr(replicate, "launch_local", lambda *a: pytest.fail("a refused replication started cells"))
-    code = replicate.main(["--method", "grpo", "--scale", "smoke", "--seeds", "0", "--out-dir", str(tmp_path / "out"),
-                           f"work_dir={tmp_path / 'work'}"])
+    monkeypatch.setattr(replicate, "launch_local",
+                        lambda *a: pytest.fail("a refused replication started cells"))
+    code = replicate.main(["--method", "grpo", "--scale", "smoke", "--seeds", "0",
+                           "--out-dir", str(tmp_path / "out"), f"work_dir={tmp_path / 'work'}"])
     assert code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: 1 cell(s) hold runs of other settings") and "Traceback" not in err

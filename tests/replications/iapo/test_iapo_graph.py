@@ -22,7 +22,8 @@ def played(actions, intent="refund", delay=2):
     state = ServiceDeskEnv(ServiceDeskConfig()).new_episode(t, random.Random(0))
     ep, obs = Episode("t", delay), state.start()
     for a in actions:
-        ep.turns.append(Turn("agent", "policy", [1], [5] * (1 + len(a.split())), [0.0], a, prompt_text=obs.text))
+        ep.turns.append(Turn("agent", "policy", [1], [5] * (1 + len(a.split())), [0.0], a,
+                             prompt_text=obs.text))
         result = state.step(a)
         for e in result.events:
             e.turn = len(ep.turns) - 1
@@ -45,7 +46,8 @@ def test_graph_of_the_ideal_dialogue():
 
 
 def test_graph_of_a_trap_and_a_redundant_lookup():
-    g = provenance_annotator(played(["ask", "refund cash Q", "lookup", "lookup", "ok", "ok", "refund cash K", "end"]))
+    g = provenance_annotator(played(["ask", "refund cash Q", "lookup", "lookup", "ok", "ok", "refund cash K",
+                                     "end"]))
     assert g.errors == {1}
     assert (1, 2, "failed_utilization") in g.edges  # the fallback lookup after the trap
     assert (2, 6, "success_utilization") in g.edges  # the first lookup's id was used
@@ -104,10 +106,12 @@ def test_argument_annotator_needs_recognisable_arguments():
 
 def test_argument_annotator_with_a_simulated_user():
     ep = Episode("t", 1)
-    turn = lambda role, text, prompt, adapter="policy", trainable=True: Turn(role, adapter, [1], [5], [0.0], text, prompt_text=prompt,  # noqa: E731
-                                                                             trainable=trainable)
-    ep.turns = [turn("agent", "hello", "tools: find_user(id)"), turn("user", "I am user_7", "hello", "user", False),
-                turn("agent", "find_user user_7", "I am user_7"), turn("agent", "cancel R-22", "ok: order R-22"),
+    turn = lambda role, text, prompt, adapter="policy", trainable=True: Turn(  # noqa: E731
+        role, adapter, [1], [5], [0.0], text, prompt_text=prompt, trainable=trainable)
+    ep.turns = [turn("agent", "hello", "tools: find_user(id)"),
+                turn("user", "I am user_7", "hello", "user", False),
+                turn("agent", "find_user user_7", "I am user_7"),
+                turn("agent", "cancel R-22", "ok: order R-22"),
                 turn("agent", "cancel R-22", "error: R-22 is shipped")]
     ep.events = [Event("error", 3, {}), Event("error", 4, {})]
     g = argument_annotator(ep)

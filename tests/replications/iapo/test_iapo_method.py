@@ -10,7 +10,8 @@ from tests.helpers import credit_advantages, run_view
 from tests.replications.iapo.test_iapo_graph import played
 
 IDEAL = ["ask", "lookup", "ok", "ok", "refund cash K", "end"]
-TRAP = ["ask", "refund cash Q", "lookup", "lookup", "ok", "ok", "refund cash K", "end"]  # out of budget: reward 0
+# out of budget: reward 0
+TRAP = ["ask", "refund cash Q", "lookup", "lookup", "ok", "ok", "refund cash K", "end"]
 SLOW = ["ask", "lookup", "lookup", "ok", "ok", "refund cash K", "end"]  # redundant lookup, still right
 
 
@@ -21,7 +22,8 @@ def method(scale="cpu", **kw):
 
 
 def groups():
-    return [Group("t", 2, [played(IDEAL), played(TRAP), played(SLOW), played(["ask", "lookup", "ok", "ok", "refund card K", "end"])])]
+    return [Group("t", 2, [played(IDEAL), played(TRAP), played(SLOW),
+                           played(["ask", "lookup", "ok", "ok", "refund card K", "end"])])]
 
 
 def test_broadcast_is_grpo():
@@ -57,7 +59,8 @@ def test_shuffled_keeps_the_distribution_not_the_placement():
     gs = groups()
     m_iapo, m_shuf = method(credit="iapo"), method(credit="shuffled")
     c_iapo, c_shuf = m_iapo.credit(gs, 3), m_shuf.credit(gs, 3)
-    assert c_shuf.tokens == method(credit="shuffled").credit(gs, 3).tokens  # seeded by (seed, step, group, episode)
+    # seeded by (seed, step, group, episode)
+    assert c_shuf.tokens == method(credit="shuffled").credit(gs, 3).tokens
     assert c_shuf.tokens != c_iapo.tokens
     for i, e in enumerate(gs[0].episodes):
         a = c_iapo.values[0][i]["*"]

@@ -15,7 +15,8 @@ def test_flat_graph_gives_ones():
     for adv in (1.3, -0.7):
         assert routing_weights([3, 5, 2], [0, 0, 0], [0, 0, 0], [1, 1, 1], [0, 0, 0], adv) == [1.0, 1.0, 1.0]
         assert routing_weights([4], [2], [1], [1], [1], adv) == [1.0]
-    assert routing_weights([2, 2], [1, 0], [0, 0], [0, 0], [0, 0], 0.0) == [1.0, 1.0]  # A = 0: nothing to route
+    # A = 0: nothing to route
+    assert routing_weights([2, 2], [1, 0], [0, 0], [0, 0], [0, 0], 0.0) == [1.0, 1.0]
 
 
 def test_features_by_hand():
@@ -37,7 +38,8 @@ def test_positive_advantage_with_an_error_by_hand():
     raw = [B * 2 ** 0.025, A * 2 ** -0.025]
     assert w == pytest.approx([2 * r / sum(raw) for r in raw])
     # beta+ = 0: the error no longer cuts the second action's share
-    assert routing_weights([1, 1], [1, 0], [0, 0], [0, 0], [0, 1], 1.0, beta_plus=0.0) == pytest.approx([2 * B / (A + B), 2 * A / (A + B)])
+    assert (routing_weights([1, 1], [1, 0], [0, 0], [0, 0], [0, 1], 1.0, beta_plus=0.0)
+            == pytest.approx([2 * B / (A + B), 2 * A / (A + B)]))
 
 
 def test_negative_advantage_by_hand():
@@ -53,13 +55,15 @@ def test_wider_clip_widens_the_weights():
     narrow = routing_weights([2, 2], [1, 0], [0, 0], [0, 0], [0, 0], 1.0, c=0.25)
     wide = routing_weights([2, 2], [1, 0], [0, 0], [0, 0], [0, 0], 1.0, c=0.5)
     assert wide[0] > narrow[0] > 1 > narrow[1] > wide[1]
-    assert wide == pytest.approx([2 * math.exp(0.5) / (math.exp(0.5) + math.exp(-0.5)), 2 * math.exp(-0.5) / (math.exp(0.5) + math.exp(-0.5))])
+    assert wide == pytest.approx([2 * math.exp(0.5) / (math.exp(0.5) + math.exp(-0.5)),
+                                  2 * math.exp(-0.5) / (math.exp(0.5) + math.exp(-0.5))])
 
 
 def random_graph(rng):
     n = int(rng.integers(1, 9))
-    return ([int(x) for x in rng.integers(0 if rng.random() < 0.2 else 1, 12, n)], rng.integers(0, 4, n).tolist(),
-            rng.integers(0, 3, n).tolist(), rng.integers(0, 4, n).tolist(), rng.integers(0, 2, n).tolist())
+    return ([int(x) for x in rng.integers(0 if rng.random() < 0.2 else 1, 12, n)],
+            rng.integers(0, 4, n).tolist(), rng.integers(0, 3, n).tolist(), rng.integers(0, 4, n).tolist(),
+            rng.integers(0, 2, n).tolist())
 
 
 @pytest.mark.parametrize("seed", range(300))
@@ -71,9 +75,11 @@ def test_invariants_and_reference(seed):
     adv = float(rng.normal()) * 2
     beta, c = float(rng.choice([0.0, 0.05, 0.3])), float(rng.choice([0.125, 0.25, 0.5]))
     w = routing_weights(lengths, d_plus, d_minus, d_in, errors, adv, beta, c)
-    assert w == pytest.approx(routing_weights_reference(lengths, d_plus, d_minus, d_in, errors, adv, beta, c), rel=1e-9)
+    assert w == pytest.approx(routing_weights_reference(lengths, d_plus, d_minus, d_in, errors, adv, beta, c),
+                              rel=1e-9)
     assert all(x > 0 for x in w)
-    assert sum(n * x for n, x in zip(lengths, w, strict=True)) == pytest.approx(sum(lengths), rel=1e-9)  # mass kept
+    # mass kept
+    assert sum(n * x for n, x in zip(lengths, w, strict=True)) == pytest.approx(sum(lengths), rel=1e-9)
     assert all(np.sign(adv * x) == np.sign(adv) for x in w)  # sign kept
     if adv < 0:  # bounded multipliers: each within e^{-2c}..e^{2c}
         assert all(math.exp(-2 * c) - 1e-12 <= x <= math.exp(2 * c) + 1e-12 for x in w)
