@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from replications.iapo.method import IAPO, IAPOConfig
 
-# the real benchmarks of the small and paper scales (envs/benchmarks/tau2.py, envs/benchmarks/bfcl.py)
+# the real benchmarks of the small and paper scales (envs/benchmarks/tau2/, envs/benchmarks/bfcl/)
 BENCHMARK_ENVS = ("tau2", "bfcl")
 
 
