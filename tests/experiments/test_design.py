@@ -1,0 +1,66 @@
+"""The design check's pieces by hand (#36): what two arms differ in, the gates, the credit gap and its
+signal-to-noise over resampled batches, the correlation of advantages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from common.episode import Episode, Group, Turn
+from experiments.design import claim_specs, difference_kind, gate
+from experiments.shared_batch import Batch, correlation, credit_gap, signal_to_noise
+
+
+def test_what_two_arms_differ_in():
+    base = {"method": {"name": "m", "credit": "a"}, "trainer": {"ppo_epochs": 1, "group_size": 8, "lr": 1e-3},
+            "arm": "x", "seed": 0}
+    credit = {**base, "method": {"name": "m", "credit": "b"}, "arm": "y", "seed": 3}
+    schedule = {**base, "trainer": {**base["trainer"], "ppo_epochs": 2}}
+    sampling = {**base, "trainer": {**base["trainer"], "group_size": 4}}
+    objective = {**base, "trainer": {**base["trainer"], "lr": 2e-3}}
+    assert difference_kind(base, credit) == "credit"  # the arm's name and seed are not a difference
+    assert difference_kind(base, schedule) == "schedule"
+    assert difference_kind(base, sampling) == "sampling"
+    assert difference_kind(base, objective) == "objective"
+    assert difference_kind(base, {**base, "arm": "z"}) == "same"
+
+
+def test_the_gates():
+    yes, no = {"pass": True}, {"pass": False}
+    assert gate(yes, None, yes) == "pass"
+    assert gate(no, None, yes) == "void"  # the control does not learn: nothing to conclude
+    assert gate(yes, no, yes) == "void"  # the oracle does not beat it: the mechanism cannot matter here
+    assert gate(yes, yes, no) == "design null"
+    assert gate({"pass": None}, None, {"pass": None}) == "pass"  # not applicable is not a failure
+
+
+def test_credit_gap_and_correlation_by_hand():
+    values, label = np.array([1.0, 0.0, 2.0, -1.0]), np.array([1.0, 0.0, 1.0, np.nan])
+    assert credit_gap(values, label) == pytest.approx(1.5 - 0.0)  # the unlabelled turn says nothing
+    assert correlation(np.array([1.0, 2.0, 3.0]), np.array([2.0, 4.0, 6.0])) == pytest.approx(1.0)
+    assert np.isnan(correlation(np.array([1.0, 1.0]), np.array([0.0, 1.0])))  # a constant arm: undefined
+
+
+def _batch(gaps: list[float]) -> tuple[Batch, np.ndarray, np.ndarray]:
+    """One group per entry of `gaps`: a turn labelled 1 with advantage gap, one labelled 0 with advantage 0."""
+    groups, keys, values, label = [], [], [], []
+    for g, gap in enumerate(gaps):
+        eps = [Episode(f"t{g}", 1, turns=[Turn("a", "policy", [1], [2], [0.0], "x")]) for _ in range(2)]
+        groups.append(Group(f"t{g}", 1, eps))
+        keys += [(2 * g, 0), (2 * g + 1, 0)]
+        values += [gap, 0.0]
+        label += [1.0, 0.0]
+    return Batch(groups, keys, [e for g in groups for e in g.episodes]), np.array(values), np.array(label)
+
+
+def test_signal_to_noise_over_resampled_batches():
+    batch, values, label = _batch([1.0] * 8)
+    assert signal_to_noise(values, label, batch, batch_groups=4) == float("inf")  # the same gap in every batch
+    batch, values, label = _batch([1.0, -1.0] * 4)
+    assert abs(signal_to_noise(values, label, batch, batch_groups=4)) < 0.5  # the gap's sign is noise
+
+
+def test_every_card_claim_has_a_spec():
+    specs = {s.id: s for s in claim_specs("sharp")}
+    assert specs["hops-exact-beats-grpo-k2"].behaviour == "worker_right_tool"
+    assert specs["hops-exact-beats-grpo-k2"].control == "hops-grpo-k2"
