@@ -1,8 +1,10 @@
 """The method contract: everything a method may provide, declared here with a typed default.
 
 The defaults are GRPO. A method is a class in `replications/<name>/method.py` that subclasses
-`Method` and overrides only the hooks its paper changes; the core (`common/trainer.py`) calls them
-in this order every RL step:
+`Method` and overrides only the hooks its paper changes. It is built from its own settings (its
+`Config`) and a `RunView`: the environment and the few run settings a hook may read, never the whole
+run config. It sees typed values: `Task`s (id, tier, data), `Group`s of `Episode`s of `Turn`s, and
+returns a `Credit`. The core (`common/trainer.py`) calls the hooks in this order every RL step:
 
 | hook                                        | default (GRPO)                                      |
 | ------------------------------------------- | --------------------------------------------------- |
