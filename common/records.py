@@ -45,7 +45,8 @@ import yaml
 from common.provenance import provenance
 from common.util import atomic_write_json, atomic_write_text, flatten
 
-YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: a config.yaml is read per cell when planning
+# libyaml: a config.yaml is read per cell when planning
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 STAGING = ".forcing"  # under out_dir; paper/ skips folders whose name starts with a dot
 
 
@@ -153,10 +154,12 @@ class RunDir:
     or, for a forced rerun of a finished run, `staging`, swapped in for `path` by `mark_done`.
     """
 
-    def __init__(self, path: Path, checkpoints: Path, writer: bool | None = None, staging: Path | None = None):
+    def __init__(self, path: Path, checkpoints: Path, writer: bool | None = None,
+                 staging: Path | None = None):
         self.path = Path(path)
         self.checkpoints = Path(checkpoints)  # one sub-folder per (run folder, config): see checkpoint_dir
-        self.staging = Path(staging) if staging is not None else self.path.parent / f".{self.path.name}{STAGING}"
+        self.staging = (Path(staging) if staging is not None
+                        else self.path.parent / f".{self.path.name}{STAGING}")
         self.building = self.path
         self.config_hash: str | None = None  # set by prepare
         self.resume_checkpoint: Path | None = None  # set by prepare: the checkpoint to resume from, verified
@@ -204,19 +207,21 @@ class RunDir:
             if not force:
                 if changes:
                     raise RunRefused(
-                        f"{self.path} is a finished run with other settings ({'; '.join(changes)}); pass force=true "
-                        "(FORCE=1) to rerun it with these (the finished records stay until the rerun is done), "
-                        "or restore its settings")
+                        f"{self.path} is a finished run with other settings ({'; '.join(changes)}); "
+                        "pass force=true (FORCE=1) to rerun it with these (the finished records stay until "
+                        "the rerun is done), or restore its settings")
                 return "finished"
             self.building = self.staging
-            killed_rerun_of_these = recorded_changes(self.staging, config) == []  # resumed, as any unfinished run
+            # resumed, as any unfinished run
+            killed_rerun_of_these = recorded_changes(self.staging, config) == []
             if self.writer and not killed_rerun_of_these:
                 self._discard(self.staging)
         else:
             changes = recorded_changes(self.path, config)
             if not force and changes:
-                raise RunRefused(f"{self.path} holds an unfinished run with other settings ({'; '.join(changes)}); "
-                                 "pass force=true (FORCE=1) to restart it, or restore its settings to resume it")
+                raise RunRefused(f"{self.path} holds an unfinished run with other settings "
+                                 f"({'; '.join(changes)}); pass force=true (FORCE=1) to restart it, or "
+                                 "restore its settings to resume it")
             if self.writer:
                 self._discard(self.staging)  # a rerun of a finished run that is gone
                 if force or not (self.path / "config.yaml").exists():
@@ -244,10 +249,11 @@ class RunDir:
             return last
         prev_error = _unloadable(prev) if prev.exists() else "missing"
         if prev_error is not None:
-            raise RunRefused(f"cannot resume {self.building}: {last} ({last_error}) and {prev} ({prev_error}) "
-                               f"cannot be loaded; delete {folder} to restart the run from step 0")
-        warnings.warn(f"{last} cannot be loaded ({last_error}); resuming from the checkpoint before it, {prev}",
-                      RecordWarning, stacklevel=3)
+            raise RunRefused(f"cannot resume {self.building}: {last} ({last_error}) and {prev} "
+                             f"({prev_error}) cannot be loaded; delete {folder} to restart the run from "
+                             "step 0")
+        warnings.warn(f"{last} cannot be loaded ({last_error}); resuming from the checkpoint before it, "
+                      f"{prev}", RecordWarning, stacklevel=3)
         if self.writer and last.exists():  # out of the way: the next save must not rotate it into prev.ckpt
             os.replace(last, folder / "last.ckpt.corrupt")
         return prev
@@ -260,14 +266,17 @@ class RunDir:
         try:
             found = json.loads(path.read_text())
         except (OSError, ValueError):
-            raise RunRefused(f"{self.checkpoint_dir} holds checkpoints but no readable identity.json, so they cannot "
-                               f"be told to belong to {self.building}; delete that folder to restart the run") from None
+            raise RunRefused(f"{self.checkpoint_dir} holds checkpoints but no readable identity.json, so "
+                             f"they cannot be told to belong to {self.building}; delete that folder to "
+                             "restart the run") from None
         expected = self._identity()
         if found.get("run_dir") != expected["run_dir"] or (
                 expected["config_hash"] is not None and found.get("config_hash") != expected["config_hash"]):
-            raise RunRefused(f"{self.checkpoint_dir} holds checkpoints of another run ({found.get('run_dir')}, config "
-                               f"{str(found.get('config_hash'))[:12]}), not of {expected['run_dir']} (config "
-                               f"{str(expected['config_hash'])[:12]}); delete that folder to restart this run")
+            raise RunRefused(f"{self.checkpoint_dir} holds checkpoints of another run "
+                             f"({found.get('run_dir')}, config {str(found.get('config_hash'))[:12]}), "
+                             f"not of {expected['run_dir']} "
+                             f"(config {str(expected['config_hash'])[:12]}); delete that folder to restart "
+                             "this run")
 
     # ---- forced reruns ------------------------------------------------------------------
     @property
@@ -348,8 +357,8 @@ class RunDir:
             if manifest is None or isinstance(manifest, dict):
                 return manifest or {}
             why = f"a JSON {type(manifest).__name__}, not an object"
-        warnings.warn(f"{path} cannot be read ({why}); read as no previous manifest: its attempts count and start "
-                      "time begin again", RecordWarning, stacklevel=3)
+        warnings.warn(f"{path} cannot be read ({why}); read as no previous manifest: its attempts count and "
+                      "start time begin again", RecordWarning, stacklevel=3)
         return {}
 
     def read_json(self, name: str) -> Any:
@@ -371,10 +380,11 @@ class RunDir:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 if n == len(lines):  # no newline after it: the write of this line never finished
-                    warnings.warn(f"{p}: dropped its torn last line {n} ({len(line)} characters, a write cut short); "
-                                  "its step is recomputed", RecordWarning, stacklevel=2)
+                    warnings.warn(f"{p}: dropped its torn last line {n} ({len(line)} characters, a write cut "
+                                  "short); its step is recomputed", RecordWarning, stacklevel=2)
                     break
-                raise RunRefused(f"{p} line {n} is not valid JSON ({e.msg}); repair or delete that line") from None
+                raise RunRefused(f"{p} line {n} is not valid JSON ({e.msg}); "
+                                 "repair or delete that line") from None
             if not isinstance(row, dict) or not isinstance(row.get("step"), int):
                 raise RunRefused(f"{p} line {n} is not a metrics row (a JSON object with an integer step)")
             rows.append(row)
@@ -385,7 +395,8 @@ class RunDir:
         if not self.writer:
             return
         rows = [r for r in self.read_metrics() if r["step"] < before_step]
-        atomic_write_text(self.building / "metrics.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+        atomic_write_text(self.building / "metrics.jsonl",
+                          "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
     def append_metrics(self, row: dict[str, Any]) -> None:
         if not self.writer:
