@@ -1,6 +1,7 @@
 """Head to head (#23): every method on every environment where it applies, GRPO beside it, one command.
 
-    python -m experiments.compare --scale smoke --envs arith,toolplan-k4     # = make compare SCALE=smoke ENVS=...
+    python -m experiments.compare --scale smoke --envs arith,toolplan-k4
+        # = make compare SCALE=smoke ENVS=...
     python -m experiments.compare --methods canopy --seeds 0,1,2 --dry-run
     python -m experiments.compare --cluster slurm --no-wait
 
@@ -26,12 +27,13 @@ the arm's name and out_dir) is not run again: its folder is a relative symlink t
 **Equal generated tokens.** When the equal-steps cells of a method and GRPO are finished on an
 environment and the method generated more than `TOKEN_TOLERANCE` more or fewer training tokens than
 GRPO (mean over the seeds), GRPO runs again with its steps scaled by that ratio, as CCPO's
-`grpo-center-tokens` arm did (#18), into `<out_dir>/compare/tokens/<method>/grpo/<env>/grpo/seed-<k>/`;
-within the tolerance the equal-steps GRPO run is the equal-tokens one too. Locally the token cells
-run after the step cells in the same command; on SLURM, the next `make compare` submits them.
+`grpo-center-tokens` arm did (#18), into
+`<out_dir>/compare/tokens/<method>/grpo/<env>/grpo/seed-<k>/`; within the tolerance the equal-steps
+GRPO run is the equal-tokens one too. Locally the token cells run after the step cells in the same
+command; on SLURM, the next `make compare` submits them.
 
-At the end it prints the comparison (`paper/head_to_head.py`, as `make paper` builds it). A bad setting
-is one line `error: ...` and exit status 2 before anything runs.
+At the end it prints the comparison (`paper/head_to_head.py`, as `make paper` builds it). A bad
+setting is one line `error: ...` and exit status 2 before anything runs.
 """
 
 from __future__ import annotations
@@ -100,8 +102,9 @@ def compare_arm(method: str) -> str:
     arm = METHODS[method].compare_arm or method
     arms = load_replication(method).arms
     if arm not in arms:
-        raise ValueError(f"{method}: make compare runs the arm {arm!r}, which is not in replications/{method}/conf/"
-                         f"replication.yaml ({', '.join(arms)}); set compare_arm on its Method class")
+        raise ValueError(f"{method}: make compare runs the arm {arm!r}, which is not in "
+                         f"replications/{method}/conf/replication.yaml ({', '.join(arms)}); "
+                         "set compare_arm on its Method class")
     return arm
 
 
@@ -150,8 +153,8 @@ def target_config(method: str, setting: Setting, scale: str, arm: str, out_sub: 
     home = _config(setting.home, (f"scale={scale}", f"arm={setting.arm}"))
     found = home["env"].get("tag") or home["env"]["name"]
     if home["env"]["name"] != setting.env or found != setting.tag:
-        raise ValueError(f"compare.yaml: {setting.tag} says env {setting.env}, but {setting.home}'s arm {setting.arm} "
-                         f"at scale={scale} plays env {home['env']['name']} with tag {found}")
+        raise ValueError(f"compare.yaml: {setting.tag} says env {setting.env}, but {setting.home}'s arm "
+                         f"{setting.arm} at scale={scale} plays env {home['env']['name']} with tag {found}")
     own = _config(method, (f"scale={scale}", f"arm={arm}"))
     target = home
     for key in RECIPE:
@@ -171,8 +174,8 @@ def overrides_for(method: str, target: dict[str, Any], scale: str) -> tuple[str,
     got = flatten(_config(method, overrides), keep_empty=True)
     wrong = sorted(k for k in want.keys() | got.keys() if want.get(k, "(absent)") != got.get(k, "(absent)"))
     if wrong:
-        raise ValueError(f"{method} on {target['env'].get('tag')}: the overrides do not compose to the cell's config "
-                         f"(differ: {wrong[:5]})")
+        raise ValueError(f"{method} on {target['env'].get('tag')}: the overrides do not compose to the "
+                         f"cell's config (differ: {wrong[:5]})")
     return overrides
 
 
@@ -188,13 +191,15 @@ class CompareCell(Cell):
 
 
 def cells_for(method: str, setting: Setting, scale: str, seeds: list[int], arm: str, out_sub: str,
-              extra: tuple[str, ...] = (), steps: int | None = None, out_root: str | None = None) -> list[CompareCell]:
+              extra: tuple[str, ...] = (), steps: int | None = None,
+              out_root: str | None = None) -> list[CompareCell]:
     target = target_config(method, setting, scale, arm, out_sub, out_root)
     if steps is not None:
         target["trainer"]["steps"] = steps
     overrides = overrides_for(method, target, scale)
-    return [CompareCell(method, setting.tag, arm, seed, scale, (*overrides, f"seed={seed}", *extra), target["out_dir"],
-                        target["work_dir"], target["trainer"]["steps"]) for seed in seeds]
+    return [CompareCell(method, setting.tag, arm, seed, scale, (*overrides, f"seed={seed}", *extra),
+                        target["out_dir"], target["work_dir"], target["trainer"]["steps"])
+            for seed in seeds]
 
 
 @dataclass
@@ -215,7 +220,8 @@ def plan(scale: str, envs: list[str] | None = None, methods: list[str] | None = 
     if envs:
         unknown = [e for e in envs if e not in settings and e not in {s.env for s in settings.values()}]
         if unknown:
-            raise ValueError(f"ENVS: {unknown} not in experiments/compare.yaml; choose from {', '.join(settings)}")
+            raise ValueError(f"ENVS: {unknown} not in experiments/compare.yaml; "
+                             f"choose from {', '.join(settings)}")
         settings = {t: s for t, s in settings.items() if t in envs or s.env in envs}
     chosen = methods or list(METHODS)
     unknown = [m for m in chosen if m not in METHODS]
@@ -235,8 +241,8 @@ def plan(scale: str, envs: list[str] | None = None, methods: list[str] | None = 
             if scale not in load_replication(m).seeds:
                 skipped.append(f"{m} on {tag}: {m} has no scale {scale}")
                 continue
-            cells += cells_for(m, s, scale, seeds if seeds is not None else home.seeds[scale], compare_arm(m), STEPS_DIR,
-                               extra, out_root=out_root)
+            cells += cells_for(m, s, scale, seeds if seeds is not None else home.seeds[scale], compare_arm(m),
+                               STEPS_DIR, extra, out_root=out_root)
     return Plan(cells, skipped, settings, chosen, out_root)
 
 
@@ -289,7 +295,8 @@ def token_cells(p: Plan, scale: str, extra: tuple[str, ...] = ()) -> tuple[list[
         if method == BASELINE or not base:
             continue
         pairs = [(m, g) for m in own for g in base if m.seed == g.seed]
-        tokens = [(generated_tokens(m.run_dir), generated_tokens(g.run_dir)) for m, g in pairs if m.done and g.done]
+        tokens = [(generated_tokens(m.run_dir), generated_tokens(g.run_dir))
+                  for m, g in pairs if m.done and g.done]
         if len(tokens) < len(pairs) or not tokens:
             waiting.append(f"{method} on {tag}")
             continue
@@ -297,8 +304,9 @@ def token_cells(p: Plan, scale: str, extra: tuple[str, ...] = ()) -> tuple[list[
         if mean_g <= 0 or abs(mean_m / mean_g - 1) <= TOKEN_TOLERANCE:
             continue
         steps = max(1, round(base[0].steps * mean_m / mean_g))
-        cells += cells_for(BASELINE, p.settings[tag], scale, [g.seed for _, g in pairs], compare_arm(BASELINE),
-                           f"{TOKENS_DIR}/{method}", extra, steps=steps, out_root=p.out_root)
+        cells += cells_for(BASELINE, p.settings[tag], scale, [g.seed for _, g in pairs],
+                           compare_arm(BASELINE), f"{TOKENS_DIR}/{method}", extra, steps=steps,
+                           out_root=p.out_root)
     return cells, waiting
 
 
@@ -319,17 +327,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m experiments.compare", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", default="cpu")
-    p.add_argument("--envs", default=None, help="comma-separated env tags or names of compare.yaml (default: all)")
+    p.add_argument("--envs", default=None,
+                   help="comma-separated env tags or names of compare.yaml (default: all)")
     p.add_argument("--methods", default=None, help="comma-separated methods (default: all; GRPO always runs)")
     p.add_argument("--cluster", default="local", choices=["local", "slurm"])
-    p.add_argument("--seeds", type=seed_list, default=None, help="default: the home replication's seeds at the scale")
+    p.add_argument("--seeds", type=seed_list, default=None,
+                   help="default: the home replication's seeds at the scale")
     p.add_argument("--no-wait", action="store_true", help="SLURM: submit and return")
     p.add_argument("--dry-run", action="store_true", help="print the matrix and the cells; run nothing")
     p.add_argument("--out-dir", default=None,
                    help="write the records under this folder instead of the scale's (results/ at cpu scale)")
-    p.add_argument("--force", action="store_true", help="rerun finished cells (the records stay until each rerun is done)")
+    p.add_argument("--force", action="store_true",
+                   help="rerun finished cells (the records stay until each rerun is done)")
     p.add_argument("--profile", default=None, help="cluster profile (slurm/profiles/<name>.yaml)")
-    p.add_argument("--parallel", type=int, default=None, help="local: cells at once (default: the homes' parallel)")
+    p.add_argument("--parallel", type=int, default=None,
+                   help="local: cells at once (default: the homes' parallel)")
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides for every cell")
     return p.parse_args(argv)
 
@@ -366,13 +378,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     reused = link_reused(p.cells, dry_run=args.dry_run)
     print(matrix_text(p, reused), flush=True)
-    parallel = args.parallel or max(load_replication(s.home).parallel.get(args.scale, 1) for s in p.settings.values())
+    parallel = args.parallel or max(load_replication(s.home).parallel.get(args.scale, 1)
+                                    for s in p.settings.values())
     todo = [c for c in p.cells if c.name not in reused]
     if args.dry_run:
         tokens, waiting = token_cells(p, args.scale, extra)
         print(plan_text([*todo, *tokens], parallel, overrides=False))
         if waiting:
-            print(f"[compare] equal-tokens cells are planned once the equal-steps cells of {', '.join(waiting)} finish")
+            print(f"[compare] equal-tokens cells are planned once the equal-steps cells of "
+                  f"{', '.join(waiting)} finish")
         return 0
     refused = refusal(todo)
     if refused:
@@ -393,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     failures = launch_local(list(p.cells), parallel, work)
     tokens, waiting = token_cells(p, args.scale, extra)
     if waiting:
-        print(f"[compare] equal tokens not planned (equal-steps cells unfinished): {', '.join(waiting)}", flush=True)
+        print(f"[compare] equal tokens not planned (equal-steps cells unfinished): {', '.join(waiting)}",
+              flush=True)
     if tokens:
         validate_cells(list(tokens))
         print(f"[compare] equal generated tokens: {len(tokens)} GRPO cells", flush=True)

@@ -55,7 +55,8 @@ class Cell:
         return Path(self.out_dir) / self.method / self.env / self.arm / f"seed-{self.seed}"
 
     def recorded_changes(self) -> list[str] | None:
-        """How this cell's settings differ from the ones recorded in its run folder (None: nothing recorded)."""
+        """How this cell's settings differ from the ones recorded in its run folder (None: nothing
+        recorded)."""
         return recorded_changes(self.run_dir, _plain_config(self.method, self.overrides))
 
     @property
@@ -140,7 +141,8 @@ def estimate_seconds(cell: Cell, committed: str | Path = RunConfig.out_dir) -> f
 
 
 def minutes(seconds: float | None) -> str:
-    return "time unknown" if seconds is None else f"~{seconds / 60:.0f} min" if seconds >= 90 else f"~{seconds:.0f} s"
+    return ("time unknown" if seconds is None
+            else f"~{seconds / 60:.0f} min" if seconds >= 90 else f"~{seconds:.0f} s")
 
 
 def plan_text(cells: Sequence[Cell], parallel: int, overrides: bool = True) -> str:
@@ -160,7 +162,8 @@ def plan_text(cells: Sequence[Cell], parallel: int, overrides: bool = True) -> s
         lines.append(f"{c.name}: {st} ({minutes(est)})" + (f"  {' '.join(c.overrides)}" if overrides else ""))
     at_once = max(1, min(parallel, running))
     timing = "" if not running else (
-        f", {minutes(total / at_once) if total else 'time unknown'}" + (f" ({at_once} at a time)" if at_once > 1 else "")
+        f", {minutes(total / at_once) if total else 'time unknown'}"
+        + (f" ({at_once} at a time)" if at_once > 1 else "")
         + (f"; {unknown} of them with no recorded run to time by" if unknown and total else ""))
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())
     lines.append(f"[plan] {len(cells)} cell(s): {summary}{timing}")
@@ -172,8 +175,8 @@ def refusal(cells: Sequence[Cell]) -> str | None:
     refused = [(c, st) for c in cells if (st := c.state()).state == "refused"]
     if not refused:
         return None
-    head = (f"{len(refused)} cell(s) hold runs of other settings; FORCE=1 reruns them (the finished records stay "
-            "until each rerun is done), OUT=<folder> runs into another folder, or restore the settings:")
+    head = (f"{len(refused)} cell(s) hold runs of other settings; FORCE=1 reruns them (the finished records "
+            "stay until each rerun is done), OUT=<folder> runs into another folder, or restore the settings:")
     return "\n".join([head, *(f"  {c.name}: {st.why}" for c, st in refused)])
 
 
@@ -182,8 +185,10 @@ class Replication:
     arms: dict[str, list[str]]
     seeds: dict[str, list[int]]
     parallel: dict[str, int] = field(default_factory=dict)
-    arm_scales: dict[str, list[str]] = field(default_factory=dict)  # arm -> the only scales it runs at (default: all)
-    verify: list[str] = field(default_factory=list)  # `make verify`'s cells, `arm` or `arm@seed` (default: first arm)
+    # arm -> the only scales it runs at (default: all)
+    arm_scales: dict[str, list[str]] = field(default_factory=dict)
+    # `make verify`'s cells, `arm` or `arm@seed` (default: first arm)
+    verify: list[str] = field(default_factory=list)
 
     def arms_at(self, scale: str) -> list[str]:
         """The arms that run at `scale`, in the file's order."""
@@ -193,7 +198,8 @@ class Replication:
 def load_replication(method: str) -> Replication:
     path = conf_dir(method) / "replication.yaml"
     data = yaml.safe_load(path.read_text())
-    unknown = set(data) - {"arms", "seeds", "parallel", "tune", "arm_scales", "verify"}  # tune: experiments/tune.py
+    # tune: experiments/tune.py
+    unknown = set(data) - {"arms", "seeds", "parallel", "tune", "arm_scales", "verify"}
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
     arm_scales = {k: list(v) for k, v in (data.get("arm_scales") or {}).items()}
@@ -204,8 +210,8 @@ def load_replication(method: str) -> Replication:
     stray = sorted({v.partition("@")[0] for v in verify} - set(data["arms"]))
     if stray:
         raise ValueError(f"{path}: verify names arm(s) {stray} that are not in arms")
-    return Replication({k: list(v or []) for k, v in data["arms"].items()}, data["seeds"], data.get("parallel", {}),
-                       arm_scales, verify)
+    return Replication({k: list(v or []) for k, v in data["arms"].items()}, data["seeds"],
+                       data.get("parallel", {}), arm_scales, verify)
 
 
 def tuning_path(out_dir: str | Path, method: str, scale: str) -> Path:
@@ -218,13 +224,15 @@ def tuned_overrides(out_dir: str | Path, method: str, scale: str) -> dict[str, s
     path = tuning_path(out_dir, method, scale)
     if not path.exists():
         return {}
-    return {arm: a["override"] for arm, a in json.loads(path.read_text())["arms"].items() if a.get("override")}
+    return {arm: a["override"] for arm, a in json.loads(path.read_text())["arms"].items()
+            if a.get("override")}
 
 
 # Settings a replication sets for each cell, never an extra override: they name the cell's run folder and
 # its progress line, so an override would run another cell under this one's name (ARGS=seed=7 ran seed 7
 # while the progress showed seed 0). Where each belongs instead:
-RESERVED = {"seed": "SEEDS (--seeds)", "arm": "the replication's arms (replications/<method>/conf/replication.yaml; --arms)",
+RESERVED = {"seed": "SEEDS (--seeds)",
+            "arm": "the replication's arms (replications/<method>/conf/replication.yaml; --arms)",
             "method": "the target (make replicate-<method>, --method)", "scale": "SCALE (--scale)"}
 
 
@@ -259,8 +267,8 @@ def plan(method: str, scale: str, seeds: list[int] | None = None, extra_override
     tuned = tuned_overrides(out_dir, method, scale)
     for arm in chosen:
         if arm in tuned:
-            print(f"[replicate] {arm}: {tuned[arm]}, selected on the dev split ({tuning_path(out_dir, method, scale)})",
-                  file=sys.stderr)
+            print(f"[replicate] {arm}: {tuned[arm]}, selected on the dev split "
+                  f"({tuning_path(out_dir, method, scale)})", file=sys.stderr)
         for seed in seeds if seeds is not None else rep.seeds[scale]:
             overrides = (f"scale={scale}", f"seed={seed}", f"arm={arm}", *rep.arms[arm],
                          *([tuned[arm]] if arm in tuned else []), *extra_overrides)
@@ -293,8 +301,10 @@ def validate_cells(cells: list[Cell]) -> list[RunConfig]:
             resolve(cfg, METHODS)
         except (ValueError, FileNotFoundError) as e:
             raise ValueError(f"cell {cell.name}: {e}") from e
-        if cfg.scale == "paper" and cfg.model.kind == "pretrained" and not Path(cfg.model.path or "").exists():
-            raise ValueError(f"cell {cell.name}: scale=paper needs the model locally; model.path={cfg.model.path!r} does not exist "
+        if (cfg.scale == "paper" and cfg.model.kind == "pretrained"
+                and not Path(cfg.model.path or "").exists()):
+            raise ValueError(f"cell {cell.name}: scale=paper needs the model locally; "
+                             f"model.path={cfg.model.path!r} does not exist "
                              f"(download {cfg.model.hf_id} to a local folder and pass model.path=...)")
         cfgs.append(cfg)
     return cfgs
@@ -319,9 +329,11 @@ def progress_line(cells: list[Cell], queued: Collection[str] = (), running: Coll
     parts = []
     for c in cells:
         forcing = Path(c.out_dir) / STAGING / c.method / c.env / c.arm / f"seed-{c.seed}" / "metrics.jsonl"
-        p = forcing if c.name in running and forcing.exists() else c.run_dir / "metrics.jsonl"  # a FORCE rerun builds there
+        # a FORCE rerun builds there
+        p = forcing if c.name in running and forcing.exists() else c.run_dir / "metrics.jsonl"
         steps = len(p.read_text().splitlines()) if p.exists() else 0
-        parts.append("queued" if c.name in queued else "done" if c.done and c.name not in running else f"{steps}/{c.steps}")
+        parts.append("queued" if c.name in queued
+                     else "done" if c.done and c.name not in running else f"{steps}/{c.steps}")
     return " | ".join(f"{c.arm}/s{c.seed}: {s}" for c, s in zip(cells, parts, strict=True))
 
 
@@ -358,7 +370,8 @@ def launch_local(cells: list[Cell], parallel: int, work_dir: str) -> list[str]:
 
     executor = submitit.AutoExecutor(folder=Path(work_dir) / "submitit" / "%j", cluster="local")
     executor.update_parameters(timeout_min=24 * 60)
-    pending = [Cell(**{**c.__dict__, "overrides": (*c.overrides, f"trainer.threads={threads(c)}", "progress=false")})
+    pending = [Cell(**{**c.__dict__,
+                       "overrides": (*c.overrides, f"trainer.threads={threads(c)}", "progress=false")})
                for c in todo]
     running: list[tuple[Cell, Any]] = []
     failures: list[str] = []
@@ -415,8 +428,8 @@ def seed_list(text: str) -> list[int]:
     except ValueError:
         seeds = []
     if not seeds or any(not 0 <= s < SEED_LIMIT for s in seeds):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of seeds >= 0 (and < 2^63), "
-                                         "e.g. SEEDS=0,1,2")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of seeds >= 0 "
+                                         "(and < 2^63), e.g. SEEDS=0,1,2")
     return seeds
 
 
@@ -425,7 +438,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--method", required=True)
     p.add_argument("--scale", default="cpu",
-                   help="smoke | cpu | small | paper, or another paper setup of the method (conf/scale/paper_*.yaml)")
+                   help="smoke | cpu | small | paper, or another paper setup of the method "
+                        "(conf/scale/paper_*.yaml)")
     p.add_argument("--cluster", default="local", choices=["local", "slurm"])
     p.add_argument("--seeds", type=seed_list, default=None,
                    help="comma-separated seeds (default: the replication's seeds for the scale)")
@@ -436,7 +450,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out-dir", default=None,
                    help="write the records under this folder instead of the scale's (results/ at cpu scale)")
     p.add_argument("--profile", default=None, help="cluster profile (slurm/profiles/<name>.yaml)")
-    p.add_argument("--parallel", type=int, default=None, help="local: cells at once (default: replication.yaml)")
+    p.add_argument("--parallel", type=int, default=None,
+                   help="local: cells at once (default: replication.yaml)")
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides for every cell")
     return p.parse_args(argv)
 
@@ -450,12 +465,14 @@ def one_line(error: BaseException, method: str = "<name>") -> str:
         return next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
 
     if not isinstance(error, HydraException | OmegaConfBaseException):  # our own messages: every line counts
-        return " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
+        return (" ".join(line.strip() for line in str(error).splitlines() if line.strip())
+                or type(error).__name__)
     if isinstance(error, MissingConfigException) and error.missing_cfg_file:
         choices = f"; choose one of {', '.join(error.options)}" if error.options else ""
         return f"no config {error.missing_cfg_file!r}{choices}"
     if isinstance(error, OverrideParseException):
-        lines = [line.strip() for line in str(error).splitlines() if line.strip() and not line.startswith("See http")]
+        lines = [line.strip() for line in str(error).splitlines()
+                 if line.strip() and not line.startswith("See http")]
         return ": ".join(lines) + " (an override is key=value, e.g. trainer.lr=1e-3)"
     cause = error.__cause__
     text = first(error).rstrip(".")
