@@ -14,9 +14,10 @@
     <work_dir>/checkpoints/
         <run key>-<config hash>/       identity.json (run folder, config hash), last.ckpt, prev.ckpt
 
-A run's identity is its folder's absolute path (the run key is a hash of it) and the hash of its
-resolved config (settings in RESUME_IRRELEVANT left out): a checkpoint is resumed only by the run
-that wrote it, so two runs of one cell (smoke and cpu scale, two out_dirs) never share one.
+A run's identity (`common.run_identity`) is its folder's absolute path (the run key is a hash of it)
+and the hash of its resolved config (settings in RESUME_IRRELEVANT left out): a checkpoint is
+resumed only by the run that wrote it, so two runs of one cell (smoke and cpu scale, two out_dirs)
+never share one.
 
 Every write is atomic (temp file + rename) and readable by the group (mode 0o666 & ~umask). An
 unfinished run is resumed: metrics of steps at or after the checkpoint's step are dropped and
@@ -28,8 +29,6 @@ with the same config it is skipped, with another config refused, and under `forc
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import os
 import shutil
@@ -43,10 +42,12 @@ from typing import Any
 import yaml
 
 from common.provenance import provenance
-from common.util import atomic_write_json, atomic_write_text, flatten
+from common.run_identity import YAML_LOADER, config_changes, config_hash, recorded_changes, run_key
+from common.util import atomic_write_json, atomic_write_text
 
-# libyaml: a config.yaml is read per cell when planning
-YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+__all__ = ["STAGING", "YAML_LOADER", "RecordWarning", "RunDir", "RunRefused", "config_changes", "config_hash",
+           "process_rank", "recorded_changes", "run_key"]
+
 STAGING = ".forcing"  # under out_dir; paper/ skips folders whose name starts with a dot
 
 
@@ -57,71 +58,6 @@ class RecordWarning(UserWarning):
 class RunRefused(ValueError):
     """A run that cannot start as asked (a finished or unfinished run of other settings, a checkpoint
     of another run or none that loads); the message is one line: what is wrong and what to do."""
-
-
-# ---- a run's identity -----------------------------------------------------------------------
-# settings that may change between a run and its resumption without changing the experiment
-# (out_dir and work_dir only say where things live: the run folder's absolute path is the identity)
-RESUME_IRRELEVANT = {"progress", "force", "trainer.threads", "loggers", "out_dir", "work_dir"}
-# Settings added to the suite after runs were recorded. A recorded config without a key that the new
-# config holds at its schema default (`RunConfig`'s typed sections: `sft.pack: false`, say) is the same
-# experiment: the default of a new setting is, by the suite's rule, what the code computed before the
-# setting existed. `env` and `method` are open dicts (their defaults live in each environment's and
-# method's own Config class), so a key added there is listed here with the value that computes exactly
-# what earlier runs computed (the dev split is generated after every other split; the default evaluation
-# is still the held-out split; every run before #16's supervised arms was RL; the paper scale's data paths
-# are read only at the paper scale).
-ADDED_SETTINGS = {"env.dev_size": 64, "eval.split": "heldout", "method.update": "rl",
-                  "method.paper_data": None, "method.paper_datasets": []}
-
-
-def _settings(config: dict[str, Any] | None) -> dict[str, str]:
-    """Flat {key: canonical JSON of its value}: a config and its config.yaml (tuples read back as
-    lists, NaN as .nan) compare equal."""
-    flat = flatten(json.loads(json.dumps(config or {}, default=str)))
-    return {k: json.dumps(v, sort_keys=True) for k, v in flat.items() if k not in RESUME_IRRELEVANT}
-
-
-@functools.cache
-def schema_defaults() -> dict[str, str]:
-    """Every setting's default as `_settings` writes it: the typed sections of `RunConfig` (whose
-    defaults are complete) and `ADDED_SETTINGS` (keys of the open `env` and `method` dicts)."""
-    from common.config import RunConfig
-
-    typed = {k: v for k, v in _settings(asdict(RunConfig())).items() if not k.startswith(("env.", "method."))}
-    return {**typed, **{k: json.dumps(v, sort_keys=True) for k, v in ADDED_SETTINGS.items()}}
-
-
-def config_hash(config: dict[str, Any]) -> str:
-    """sha1 of the settings that define the experiment (RESUME_IRRELEVANT ones left out)."""
-    return hashlib.sha1(json.dumps(_settings(config), sort_keys=True).encode()).hexdigest()
-
-
-def config_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[str]:
-    """The settings that differ, as 'key: old -> new' (RESUME_IRRELEVANT ones left out). A key that
-    only one side records counts as its default there (`schema_defaults`): a setting added after a
-    run was recorded, held at its default, is no change."""
-    a, b = _settings(old), _settings(new)
-    if old is not None and new is not None:
-        defaults = schema_defaults()
-        for key in (a.keys() ^ b.keys()) & defaults.keys():
-            a.setdefault(key, defaults[key])
-            b.setdefault(key, defaults[key])
-    return [f"{k}: {a.get(k, '(absent)')} -> {b.get(k, '(absent)')}" for k in sorted(a.keys() | b.keys())
-            if a.get(k) != b.get(k)]
-
-
-def recorded_changes(folder: Path, config: dict[str, Any] | None) -> list[str] | None:
-    """How `config` differs from the one recorded in `folder`; None when there is nothing to compare."""
-    previous = folder / "config.yaml"
-    if config is None or not previous.exists():
-        return None
-    return config_changes(yaml.load(previous.read_text(), Loader=YAML_LOADER), config)
-
-
-def run_key(folder: Path) -> str:
-    """A short name for a run folder under work_dir/checkpoints: sha1 of its absolute path."""
-    return hashlib.sha1(str(Path(folder).resolve()).encode()).hexdigest()[:12]
 
 
 def _unloadable(path: Path) -> str | None:
