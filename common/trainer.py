@@ -49,7 +49,7 @@ from common.chat import ChatFormat
 from common.config import RunConfig
 from common.credit import BROADCAST, Advantages, AgentOf, to_advantages
 from common.engines.base import Engine, SamplingParams
-from common.episode import Episode, Group, step_episodes, tasks_of
+from common.episode import Episode, step_episodes, tasks_of
 from common.evaluate import eval_split, evaluate, summarize_groups
 from common.loss import LossBatch, kl_estimate, policy_loss
 from common.method import Method
@@ -66,6 +66,8 @@ from common.ranks import (
 )
 from common.records import RunDir
 from common.rollout import Rollout, derive_seed
+from common.step_metrics import outcome_metrics
+from common.util import chunks
 from envs.api.base import Environment
 
 
@@ -377,12 +379,6 @@ class RLModule(L.LightningModule):
         return out
 
 
-def chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
-    size = size or len(items) or 1
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
 def kl_reward_penalty(rows: list[Row], reference: list[torch.Tensor], episodes: list[Episode], coef: float,
                       estimator: str, agent_of: AgentOf) -> Callable[[int, str], float]:
     """KL in the reward: r_key <- r_key - beta * sum_t KL_t over that key's trained tokens of the
@@ -402,22 +398,3 @@ def kl_reward_penalty(rows: list[Row], reference: list[torch.Tensor], episodes: 
         return coef * sums.get((episode, key), 0.0)
 
     return penalty
-
-
-def outcome_metrics(groups: list[Group]) -> dict[str, float]:
-    """Reward, success and signal statistics of the main plays (before any reward shaping)."""
-    eps = [e for g in groups for e in g.episodes]
-    turns = [t for e in eps for t in e.turns if t.adapter is not None]
-    non_faulted = [g for g in groups if len({e.reward for e in g.episodes if not e.faulted}) > 0]
-    return {
-        "truncated_rate": float(np.mean([e.truncated for e in eps])) if eps else 0.0,
-        "reward_mean": float(np.mean([e.reward for e in eps])) if eps else 0.0,
-        "success_rate": float(np.mean([e.success for e in eps])) if eps else 0.0,
-        "signal_fraction": float(np.mean([len({e.reward for e in g.episodes if not e.faulted}) > 1
-                                          for g in non_faulted]))
-        if non_faulted else 0.0,
-        "invalid_rate": float(np.mean([bool(e.events_of("invalid_action")) for e in eps])) if eps else 0.0,
-        "fault_rate": float(np.mean([e.faulted for e in eps])) if eps else 0.0,
-        "response_tokens_mean": float(np.mean([t.num_action_tokens for t in turns])) if turns else 0.0,
-        "turns_mean": float(np.mean([len(e.turns) for e in eps])) if eps else 0.0,
-    }
