@@ -25,7 +25,7 @@ from common.credit import Advantages
 from common.engines.base import Request, SamplingParams
 from common.engines.fast import FastDecoder, FastScorer
 from common.engines.hf import HFEngine, _HFDecoder
-from common.method import Method, MethodConfig
+from common.method import Method, MethodConfig, RunView
 from common.records import RunDir
 from common.rollout import Rollout
 from common.trainer import RLModule, kl_reward_penalty
@@ -209,7 +209,7 @@ def test_update_builds_its_tensors_on_the_device_of_logp(policy, rows, tmp_path,
     cfg.trainer.kl.placement = "loss"
     cfg.trainer.kl.coef = 0.1
     arith = ArithEnv(ArithConfig(train_size=8, heldout_size=2, max_value=20))
-    module = RLModule(cfg, Method(MethodConfig(), cfg, arith), arith, policy, HFEngine(policy),
+    module = RLModule(cfg, Method(MethodConfig(), RunView.of(cfg, arith)), arith, policy, HFEngine(policy),
                       RunDir(tmp_path / "run", tmp_path / "ck"))
     opt = module.configure_optimizers()
     module.optimizers = lambda: opt  # type: ignore[method-assign]

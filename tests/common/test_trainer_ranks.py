@@ -17,7 +17,7 @@ from common.credit import Advantages
 from common.engines.base import SamplingParams
 from common.engines.hf import HFEngine
 from common.episode import Episode, Group, Turn
-from common.method import Method, MethodConfig
+from common.method import Method, MethodConfig, RunView
 from common.policy import Policy
 from common.ranks import combine_rank_metrics, interleave, light
 from common.records import RunDir
@@ -41,7 +41,7 @@ def _module(work: Path, out: Path) -> RLModule:
     cfg.trainer.max_grad_norm = 1e9
     torch.manual_seed(0)
     policy = Policy(copy.deepcopy(base), tok, copy.deepcopy(model_cfg), env.roles)
-    m = RLModule(cfg, Method(MethodConfig(), cfg, env), env, policy, HFEngine(policy),
+    m = RLModule(cfg, Method(MethodConfig(), RunView.of(cfg, env)), env, policy, HFEngine(policy),
                  RunDir(out / "run", out / "ck"))
     opt = m.configure_optimizers()
     m.optimizers = lambda: opt  # type: ignore[method-assign]  # outside a Lightning Trainer
