@@ -75,7 +75,8 @@ def build_rows(episodes: list[Episode], roles: set[str] | None,
     for e_idx, ep in enumerate(episodes):
         if not ep.counts_for_training or excluded(ep):
             continue
-        open_rows: dict[str, tuple[str, list[int], list[Span]]] = {}  # role -> (adapter, ids, spans) of its open row
+        # role -> (adapter, ids, spans) of its open row
+        open_rows: dict[str, tuple[str, list[int], list[Span]]] = {}
         chains: list[tuple[str, str, list[int], list[Span]]] = []
         for t_idx, turn in enumerate(ep.turns):
             if not turn.trainable or turn.adapter is None or not turn.action_ids:
@@ -137,9 +138,11 @@ class SharedLayout:
         t_max = max(len(p) for p in positions)
         prefix_ids = torch.tensor([[pad_id] * (p_max - len(p)) + list(p) for p in owners], dtype=torch.long)
         prefix_mask = torch.tensor([[0] * (p_max - len(p)) + [1] * len(p) for p in owners], dtype=torch.long)
-        suffix_ids = torch.tensor([list(r.ids[c:]) + [pad_id] * (s_max - len(r.ids) + c) for r, c in zip(rows, cuts, strict=True)],
+        suffix_ids = torch.tensor([list(r.ids[c:]) + [pad_id] * (s_max - len(r.ids) + c)
+                                   for r, c in zip(rows, cuts, strict=True)],
                                   dtype=torch.long)
-        gather = torch.tensor([[p - 1 - c for p in pos] + [0] * (t_max - len(pos))  # logits at t-1 predict token t
+        # logits at t-1 predict token t
+        gather = torch.tensor([[p - 1 - c for p in pos] + [0] * (t_max - len(pos))
                                for c, pos in zip(cuts, positions, strict=True)], dtype=torch.long)
         return SharedLayout(prefix_ids, prefix_mask, torch.tensor(owner), suffix_ids, gather)
 
@@ -168,7 +171,8 @@ def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, ent
     device = next(model.parameters()).device
     # each matrix is built as nested lists and made a tensor in one call (a call per row cost more)
     fill = [[0] * (t_max - len(pos)) for pos in positions]
-    targets_B_T = torch.tensor([[r.ids[p] for p in pos] + f for r, pos, f in zip(rows, positions, fill, strict=True)],
+    targets_B_T = torch.tensor([[r.ids[p] for p in pos] + f
+                                for r, pos, f in zip(rows, positions, fill, strict=True)],
                                dtype=torch.long).to(device)
     mask_B_T = torch.tensor([[1.0] * len(pos) + f for pos, f in zip(positions, fill, strict=True)]).to(device)
     lean = fast and FastScorer.supports(model)
@@ -179,13 +183,16 @@ def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, ent
                                                               s.suffix_ids_B_S, s.gather_B_T)
     else:
         offsets = [width - len(r.ids) for r in rows]
-        first = min((off + pos[0] - 1 for off, pos in zip(offsets, positions, strict=True) if pos), default=width - 1)
+        first = min((off + pos[0] - 1 for off, pos in zip(offsets, positions, strict=True) if pos),
+                    default=width - 1)
         ids_B_L = torch.tensor([[pad_id] * off + list(r.ids) for r, off in zip(rows, offsets, strict=True)],
                                dtype=torch.long).to(device)
         attn_B_L = torch.tensor([[0] * off + [1] * len(r.ids) for r, off in zip(rows, offsets, strict=True)],
                                 dtype=torch.long).to(device)
-        gather_B_T = torch.tensor([[p + off - 1 - first for p in pos] + f  # logits at t-1 predict token t
-                                   for pos, off, f in zip(positions, offsets, fill, strict=True)], dtype=torch.long).to(device)
+        # logits at t-1 predict token t
+        gather_B_T = torch.tensor([[p + off - 1 - first for p in pos] + f
+                                   for pos, off, f in zip(positions, offsets, fill, strict=True)],
+                                  dtype=torch.long).to(device)
         pos_B_L = (attn_B_L.cumsum(-1) - 1).clamp(min=0)
         if lean:
             logits_B_T_V = FastScorer(model, width).logits_at(ids_B_L, attn_B_L, pos_B_L, gather_B_T + first)
@@ -203,7 +210,8 @@ def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, ent
     entropy = None
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = (lse_B_T - (torch.softmax(z_B_T_V, dim=-1) * z_B_T_V).sum(-1)) * mask_B_T  # H = lse - E_p[z]
+            # H = lse - E_p[z]
+            entropy = (lse_B_T - (torch.softmax(z_B_T_V, dim=-1) * z_B_T_V).sum(-1)) * mask_B_T
     return Scored(logp_B_T, mask_B_T, entropy)
 
 

@@ -25,21 +25,24 @@ class ChatFormat:
     first_suffix: str  # after it (end of user message, assistant header)
     next_prefix: str  # before a later observation (end of the assistant's turn, user header)
     next_suffix: str  # after it
-    end_of_turn: str = ""  # the tokenizer's EOS text: when a sampled action already ends with it, it is not repeated
+    # the tokenizer's EOS text: when a sampled action already ends with it, it is not repeated
+    end_of_turn: str = ""
 
     @classmethod
     def from_tokenizer(cls, tokenizer: Any) -> ChatFormat:
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("model.chat_template=true but the tokenizer has no chat template; "
                              "set model.chat_template=false for a base (non-instruct) model")
-        one = tokenizer.apply_chat_template([{"role": "user", "content": _USER1}], tokenize=False, add_generation_prompt=True)
+        one = tokenizer.apply_chat_template([{"role": "user", "content": _USER1}], tokenize=False,
+                                            add_generation_prompt=True)
         two = tokenizer.apply_chat_template(
             [{"role": "user", "content": _USER1}, {"role": "assistant", "content": _ASSISTANT},
              {"role": "user", "content": _USER2}], tokenize=False, add_generation_prompt=True)
         first_prefix, first_suffix = one.split(_USER1)
         after_assistant = two.split(_ASSISTANT, 1)[1]
         next_prefix, next_suffix = after_assistant.split(_USER2)
-        return cls(first_prefix, first_suffix, next_prefix, next_suffix, getattr(tokenizer, "eos_token", None) or "")
+        return cls(first_prefix, first_suffix, next_prefix, next_suffix,
+                   getattr(tokenizer, "eos_token", None) or "")
 
     def wrap(self, text: str, first: bool, after_end_of_turn: bool = False) -> str:
         if first:

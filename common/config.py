@@ -1,191 +1,39 @@
-"""Typed configuration of one run, and the checks that run before anything starts.
+"""The checks that run before anything starts: every setting of a run's configuration that is out of
+range or has no effect in the chosen combination (`run_config_errors`, `check_run_config`), and what
+the machine that runs it must have (`machine_errors`, `check_machine`).
 
-Hydra composes YAML groups (common/conf/{model,env,engine,trainer}, replications/<m>/conf) over
-these dataclasses. `env` and `method` stay open dicts here and are checked against the chosen
-environment's and method's own `Config` dataclasses by `resolve()`: an unknown key is an error.
+The schema they check, `RunConfig` and its dataclasses (which Hydra composes YAML groups over) and
+its loading (`to_run_config`, `build_dataclass`, `check_literals`, `register_schema`), is
+`common.schema`; its names are importable from here too.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-import typing
-from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
+from common.schema import (
+    EngineConfig,
+    EvalConfig,
+    KLConfig,
+    ModelConfig,
+    RunConfig,
+    SFTConfig,
+    TrainerConfig,
+    build_dataclass,
+    check_literals,
+    register_schema,
+    to_run_config,
+)
 from common.util import dotted_get
 
-
-@dataclass
-class ModelConfig:
-    kind: str = "tiny"  # tiny: a Qwen3-style model built offline | pretrained: load from `path`
-    path: str | None = None  # local folder (or a GGUF file's folder) of a pretrained model
-    gguf_file: str | None = None  # file name inside `path` when the weights are GGUF
-    hf_id: str | None = None  # what the paper used (documentation; never downloaded)
-    # tiny model shape (a Qwen3 config); about 0.85M parameters at these defaults
-    hidden_size: int = 128
-    intermediate_size: int = 384
-    num_layers: int = 4
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    head_dim: int = 32
-    vocab_size: int = 512  # target size of the locally trained BPE tokenizer
-    max_length: int = 512  # context length (positions)
-    init_seed: int = 0  # seed of the tiny model's random initialization
-    chat_template: bool = False  # wrap prompts with the tokenizer's chat template (pretrained)
-    # LoRA (peft): one adapter per role binding; the reference is the base with adapters off
-    lora_rank: int = 8
-    lora_alpha: int = 16
-    lora_dropout: float = 0.0
-    lora_targets: list[str] = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    )
-    # role -> adapter name, or "scripted" for the environment's scripted demonstrator.
-    # Roles not listed use `default_adapter`.
-    roles: dict[str, str] = field(default_factory=dict)
-    default_adapter: str = "policy"
-    frozen_adapters: list[str] = field(default_factory=list)  # adapters that never train
-
-
-@dataclass
-class SFTConfig:
-    """Warm start: supervised training on the environment's scripted demonstrations."""
-
-    enabled: bool = True
-    steps: int = 300
-    lr: float = 3e-3
-    batch_size: int = 32
-    demos: int = 256  # train tasks demonstrated
-    pack: bool = False  # one row per multi-turn context (every action of it labelled), not one row per turn
-    micro_batch_rows: int = 0  # rows per forward/backward, gradients accumulated (0: the whole batch at once)
-    seed: int | None = None  # None: the run's seed (each seed gets its own warm start)
-
-
-@dataclass
-class EngineConfig:
-    name: str = "hf"  # hf | vllm
-    max_batch: int = 256  # sequences per forward in the HF engine
-    # vLLM only
-    gpu_memory_utilization: float = 0.5
-    kv_cache_memory_bytes: int | None = None  # CPU build: always set (default reserves 14 GiB)
-    enforce_eager: bool = True
-    sync: str = "auto"  # auto | adapter | full: how new weights reach vLLM after a step (auto: full iff the base trains)
-
-
-@dataclass
-class KLConfig:
-    coef: float = 0.0  # beta
-    placement: str = "none"  # none | reward (subtract beta*KL from the outcome) | loss (add to loss)
-    estimator: str = "k3"  # k1 | k2 | k3 (Schulman 2020), see common.loss.kl_estimate
-
-
-@dataclass
-class TrainerConfig:
-    steps: int = 100  # RL steps (one rollout + credit + updates each)
-    tasks_per_step: int = 16
-    group_size: int = 8  # G episodes per task
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    ppo_epochs: int = 1  # passes over each step's batch
-    minibatches: int = 1  # optimizer steps per pass; 1 x 1 = strictly on-policy (ratio == 1)
-    clip_low: float = 0.2  # ratio clipped to [1 - clip_low, 1 + clip_high]
-    clip_high: float = 0.2
-    loss_agg: str = "token-mean"  # token-mean | seq-mean (mean over sequences of token means)
-    entropy_coef: float = 0.0
-    kl: KLConfig = field(default_factory=KLConfig)
-    temperature: float = 1.0  # rollout temperature
-    max_new_tokens: int = 32  # per turn
-    micro_batch_rows: int = 0  # rows per forward/backward chunk; 0 = the whole minibatch at once
-    checkpoint_every: int = 10  # RL steps between checkpoints (and at the end)
-    threads: int = 0  # torch threads; 0 = all cores
-    precision: str = "32"  # 32 | bf16 (autocast for forward passes where the CPU supports it)
-    fast_forward: bool = True  # score with the lean forward (common/engines/fast.py) where the model allows; false = HF/peft's
-    accelerator: str = "cpu"  # cpu | gpu | auto (Lightning accelerator)
-    devices: int = 1  # devices per node (scale=paper under srun: equals the profile's GPUs per node)
-    num_nodes: int = 1
-
-
-@dataclass
-class EvalConfig:
-    every: int = 0  # RL steps between held-out evaluations; 0 = only at start and end
-    k: int = 4  # samples per task for mean@k / pass@k
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tasks: int = 0  # 0 = the whole evaluated split
-    split: str = "heldout"  # heldout | dev. held-out = the test split (final results); dev = design, tuning, pilots
-    at_start: bool = True  # evaluate the warm start (step 0)
-    variants: list[str] = field(default_factory=list)  # environment variants also evaluated (eval.json "variants")
-
-
-@dataclass
-class RunConfig:
-    method: dict[str, Any] = field(default_factory=lambda: {"name": "grpo"})
-    env: dict[str, Any] = field(default_factory=lambda: {"name": "arith"})
-    model: ModelConfig = field(default_factory=ModelConfig)
-    sft: SFTConfig = field(default_factory=SFTConfig)
-    engine: EngineConfig = field(default_factory=EngineConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    seed: int = 0
-    scale: str = "smoke"  # smoke | cpu | small | paper
-    arm: str = "default"  # name of the arm within a replication
-    out_dir: str = "results"  # run records: <out_dir>/<method>/<env>/<arm>/seed-<k>/
-    work_dir: str = ".cache"  # checkpoints, warm starts, logger output (ignored by git)
-    loggers: list[str] = field(default_factory=lambda: ["csv"])  # csv | tensorboard | wandb
-    force: bool = False  # overwrite a finished run
-    progress: bool = True  # progress bar
-
-
-def to_run_config(cfg: DictConfig | dict[str, Any]) -> RunConfig:
-    """Merge a composed Hydra config onto the schema (unknown keys and wrong types raise)."""
-    _check_keys(RunConfig, cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg), "")
-    merged = OmegaConf.merge(_schema(), cfg)  # merge copies: the cached schema stays as it is
-    obj = OmegaConf.to_object(merged)
-    assert isinstance(obj, RunConfig)
-    return obj
-
-
-@functools.cache
-def _schema() -> DictConfig:
-    return OmegaConf.structured(RunConfig)
-
-
-def _check_keys(cls: type, values: Any, prefix: str) -> None:
-    """Every key must be a field of the dataclass (Hydra's `+key=` would otherwise slip through)."""
-    if not isinstance(values, dict):
-        return
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for key, value in values.items():
-        if key not in fields:
-            raise ValueError(f"unknown setting {prefix}{key}; {prefix or 'the top level '}accepts {sorted(fields)}")
-        sub = fields[key].default_factory if fields[key].default_factory is not dataclasses.MISSING else None
-        if sub is not None and dataclasses.is_dataclass(sub):
-            _check_keys(sub, value, f"{prefix}{key}.")  # type: ignore[arg-type]
-
-
-def build_dataclass(cls: type, values: dict[str, Any], what: str) -> Any:
-    """Instantiate `cls` from `values`, failing on unknown keys with the list of known ones."""
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"unknown {what} setting(s) {unknown}; {what} {values.get('name', '')!r} accepts {sorted(known)}")
-    obj = cls(**values)
-    check_literals(obj, what)
-    return obj
-
-
-def check_literals(obj: Any, what: str) -> None:
-    """Fields annotated `Literal[...]` (a method's arms, e.g. `credit`) accept only those values."""
-    hints = typing.get_type_hints(type(obj))
-    for f in dataclasses.fields(obj):
-        hint = hints.get(f.name)
-        if typing.get_origin(hint) is typing.Literal and getattr(obj, f.name) not in typing.get_args(hint):
-            choices = " | ".join(map(str, typing.get_args(hint)))
-            raise ValueError(f"{what}.{f.name} must be one of {choices}; got {getattr(obj, f.name)!r}")
+__all__ = [
+    "ACCELERATORS", "MAX_EPISODES", "SEED_LIMIT", "SIZE_LIMITS", "TINY_SHAPE", "VLLM_ONLY",
+    "EngineConfig", "EvalConfig", "KLConfig", "ModelConfig", "RunConfig", "SFTConfig", "TrainerConfig",
+    "build_dataclass", "check_literals", "check_machine", "check_run_config", "machine_errors",
+    "register_schema", "run_config_errors", "to_run_config",
+]
 
 
 def _positive(x: float) -> bool:
@@ -204,17 +52,22 @@ def _differs(obj: Any, name: str) -> bool:
     return bool(getattr(obj, name) != default)
 
 
-SEED_LIMIT = 2**63  # seeds are in [0, 2^63): what torch.manual_seed, numpy and a run folder's name (seed-<k>) all take
-# Upper bounds of the sizes that multiply a run's work: far above every shipped setup (the largest: trainer.steps=1000,
-# tasks_per_step=90, group_size=64, eval.k=4, max_new_tokens=4096, sft.steps=4000, sft.demos=6000), so that a value
-# beyond one is a typo or a run that could never finish, refused before it starts rather than found days later.
+# seeds are in [0, 2^63): what torch.manual_seed, numpy and a run folder's name (seed-<k>) all take
+SEED_LIMIT = 2**63
+# Upper bounds of the sizes that multiply a run's work: far above every shipped setup (the largest:
+# trainer.steps=1000, tasks_per_step=90, group_size=64, eval.k=4, max_new_tokens=4096, sft.steps=4000,
+# sft.demos=6000), so that a value beyond one is a typo or a run that could never finish, refused before it
+# starts rather than found days later.
 SIZE_LIMITS = {"trainer.steps": 10**6, "trainer.tasks_per_step": 2**16, "trainer.group_size": 2**12,
                "trainer.ppo_epochs": 10**3, "trainer.minibatches": 2**16, "trainer.max_new_tokens": 2**17,
-               "eval.k": 2**12, "eval.max_tasks": 10**7, "sft.steps": 10**6, "sft.demos": 10**7, "sft.batch_size": 2**16,
+               "eval.k": 2**12, "eval.max_tasks": 10**7,
+               "sft.steps": 10**6, "sft.demos": 10**7, "sft.batch_size": 2**16,
                "engine.max_batch": 2**16, "model.max_length": 2**20}
-MAX_EPISODES = 10**9  # training episodes, trainer.steps x tasks_per_step x group_size (the largest shipped: 1.0M)
+# training episodes, trainer.steps x tasks_per_step x group_size (the largest shipped: 1.0M)
+MAX_EPISODES = 10**9
 VLLM_ONLY = ("gpu_memory_utilization", "kv_cache_memory_bytes", "enforce_eager", "sync")
-TINY_SHAPE = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "vocab_size")
+TINY_SHAPE = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+              "vocab_size")
 ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "tpu", "auto")
 
 
@@ -229,7 +82,8 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
     errors: list[str] = []
     # ---- the objective
     if ev.split not in ("heldout", "dev"):
-        errors.append(f"eval.split must be heldout | dev (dev: design and tuning; heldout: the final results); got {ev.split!r}")
+        errors.append("eval.split must be heldout | dev (dev: design and tuning; heldout: the final "
+                      f"results); got {ev.split!r}")
     if kl.placement not in ("none", "reward", "loss"):
         errors.append(f"trainer.kl.placement must be none | reward | loss; got {kl.placement!r}")
     if kl.estimator not in ("k1", "k2", "k3"):
@@ -237,19 +91,23 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
     if not _non_negative(kl.coef):
         errors.append(f"trainer.kl.coef must be >= 0 (beta); got {kl.coef}")
     elif kl.placement == "none" and kl.coef != 0:
-        errors.append(f"trainer.kl.coef={kl.coef} has no effect with trainer.kl.placement=none; set placement=loss or reward")
+        errors.append(f"trainer.kl.coef={kl.coef} has no effect with trainer.kl.placement=none; "
+                      "set placement=loss or reward")
     if kl.placement != "none" and kl.coef == 0:
-        errors.append(f"trainer.kl.placement={kl.placement} has no effect with trainer.kl.coef=0; set a coef or placement=none")
+        errors.append(f"trainer.kl.placement={kl.placement} has no effect with trainer.kl.coef=0; "
+                      "set a coef or placement=none")
     if kl.placement == "loss" and kl.estimator == "k1":
         # d/dtheta E_pi[log pi - log ref] over samples held fixed is E_pi[grad log pi] = 0 (Schulman 2020)
-        errors.append("trainer.kl.placement=loss with trainer.kl.estimator=k1: k1 in the loss has zero expected gradient; "
-                      "use k3 (gradient of KL(ref||pi)) or k2 (gradient of KL(pi||ref))")
+        errors.append("trainer.kl.placement=loss with trainer.kl.estimator=k1: k1 in the loss has zero "
+                      "expected gradient; use k3 (gradient of KL(ref||pi)) or k2 (gradient of KL(pi||ref))")
     if t.loss_agg not in ("token-mean", "seq-mean"):
         errors.append(f"trainer.loss_agg must be token-mean | seq-mean; got {t.loss_agg!r}")
     if not 0 <= t.clip_low < 1:
-        errors.append(f"trainer.clip_low must be in [0, 1) (the ratio is clipped below at 1 - clip_low); got {t.clip_low}")
+        errors.append(f"trainer.clip_low must be in [0, 1) (the ratio is clipped below at 1 - clip_low); "
+                      f"got {t.clip_low}")
     if not _non_negative(t.clip_high):
-        errors.append(f"trainer.clip_high must be >= 0 (the ratio is clipped above at 1 + clip_high); got {t.clip_high}")
+        errors.append(f"trainer.clip_high must be >= 0 (the ratio is clipped above at 1 + clip_high); "
+                      f"got {t.clip_high}")
     if not math.isfinite(t.entropy_coef):
         errors.append(f"trainer.entropy_coef must be a finite number; got {t.entropy_coef}")
     # ---- optimization
@@ -260,7 +118,8 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
     if not t.max_grad_norm > 0:
         errors.append(f"trainer.max_grad_norm must be > 0 (inf: no clipping); got {t.max_grad_norm}")
     if t.group_size < 1 or t.tasks_per_step < 1 or t.steps < 0 or t.ppo_epochs < 1 or t.minibatches < 1:
-        errors.append("trainer.group_size, tasks_per_step, ppo_epochs and minibatches must be >= 1, steps >= 0")
+        errors.append("trainer.group_size, tasks_per_step, ppo_epochs and minibatches must be >= 1, "
+                      "steps >= 0")
     for key in ("micro_batch_rows", "checkpoint_every", "threads"):
         if getattr(t, key) < 0:
             errors.append(f"trainer.{key} must be >= 0 (0: {_ZERO_MEANS[key]}); got {getattr(t, key)}")
@@ -275,15 +134,17 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
         # A turn needs its prompt and max_new_tokens in the context. The prompt's length in tokens is known
         # only once the tokenizer exists: `Environment.check_context` (envs/api/base.py) checks the
         # longest first observation then, in common/fit.py, as soon as the warm start's tokenizer is built.
-        errors.append(f"model.max_length={m.max_length} leaves no room for a prompt with trainer.max_new_tokens="
-                      f"{t.max_new_tokens}; raise model.max_length or lower trainer.max_new_tokens")
+        errors.append(f"model.max_length={m.max_length} leaves no room for a prompt with "
+                      f"trainer.max_new_tokens={t.max_new_tokens}; raise model.max_length or lower "
+                      "trainer.max_new_tokens")
     # ---- evaluation
     if ev.k < 1:
         errors.append(f"eval.k must be >= 1 (samples per held-out task for mean@k / pass@k); got {ev.k}")
     if not _non_negative(ev.temperature):
         errors.append(f"eval.temperature must be >= 0 and finite (0: greedy); got {ev.temperature}")
     elif ev.k > 1 and ev.temperature == 0:
-        errors.append(f"eval.k={ev.k} with eval.temperature=0 gives k identical greedy samples; set k=1 or a temperature")
+        errors.append(f"eval.k={ev.k} with eval.temperature=0 gives k identical greedy samples; "
+                      "set k=1 or a temperature")
     if not 0 < ev.top_p <= 1:
         errors.append(f"eval.top_p must be in (0, 1]; got {ev.top_p}")
     for key in ("max_tasks", "every"):
@@ -293,31 +154,38 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
     if m.kind not in ("tiny", "pretrained"):
         errors.append(f"model.kind must be tiny | pretrained; got {m.kind!r}")
     if m.kind == "tiny" and m.path:
-        errors.append("model.path is set but model.kind=tiny builds a model from its config; use model.kind=pretrained")
+        errors.append("model.path is set but model.kind=tiny builds a model from its config; "
+                      "use model.kind=pretrained")
     if m.kind == "pretrained" and not m.path:
         hint = f"download {m.hf_id} to a local folder and " if m.hf_id else ""
         errors.append(f"model.kind=pretrained needs model.path; got None: {hint}pass model.path=...")
-    # (a tiny model's shape with model.kind=pretrained is not an error: a scale file may set it for its tiny model)
+    # (a tiny model's shape with model.kind=pretrained is not an error: a scale file may set it for its
+    # tiny model)
     if m.kind == "tiny" and any(getattr(m, key) < 1 for key in TINY_SHAPE):
         errors.append(f"model.{', '.join(TINY_SHAPE)} must be >= 1")
     elif m.kind == "tiny" and m.num_heads % m.num_kv_heads:
-        errors.append(f"model.num_heads={m.num_heads} must be a multiple of model.num_kv_heads={m.num_kv_heads}")
+        errors.append(f"model.num_heads={m.num_heads} must be a multiple of "
+                      f"model.num_kv_heads={m.num_kv_heads}")
     if m.lora_rank < 1:
         errors.append(f"model.lora_rank must be >= 1; got {m.lora_rank}")
     if not _positive(m.lora_alpha):
-        errors.append(f"model.lora_alpha must be > 0 (the adapter's scale is alpha / rank); got {m.lora_alpha}")
+        errors.append(f"model.lora_alpha must be > 0 (the adapter's scale is alpha / rank); "
+                      f"got {m.lora_alpha}")
     if not 0 <= m.lora_dropout < 1:
         errors.append(f"model.lora_dropout must be in [0, 1); got {m.lora_dropout}")
     # ---- warm start
     if sft.enabled:
         for key in ("steps", "batch_size", "demos"):
             if getattr(sft, key) < 1:
-                errors.append(f"sft.{key} must be >= 1 with sft.enabled=true (or set sft.enabled=false); got {getattr(sft, key)}")
+                errors.append(f"sft.{key} must be >= 1 with sft.enabled=true (or set sft.enabled=false); "
+                              f"got {getattr(sft, key)}")
         if not _positive(sft.lr):
             errors.append(f"sft.lr must be > 0 and finite; got {sft.lr}")
         if sft.micro_batch_rows < 0:
-            errors.append(f"sft.micro_batch_rows must be >= 0 (0: the whole batch at once); got {sft.micro_batch_rows}")
-    # (with sft.enabled=false the sft.* settings are not errors: a scale file sets them, a user may switch it off)
+            errors.append(f"sft.micro_batch_rows must be >= 0 (0: the whole batch at once); "
+                          f"got {sft.micro_batch_rows}")
+    # (with sft.enabled=false the sft.* settings are not errors: a scale file sets them, a user may switch
+    # it off)
     # ---- engine and machine
     if e.name not in ("hf", "vllm"):
         errors.append(f"engine.name must be hf | vllm; got {e.name!r}")
@@ -329,12 +197,14 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
         for key in VLLM_ONLY:
             if _differs(e, key):
                 why = " (it samples from the trained module itself)" if key == "sync" else ""
-                errors.append(f"engine.{key}={getattr(e, key)} has no effect with engine=hf{why}; it is a vLLM setting (engine=vllm)")
+                errors.append(f"engine.{key}={getattr(e, key)} has no effect with engine=hf{why}; "
+                              "it is a vLLM setting (engine=vllm)")
     else:
         if not 0 < e.gpu_memory_utilization <= 1:
             errors.append(f"engine.gpu_memory_utilization must be in (0, 1]; got {e.gpu_memory_utilization}")
         if e.kv_cache_memory_bytes is not None and e.kv_cache_memory_bytes < 1:
-            errors.append(f"engine.kv_cache_memory_bytes must be >= 1 (or null); got {e.kv_cache_memory_bytes}")
+            errors.append(f"engine.kv_cache_memory_bytes must be >= 1 (or null); "
+                          f"got {e.kv_cache_memory_bytes}")
     if t.accelerator not in ACCELERATORS:
         errors.append(f"trainer.accelerator must be one of {' | '.join(ACCELERATORS)}; got {t.accelerator!r}")
     if t.devices < 1 or t.num_nodes < 1:
@@ -344,8 +214,9 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
     errors += _seed_errors(cfg)
     for key in ("out_dir", "work_dir"):
         if not str(getattr(cfg, key)).strip():
-            errors.append(f"{key} is empty: the run would write into the current folder (the repository root); set "
-                          f"{key}={RunConfig.out_dir if key == 'out_dir' else RunConfig.work_dir} (the default) or another folder")
+            errors.append(f"{key} is empty: the run would write into the current folder (the repository "
+                          f"root); set {key}={RunConfig.out_dir if key == 'out_dir' else RunConfig.work_dir} "
+                          "(the default) or another folder")
     if cfg.scale not in ("smoke", "cpu", "small", "paper"):
         errors.append(f"scale must be smoke | cpu | small | paper; got {cfg.scale!r}")
     for logger in cfg.loggers:
@@ -360,32 +231,36 @@ def _size_errors(cfg: RunConfig) -> list[str]:
     for key, limit in SIZE_LIMITS.items():
         value = dotted_get(cfg, key)
         if value > limit:
-            errors.append(f"{key}={value} is over its bound {limit} (far above any setup here, common/config.py "
-                          f"SIZE_LIMITS); lower it")
+            errors.append(f"{key}={value} is over its bound {limit} (far above any setup here, "
+                          "common/config.py SIZE_LIMITS); lower it")
     t = cfg.trainer
     episodes = t.steps * t.tasks_per_step * t.group_size
     if episodes > MAX_EPISODES and not errors:  # (a size over its own bound is the one line to fix first)
-        errors.append(f"trainer.steps x tasks_per_step x group_size = {t.steps} x {t.tasks_per_step} x {t.group_size} = "
+        errors.append(f"trainer.steps x tasks_per_step x group_size = "
+                      f"{t.steps} x {t.tasks_per_step} x {t.group_size} = "
                       f"{episodes:.3g} training episodes, over the {MAX_EPISODES:.0e} a run here can finish "
                       "(common/config.py MAX_EPISODES); lower one of them")
     return errors
 
 
 def _seed_errors(cfg: RunConfig) -> list[str]:
-    """Seeds outside [0, 2^63): torch refuses larger ones mid-run, and seed-<k> with k < 0 is no run folder paper/ reads."""
+    """Seeds outside [0, 2^63): torch refuses larger ones mid-run, and seed-<k> with k < 0 is no run
+    folder paper/ reads."""
     seeds = {"seed": cfg.seed, "model.init_seed": cfg.model.init_seed, "sft.seed": cfg.sft.seed}
     return [f"{key} must be in [0, 2^63) (a non-negative 64-bit integer); got {value}"
             for key, value in seeds.items() if value is not None and not 0 <= value < SEED_LIMIT]
 
 
 _ZERO_MEANS = {"micro_batch_rows": "the whole minibatch at once", "checkpoint_every": "only at the end",
-               "threads": "all cores", "max_tasks": "the whole held-out split", "every": "only at start and end"}
+               "threads": "all cores", "max_tasks": "the whole held-out split",
+               "every": "only at start and end"}
 
 
 def machine_errors(cfg: RunConfig) -> list[str]:
     """What the machine that runs `cfg` must have: the GPUs it asks for, vLLM, the model's files.
 
-    Not part of `check_run_config`: a cluster launch checks its cells on a login node, which has none of these.
+    Not part of `check_run_config`: a cluster launch checks its cells on a login node, which has none of
+    these.
     """
     import importlib.util
 
@@ -394,18 +269,22 @@ def machine_errors(cfg: RunConfig) -> list[str]:
     t, errors = cfg.trainer, []
     if t.accelerator in ("gpu", "cuda"):
         if not torch.cuda.is_available():
-            errors.append(f"trainer.accelerator={t.accelerator} but this machine has no GPU (torch.cuda.is_available() "
-                          "is False); use trainer.accelerator=cpu, or run on a GPU machine")
+            errors.append(f"trainer.accelerator={t.accelerator} but this machine has no GPU "
+                          "(torch.cuda.is_available() is False); use trainer.accelerator=cpu, or run on a "
+                          "GPU machine")
         elif t.devices > torch.cuda.device_count():
-            errors.append(f"trainer.devices={t.devices} but this machine has {torch.cuda.device_count()} GPU(s)")
+            errors.append(f"trainer.devices={t.devices} but this machine has "
+                          f"{torch.cuda.device_count()} GPU(s)")
     if cfg.engine.name == "vllm" and importlib.util.find_spec("vllm") is None:
-        errors.append("engine=vllm but vLLM is not installed: run `make setup VLLM=1` (CPU) or install the `gpu` extra")
+        errors.append("engine=vllm but vLLM is not installed: run `make setup VLLM=1` (CPU) or install the "
+                      "`gpu` extra")
     if cfg.model.kind == "pretrained" and cfg.model.path:
         from common.models import model_folder
 
         try:  # `pkg://<package>` (model=smollm2) is an installed package's folder
             if not model_folder(cfg.model.path).exists():
-                errors.append(f"model.path={cfg.model.path} does not exist on this machine (download {cfg.model.hf_id or 'the model'} there)")
+                errors.append(f"model.path={cfg.model.path} does not exist on this machine "
+                              f"(download {cfg.model.hf_id or 'the model'} there)")
         except FileNotFoundError as e:
             errors.append(str(e))
     return errors
@@ -424,13 +303,6 @@ def check_run_config(cfg: RunConfig) -> None:
 
 
 def check_machine(cfg: RunConfig) -> None:
-    """Raise ValueError when this machine cannot run `cfg` (see `machine_errors`); call before anything is written."""
+    """Raise ValueError when this machine cannot run `cfg` (see `machine_errors`); call before anything
+    is written."""
     _raise(machine_errors(cfg))
-
-
-@functools.cache
-def register_schema() -> None:
-    """Make RunConfig the schema every composed config is checked against (`run_schema`); once a process."""
-    from hydra.core.config_store import ConfigStore
-
-    ConfigStore.instance().store(name="run_schema", node=RunConfig)

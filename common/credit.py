@@ -114,7 +114,8 @@ class Credit:
     @staticmethod
     def outcome(groups: list[Group], metrics: dict[str, float] | None = None) -> Credit:
         """GRPO's credit: each episode's outcome reward, broadcast to all of its turns."""
-        return Credit("reward", [[{BROADCAST: e.reward} for e in g.episodes] for g in groups], metrics=dict(metrics or {}))
+        return Credit("reward", [[{BROADCAST: e.reward} for e in g.episodes] for g in groups],
+                      metrics=dict(metrics or {}))
 
 
 # ---- what the loss reads --------------------------------------------------------------------------
@@ -123,7 +124,8 @@ TurnKey = tuple[int, int]  # (episode index in the step's `step_episodes(groups)
 
 @dataclass(frozen=True)
 class Advantages:
-    """Advantages of the trained turns, keyed by `TurnKey`: a scalar per turn, or one value per action token."""
+    """Advantages of the trained turns, keyed by `TurnKey`: a scalar per turn, or one value per action
+    token."""
 
     by_turn: dict[TurnKey, float | list[float]] = field(default_factory=dict)
 
@@ -169,7 +171,8 @@ def to_advantages(groups: list[Group], credit: Credit, agent_of: AgentOf, estima
     by_turn: dict[TurnKey, float | list[float]] = {}
     for g, (group, offset) in enumerate(zip(groups, episode_offsets(groups), strict=True)):
         if len(credit.values[g]) != len(group.episodes):
-            raise ValueError(f"Credit.values[{g}] has {len(credit.values[g])} episodes for {len(group.episodes)} played")
+            raise ValueError(f"Credit.values[{g}] has {len(credit.values[g])} episodes for "
+                             f"{len(group.episodes)} played")
         kept = [i for i, e in enumerate(group.episodes) if not excluded(e)]
         table: dict[str, list[tuple[int, float]]] = defaultdict(list)
         for i in kept:

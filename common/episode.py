@@ -5,8 +5,8 @@ ids as sampled, and the behaviour log-probabilities of those tokens. Nothing her
 re-tokenized: training recomputes log-probabilities on exactly these ids.
 
 A `Task` is one task of an environment's split, typed: its id, tier and content (`data`, what the
-environment plays). An `Episode` is one play of one task: its turns in order, the terminal reward, and the typed
-events the environment emitted (tool calls, tool results, errors, provenance). Credit is not
+environment plays). An `Episode` is one play of one task: its turns in order, the terminal reward, and
+the typed events the environment emitted (tool calls, tool results, errors, provenance). Credit is not
 stored here: a method returns it as a value (`common.credit.Credit`) and the core turns it into
 per-token advantages (`common.credit.Advantages`) after the play. A `Group` is the
 G episodes of one task that share group statistics (GRPO and the methods built on it).

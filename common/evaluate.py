@@ -37,7 +37,8 @@ def summarize(episodes_by_task: dict[str, list[Episode]], k: int, step: int) -> 
 
     def scores(task_ids: list[str]) -> dict[str, float]:
         means = [np.mean([e.success for e in episodes_by_task[t]]) for t in task_ids]
-        passes = [pass_at_k(len(episodes_by_task[t]), sum(e.success for e in episodes_by_task[t]), k) for t in task_ids]
+        passes = [pass_at_k(len(episodes_by_task[t]), sum(e.success for e in episodes_by_task[t]), k)
+                  for t in task_ids]
         return {"mean@k": float(np.mean(means)), "pass@k": float(np.mean(passes)), "n_tasks": len(task_ids)}
 
     all_eps = [e for eps in episodes_by_task.values() for e in eps]
@@ -51,7 +52,8 @@ def summarize(episodes_by_task: dict[str, list[Episode]], k: int, step: int) -> 
             role_tokens[t.role] += t.num_action_tokens
             role_invalid[t.role] += any(ev.kind == "invalid_action" and ev.turn == i for ev in e.events)
     for role, n in role_turns.items():
-        per_role[role] = {"turns": n, "tokens_per_turn": role_tokens[role] / n, "invalid_rate": role_invalid[role] / n}
+        per_role[role] = {"turns": n, "tokens_per_turn": role_tokens[role] / n,
+                          "invalid_rate": role_invalid[role] / n}
     metrics: dict[str, list[float]] = defaultdict(list)
     for e in all_eps:
         for key, value in e.info.items():
@@ -75,7 +77,8 @@ def eval_split(env: Environment, split: str) -> Any:
     tuning and pilots). The manifest records which one (`eval_split`)."""
     tasks = env.task_set()
     if split not in tasks:
-        raise ValueError(f"{env.name} has no {split!r} split (it has {sorted(tasks)}); eval.split=dev needs env.dev_size > 0")
+        raise ValueError(f"{env.name} has no {split!r} split (it has {sorted(tasks)}); "
+                         "eval.split=dev needs env.dev_size > 0")
     return tasks[split]
 
 
@@ -96,6 +99,7 @@ def summarize_groups(groups: list[Group], step: int) -> dict[str, Any]:
     result = summarize({g.task_id: g.episodes for g in groups}, k, step)
     tags = sorted({tag for g in groups for tag in g.extra})
     if tags:
-        result["extra"] = {tag: summarize({g.task_id: g.extra[tag] for g in groups if g.extra.get(tag)}, k, step)
+        result["extra"] = {tag: summarize({g.task_id: g.extra[tag] for g in groups if g.extra.get(tag)},
+                                          k, step)
                            for tag in tags}
     return result

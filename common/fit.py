@@ -50,9 +50,11 @@ def resolve(cfg: RunConfig, methods: dict[str, type[Method]]) -> Resolved:
             raise ValueError(f"unknown role {role!r} in model.roles; {env.name} has roles {list(env.roles)}")
     unknown_variants = sorted(set(cfg.eval.variants) - set(env.variants()))
     if unknown_variants:
-        raise ValueError(f"eval.variants {unknown_variants} are not variants of {env.name}; it has {list(env.variants())}")
+        raise ValueError(f"eval.variants {unknown_variants} are not variants of {env.name}; "
+                         f"it has {list(env.variants())}")
     if cfg.eval.split == "dev" and not getattr(env.cfg, "dev_size", 0):
-        raise ValueError(f"eval.split=dev needs a dev split; {env.name} has env.dev_size=0: set env.dev_size=64 (or more)")
+        raise ValueError(f"eval.split=dev needs a dev split; {env.name} has env.dev_size=0: "
+                         "set env.dev_size=64 (or more)")
     env_tag = env.cfg.tag or env.name
     run_dir = RunDir.for_run(cfg.out_dir, cfg.work_dir, method_name, env_tag, cfg.arm, cfg.seed)
     return Resolved(cfg, env, method, run_dir)
@@ -94,19 +96,23 @@ def world_size(cfg: RunConfig) -> int:
 def _srun_started_ranks(cfg: RunConfig) -> bool:
     """Whether srun started one task per rank of this run (a training-free run: rank 0 alone works)."""
     ranks = cfg.trainer.devices * cfg.trainer.num_nodes
-    tasks = int(os.environ.get("SLURM_STEP_NUM_TASKS") or 1)  # set in an srun step only (not in salloc's shell, nor sbatch's script)
+    # set in an srun step only (not in salloc's shell, nor sbatch's script)
+    tasks = int(os.environ.get("SLURM_STEP_NUM_TASKS") or 1)
     if tasks > 1 and tasks != ranks:
-        raise RunRefused(f"this srun step runs {tasks} tasks but the run has trainer.devices x trainer.num_nodes = "
-                         f"{cfg.trainer.devices} x {cfg.trainer.num_nodes} ranks (one task per rank); submit it with "
+        raise RunRefused(f"this srun step runs {tasks} tasks but the run has trainer.devices x "
+                         f"trainer.num_nodes = {cfg.trainer.devices} x {cfg.trainer.num_nodes} ranks "
+                         "(one task per rank); submit it with "
                          f"--ntasks-per-node={cfg.trainer.devices} --nodes={cfg.trainer.num_nodes}")
     if world_size(cfg) > 1 and tasks == 1 and cfg.trainer.num_nodes > 1:
-        raise RunRefused(f"trainer.num_nodes={cfg.trainer.num_nodes} needs one task per rank started by srun on each node "
-                         "(make replicate-<m> CLUSTER=slurm); here one process can only start ranks on this machine")
+        raise RunRefused(f"trainer.num_nodes={cfg.trainer.num_nodes} needs one task per rank started by srun "
+                         "on each node (make replicate-<m> CLUSTER=slurm); here one process can only start "
+                         "ranks on this machine")
     return world_size(cfg) > 1 and tasks == ranks
 
 
 def _plugins(cfg: RunConfig) -> list[Any]:
-    """The cluster environment. Under srun, Lightning must not requeue: submitit's checkpointing owns that signal."""
+    """The cluster environment. Under srun, Lightning must not requeue: submitit's checkpointing owns that
+    signal."""
     if _srun_started_ranks(cfg):
         from lightning.pytorch.plugins.environments import SLURMEnvironment
 
@@ -129,7 +135,8 @@ def _strategy(cfg: RunConfig) -> Any:
 
 
 def _start_process_group(cfg: RunConfig) -> None:
-    """The process group of ranks srun started together, as Lightning would start it (it then uses this one)."""
+    """The process group of ranks srun started together, as Lightning would start it (it then uses this
+    one)."""
     import torch.distributed as dist
 
     (env,) = _plugins(cfg)
@@ -192,8 +199,10 @@ class RunStopped(RuntimeError):
 
 # errno -> what to do about it; an OSError with any other errno is a bug to report with its traceback
 STORAGE_ERRORS = {
-    errno.ENOSPC: "free space on that disk (or choose another out_dir / work_dir), then run again: it resumes",
-    errno.EDQUOT: "free space within your quota (or choose another out_dir / work_dir), then run again: it resumes",
+    errno.ENOSPC: "free space on that disk (or choose another out_dir / work_dir), then run again: "
+                  "it resumes",
+    errno.EDQUOT: "free space within your quota (or choose another out_dir / work_dir), then run again: "
+                  "it resumes",
     errno.EFBIG: "the file system limits the file's size: choose another out_dir / work_dir",
     errno.EROFS: "the file system is mounted read-only: choose a writable out_dir / work_dir",
     errno.EACCES: "make that folder writable for you, or choose another out_dir / work_dir",
@@ -284,21 +293,26 @@ def _fit_locked(r: Resolved, cfg: RunConfig) -> RunDir:
     from common.trainer import RLModule
 
     r.run_dir.write_config(cfg)
-    r.run_dir.write_manifest({"method": cfg.method["name"], "env": r.env.cfg.tag or r.env.name, "arm": cfg.arm,
-                              "seed": cfg.seed, "scale": cfg.scale, "state_at_start": state, "env_provenance": r.env.provenance(),
-                              "eval_split": cfg.eval.split,
-                              "torch_threads": cfg.trainer.threads or torch.get_num_threads(), "world_size": world_size(cfg),
-                              "ranks_started_by": ("srun" if together else "lightning") if world_size(cfg) > 1 else None})
+    r.run_dir.write_manifest({"method": cfg.method["name"], "env": r.env.cfg.tag or r.env.name,
+                              "arm": cfg.arm, "seed": cfg.seed, "scale": cfg.scale, "state_at_start": state,
+                              "env_provenance": r.env.provenance(), "eval_split": cfg.eval.split,
+                              "torch_threads": cfg.trainer.threads or torch.get_num_threads(),
+                              "world_size": world_size(cfg),
+                              "ranks_started_by": (("srun" if together else "lightning")
+                                                   if world_size(cfg) > 1 else None)})
     tokenizer, base, info = warm or _warm_start(r, cfg)
-    max_length = cfg.model.max_length if cfg.model.kind == "tiny" else getattr(base.config, "max_position_embeddings", 4096)
-    r.env.check_context(lambda s: len(tokenizer.encode(s, add_special_tokens=False)), max_length, cfg.trainer.max_new_tokens)
+    max_length = (cfg.model.max_length if cfg.model.kind == "tiny"
+                  else getattr(base.config, "max_position_embeddings", 4096))
+    r.env.check_context(lambda s: len(tokenizer.encode(s, add_special_tokens=False)), max_length,
+                        cfg.trainer.max_new_tokens)
     r.run_dir.update_manifest(warmstart=info)
     policy = Policy(base, tokenizer, cfg.model, r.env.roles)
     engine = make_engine(cfg, policy)
     module = RLModule(cfg, r.method, r.env, policy, engine, r.run_dir)
     trainer = L.Trainer(
-        max_epochs=1, accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices, num_nodes=cfg.trainer.num_nodes,
-        logger=_loggers(cfg, r.run_dir) or False, enable_checkpointing=False, enable_progress_bar=cfg.progress,
+        max_epochs=1, accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices,
+        num_nodes=cfg.trainer.num_nodes, logger=_loggers(cfg, r.run_dir) or False,
+        enable_checkpointing=False, enable_progress_bar=cfg.progress,
         enable_model_summary=False, num_sanity_val_steps=0, plugins=_plugins(cfg), log_every_n_steps=1,
         deterministic=False, strategy=_strategy(cfg), use_distributed_sampler=False,
     )
@@ -309,8 +323,9 @@ def _fit_locked(r: Resolved, cfg: RunConfig) -> RunDir:
         r.run_dir.truncate_metrics(0)  # the same records as a trained run: a metrics file, with no step in it
     if "initial" not in module.evals and cfg.eval.at_start:
         module.evals["initial"] = module.run_eval(0)
-    if "final" not in module.evals:  # a trained run has it: evaluated after its last step (RLModule.training_step)
-        # a training-free run (zero RL steps) evaluates its one policy once: initial and final are the same
+    # a trained run has it: evaluated after its last step (RLModule.training_step); a training-free run
+    # (zero RL steps) evaluates its one policy once: initial and final are the same
+    if "final" not in module.evals:
         same = cfg.trainer.steps == 0 and "initial" in module.evals
         module.evals["final"] = module.evals["initial"] if same else module.run_eval(cfg.trainer.steps)
     r.run_dir.write_eval(module.evals)

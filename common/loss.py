@@ -92,7 +92,8 @@ def seq_mean(x_B_T: torch.Tensor, mask_B_T: torch.Tensor, num_tokens: int, num_r
 AGGREGATIONS: dict[str, Aggregation] = {"token-mean": token_mean, "seq-mean": seq_mean}
 
 
-def aggregate(x_B_T: torch.Tensor, mask_B_T: torch.Tensor, mode: str, num_tokens: int, num_rows: int) -> torch.Tensor:
+def aggregate(x_B_T: torch.Tensor, mask_B_T: torch.Tensor, mode: str, num_tokens: int,
+              num_rows: int) -> torch.Tensor:
     """This chunk's share of the minibatch loss under `mode` (chunks of a minibatch add up to its mean)."""
     if mode not in AGGREGATIONS:
         raise ValueError(f"unknown loss aggregation {mode!r}; choose one of {' | '.join(AGGREGATIONS)}")
@@ -139,18 +140,21 @@ def kl_none(per_token_B_T: torch.Tensor, batch: LossBatch, kl: KLConfig) -> tupl
     return per_token_B_T, None
 
 
-def kl_in_loss(per_token_B_T: torch.Tensor, batch: LossBatch, kl: KLConfig) -> tuple[torch.Tensor, float | None]:
+def kl_in_loss(per_token_B_T: torch.Tensor, batch: LossBatch,
+               kl: KLConfig) -> tuple[torch.Tensor, float | None]:
     """+ beta * KL_t on every action token (GRPO, CANOPY)."""
     assert batch.ref_logp_B_T is not None, "kl.placement=loss needs the reference log-probabilities"
     kl_B_T = kl_estimate(batch.logp_B_T, batch.ref_logp_B_T, kl.estimator)
     return per_token_B_T + kl.coef * kl_B_T, batch.token_mean_of(kl_B_T)
 
 
-def kl_in_reward(per_token_B_T: torch.Tensor, batch: LossBatch, kl: KLConfig) -> tuple[torch.Tensor, float | None]:
+def kl_in_reward(per_token_B_T: torch.Tensor, batch: LossBatch,
+                 kl: KLConfig) -> tuple[torch.Tensor, float | None]:
     """The penalty was subtracted from the rewards before normalization (`common.trainer`): the
     loss is unchanged; the current KL is logged."""
     assert batch.ref_logp_B_T is not None, "kl.placement=reward needs the reference log-probabilities"
-    return per_token_B_T, batch.token_mean_of(kl_estimate(batch.logp_B_T.detach(), batch.ref_logp_B_T, kl.estimator))
+    return per_token_B_T, batch.token_mean_of(kl_estimate(batch.logp_B_T.detach(), batch.ref_logp_B_T,
+                                                          kl.estimator))
 
 
 KL_PLACEMENTS: dict[str, KLPlacement] = {"none": kl_none, "loss": kl_in_loss, "reward": kl_in_reward}
@@ -170,7 +174,8 @@ class LossTerms:
 def policy_loss(batch: LossBatch, t: TrainerConfig, extra: torch.Tensor | None = None) -> LossTerms:
     """The chunk's share of the minibatch objective: surrogate, KL placement, entropy, aggregation,
     then a method's `extra` term (already at the minibatch scale: see `LossBatch.mean`)."""
-    per_token_B_T, clipped_B_T = clipped_surrogate(batch.logp_B_T, batch.old_logp_B_T, batch.adv_B_T, t.clip_low, t.clip_high)
+    per_token_B_T, clipped_B_T = clipped_surrogate(batch.logp_B_T, batch.old_logp_B_T, batch.adv_B_T,
+                                                   t.clip_low, t.clip_high)
     per_token_B_T, kl_value = KL_PLACEMENTS[t.kl.placement](per_token_B_T, batch, t.kl)
     if t.entropy_coef > 0:
         per_token_B_T = per_token_B_T - t.entropy_coef * batch.entropy_B_T

@@ -77,8 +77,8 @@ class RunView:
     @classmethod
     def of(cls, cfg: RunConfig, env: Environment) -> RunView:
         t = cfg.trainer
-        return cls(env, cfg.scale, cfg.seed, t.steps, t.tasks_per_step, t.group_size, cfg.eval.k, t.kl.placement,
-                   t.devices * t.num_nodes, cfg.engine.name, cfg.work_dir, cfg.model, cfg.sft)
+        return cls(env, cfg.scale, cfg.seed, t.steps, t.tasks_per_step, t.group_size, cfg.eval.k,
+                   t.kl.placement, t.devices * t.num_nodes, cfg.engine.name, cfg.work_dir, cfg.model, cfg.sft)
 
 
 @dataclass
@@ -87,10 +87,12 @@ class MethodConfig:
 
     name: str = "grpo"
     estimator: str = "grpo"  # advantage estimator from common.credit.CREDIT: grpo | drgrpo | rloo
-    train_truncated: bool = True  # episodes whose context ran out train as failures (reward 0); false: drop them
-    paper_data: str | None = None  # scale=paper: the paper's data on local disk (see the method's paper_data_hint)
-    # scale=paper: data sets of envs/benchmarks/paper_math/data.py that must be staged in paper_data (checked before the run;
-    # an environment that reads its data, like paper_math, checks its own)
+    # episodes whose context ran out train as failures (reward 0); false: drop them
+    train_truncated: bool = True
+    # scale=paper: the paper's data on local disk (see the method's paper_data_hint)
+    paper_data: str | None = None
+    # scale=paper: data sets of envs/benchmarks/paper_math/data.py that must be staged in paper_data
+    # (checked before the run; an environment that reads its data, like paper_math, checks its own)
     paper_datasets: list[str] = field(default_factory=list)
 
 
@@ -121,12 +123,14 @@ class Method:
         """
         if self.run.scale == "paper" and self.paper_data_hint and not (
                 self.cfg.paper_data and Path(self.cfg.paper_data).exists()):
-            raise ValueError(f"scale=paper needs the paper's data locally; method.paper_data={self.cfg.paper_data!r} "
-                             f"does not exist: {self.paper_data_hint}")
+            raise ValueError("scale=paper needs the paper's data locally; "
+                             f"method.paper_data={self.cfg.paper_data!r} does not exist: "
+                             f"{self.paper_data_hint}")
         if self.run.scale == "paper" and self.cfg.paper_datasets:
             from envs.benchmarks.paper_math.data import check_staged, spec
 
-            check_staged(self.cfg.paper_data, {name: list(spec(name).files) for name in self.cfg.paper_datasets})
+            check_staged(self.cfg.paper_data,
+                         {name: list(spec(name).files) for name in self.cfg.paper_datasets})
 
     def env_protocols(self) -> tuple[type, ...]:
         """Runtime-checkable protocols the environment must implement with these settings

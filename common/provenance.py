@@ -23,9 +23,11 @@ CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "a
 def git_state(root: Path | None = None) -> dict[str, Any]:
     root = root or Path(__file__).resolve().parent.parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                             check=True).stdout.strip()
         # results/ is what runs write: a rerun rewriting committed results does not make the code dirty
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                     ":(exclude)results"],
                                     cwd=root, capture_output=True, text=True, check=True).stdout.strip())
     except (subprocess.CalledProcessError, FileNotFoundError):
         sha, dirty = "unknown", True
@@ -43,7 +45,8 @@ def package_versions() -> dict[str, str]:
 
 
 def slurm_ids() -> dict[str, str] | None:
-    keys = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_NODELIST", "SLURM_RESTART_COUNT")
+    keys = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_NODELIST",
+            "SLURM_RESTART_COUNT")
     ids = {k.lower(): os.environ[k] for k in keys if k in os.environ}
     return ids or None
 
@@ -61,10 +64,12 @@ def cpu_info() -> dict[str, Any]:
     except OSError:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"model": model or platform.processor() or "unknown", "flags": [f for f in CPU_FLAGS if f in flags], "cores": cores, "machine": platform.machine()}
+    return {"model": model or platform.processor() or "unknown",
+            "flags": [f for f in CPU_FLAGS if f in flags], "cores": cores, "machine": platform.machine()}
 
 
 def provenance() -> dict[str, Any]:
     """Everything a manifest records about the code and the machine."""
-    return {**git_state(), "packages": package_versions(), "python": sys.version.split()[0], "host": socket.gethostname(),
-            "platform": platform.platform(), "cpu": cpu_info(), "slurm": slurm_ids()}
+    return {**git_state(), "packages": package_versions(), "python": sys.version.split()[0],
+            "host": socket.gethostname(), "platform": platform.platform(), "cpu": cpu_info(),
+            "slurm": slurm_ids()}

@@ -36,7 +36,8 @@ def gather(obj: T) -> list[T]:
 
 def sum_over_ranks(x: torch.Tensor) -> torch.Tensor:
     """`x` summed over the ranks (on the default process group's device: the GPU under NCCL)."""
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    device = (torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl"
+              else torch.device("cpu"))
     y = x.to(device)
     dist.all_reduce(y)
     return y.to(x.device)
@@ -50,9 +51,11 @@ def sum_gradients_over_ranks(params: list[torch.nn.Parameter], loss: float) -> f
     """
     ref = next((p.grad for p in params if p.grad is not None), None)
     dtype, device = (ref.dtype, ref.device) if ref is not None else (torch.float32, params[0].device)
-    flat_N = torch.cat([p.grad.reshape(-1).to(dtype) if p.grad is not None else torch.zeros(p.numel(), dtype=dtype, device=device)
+    flat_N = torch.cat([p.grad.reshape(-1).to(dtype) if p.grad is not None
+                        else torch.zeros(p.numel(), dtype=dtype, device=device)
                         for p in params]
-                       + [torch.tensor([float(p.grad is not None) for p in params] + [loss], dtype=dtype, device=device)])
+                       + [torch.tensor([float(p.grad is not None) for p in params] + [loss], dtype=dtype,
+                                       device=device)])
     flat_N = sum_over_ranks(flat_N)
     offset, has_grad = 0, flat_N[-len(params) - 1 : -1]
     for i, p in enumerate(params):
@@ -103,12 +106,15 @@ def combine_rank_metrics(parts: list[tuple[dict[str, Any], int]]) -> dict[str, A
 
 
 def light(group: Group) -> Group:
-    """The group without what evaluation does not read (prompt ids, log-probs, prompt texts): cheap to gather."""
+    """The group without what evaluation does not read (prompt ids, log-probs, prompt texts): cheap to
+    gather."""
     def strip(episodes: list[Episode]) -> list[Episode]:
-        return [dataclasses.replace(e, turns=[dataclasses.replace(t, prompt_ids=[], logprobs=[], prompt_text="")
+        return [dataclasses.replace(e, turns=[dataclasses.replace(t, prompt_ids=[], logprobs=[],
+                                                                  prompt_text="")
                                               for t in e.turns]) for e in episodes]
 
-    return dataclasses.replace(group, episodes=strip(group.episodes), extra={k: strip(v) for k, v in group.extra.items()})
+    return dataclasses.replace(group, episodes=strip(group.episodes),
+                               extra={k: strip(v) for k, v in group.extra.items()})
 
 
 def interleave(parts: list[list[T]]) -> list[T]:

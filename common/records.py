@@ -14,9 +14,10 @@
     <work_dir>/checkpoints/
         <run key>-<config hash>/       identity.json (run folder, config hash), last.ckpt, prev.ckpt
 
-A run's identity is its folder's absolute path (the run key is a hash of it) and the hash of its
-resolved config (settings in RESUME_IRRELEVANT left out): a checkpoint is resumed only by the run
-that wrote it, so two runs of one cell (smoke and cpu scale, two out_dirs) never share one.
+A run's identity (`common.run_identity`) is its folder's absolute path (the run key is a hash of it)
+and the hash of its resolved config (settings in RESUME_IRRELEVANT left out): a checkpoint is
+resumed only by the run that wrote it, so two runs of one cell (smoke and cpu scale, two out_dirs)
+never share one.
 
 Every write is atomic (temp file + rename) and readable by the group (mode 0o666 & ~umask). An
 unfinished run is resumed: metrics of steps at or after the checkpoint's step are dropped and
@@ -28,8 +29,6 @@ with the same config it is skipped, with another config refused, and under `forc
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import os
 import shutil
@@ -43,9 +42,12 @@ from typing import Any
 import yaml
 
 from common.provenance import provenance
-from common.util import atomic_write_json, atomic_write_text, flatten
+from common.run_identity import YAML_LOADER, config_changes, config_hash, recorded_changes, run_key
+from common.util import atomic_write_json, atomic_write_text
 
-YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: a config.yaml is read per cell when planning
+__all__ = ["STAGING", "YAML_LOADER", "RecordWarning", "RunDir", "RunRefused", "config_changes", "config_hash",
+           "process_rank", "recorded_changes", "run_key"]
+
 STAGING = ".forcing"  # under out_dir; paper/ skips folders whose name starts with a dot
 
 
@@ -56,71 +58,6 @@ class RecordWarning(UserWarning):
 class RunRefused(ValueError):
     """A run that cannot start as asked (a finished or unfinished run of other settings, a checkpoint
     of another run or none that loads); the message is one line: what is wrong and what to do."""
-
-
-# ---- a run's identity -----------------------------------------------------------------------
-# settings that may change between a run and its resumption without changing the experiment
-# (out_dir and work_dir only say where things live: the run folder's absolute path is the identity)
-RESUME_IRRELEVANT = {"progress", "force", "trainer.threads", "loggers", "out_dir", "work_dir"}
-# Settings added to the suite after runs were recorded. A recorded config without a key that the new
-# config holds at its schema default (`RunConfig`'s typed sections: `sft.pack: false`, say) is the same
-# experiment: the default of a new setting is, by the suite's rule, what the code computed before the
-# setting existed. `env` and `method` are open dicts (their defaults live in each environment's and
-# method's own Config class), so a key added there is listed here with the value that computes exactly
-# what earlier runs computed (the dev split is generated after every other split; the default evaluation
-# is still the held-out split; every run before #16's supervised arms was RL; the paper scale's data paths
-# are read only at the paper scale).
-ADDED_SETTINGS = {"env.dev_size": 64, "eval.split": "heldout", "method.update": "rl",
-                  "method.paper_data": None, "method.paper_datasets": []}
-
-
-def _settings(config: dict[str, Any] | None) -> dict[str, str]:
-    """Flat {key: canonical JSON of its value}: a config and its config.yaml (tuples read back as
-    lists, NaN as .nan) compare equal."""
-    flat = flatten(json.loads(json.dumps(config or {}, default=str)))
-    return {k: json.dumps(v, sort_keys=True) for k, v in flat.items() if k not in RESUME_IRRELEVANT}
-
-
-@functools.cache
-def schema_defaults() -> dict[str, str]:
-    """Every setting's default as `_settings` writes it: the typed sections of `RunConfig` (whose
-    defaults are complete) and `ADDED_SETTINGS` (keys of the open `env` and `method` dicts)."""
-    from common.config import RunConfig
-
-    typed = {k: v for k, v in _settings(asdict(RunConfig())).items() if not k.startswith(("env.", "method."))}
-    return {**typed, **{k: json.dumps(v, sort_keys=True) for k, v in ADDED_SETTINGS.items()}}
-
-
-def config_hash(config: dict[str, Any]) -> str:
-    """sha1 of the settings that define the experiment (RESUME_IRRELEVANT ones left out)."""
-    return hashlib.sha1(json.dumps(_settings(config), sort_keys=True).encode()).hexdigest()
-
-
-def config_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[str]:
-    """The settings that differ, as 'key: old -> new' (RESUME_IRRELEVANT ones left out). A key that
-    only one side records counts as its default there (`schema_defaults`): a setting added after a
-    run was recorded, held at its default, is no change."""
-    a, b = _settings(old), _settings(new)
-    if old is not None and new is not None:
-        defaults = schema_defaults()
-        for key in (a.keys() ^ b.keys()) & defaults.keys():
-            a.setdefault(key, defaults[key])
-            b.setdefault(key, defaults[key])
-    return [f"{k}: {a.get(k, '(absent)')} -> {b.get(k, '(absent)')}" for k in sorted(a.keys() | b.keys())
-            if a.get(k) != b.get(k)]
-
-
-def recorded_changes(folder: Path, config: dict[str, Any] | None) -> list[str] | None:
-    """How `config` differs from the one recorded in `folder`; None when there is nothing to compare."""
-    previous = folder / "config.yaml"
-    if config is None or not previous.exists():
-        return None
-    return config_changes(yaml.load(previous.read_text(), Loader=YAML_LOADER), config)
-
-
-def run_key(folder: Path) -> str:
-    """A short name for a run folder under work_dir/checkpoints: sha1 of its absolute path."""
-    return hashlib.sha1(str(Path(folder).resolve()).encode()).hexdigest()[:12]
 
 
 def _unloadable(path: Path) -> str | None:
@@ -153,10 +90,12 @@ class RunDir:
     or, for a forced rerun of a finished run, `staging`, swapped in for `path` by `mark_done`.
     """
 
-    def __init__(self, path: Path, checkpoints: Path, writer: bool | None = None, staging: Path | None = None):
+    def __init__(self, path: Path, checkpoints: Path, writer: bool | None = None,
+                 staging: Path | None = None):
         self.path = Path(path)
         self.checkpoints = Path(checkpoints)  # one sub-folder per (run folder, config): see checkpoint_dir
-        self.staging = Path(staging) if staging is not None else self.path.parent / f".{self.path.name}{STAGING}"
+        self.staging = (Path(staging) if staging is not None
+                        else self.path.parent / f".{self.path.name}{STAGING}")
         self.building = self.path
         self.config_hash: str | None = None  # set by prepare
         self.resume_checkpoint: Path | None = None  # set by prepare: the checkpoint to resume from, verified
@@ -204,19 +143,21 @@ class RunDir:
             if not force:
                 if changes:
                     raise RunRefused(
-                        f"{self.path} is a finished run with other settings ({'; '.join(changes)}); pass force=true "
-                        "(FORCE=1) to rerun it with these (the finished records stay until the rerun is done), "
-                        "or restore its settings")
+                        f"{self.path} is a finished run with other settings ({'; '.join(changes)}); "
+                        "pass force=true (FORCE=1) to rerun it with these (the finished records stay until "
+                        "the rerun is done), or restore its settings")
                 return "finished"
             self.building = self.staging
-            killed_rerun_of_these = recorded_changes(self.staging, config) == []  # resumed, as any unfinished run
+            # resumed, as any unfinished run
+            killed_rerun_of_these = recorded_changes(self.staging, config) == []
             if self.writer and not killed_rerun_of_these:
                 self._discard(self.staging)
         else:
             changes = recorded_changes(self.path, config)
             if not force and changes:
-                raise RunRefused(f"{self.path} holds an unfinished run with other settings ({'; '.join(changes)}); "
-                                 "pass force=true (FORCE=1) to restart it, or restore its settings to resume it")
+                raise RunRefused(f"{self.path} holds an unfinished run with other settings "
+                                 f"({'; '.join(changes)}); pass force=true (FORCE=1) to restart it, or "
+                                 "restore its settings to resume it")
             if self.writer:
                 self._discard(self.staging)  # a rerun of a finished run that is gone
                 if force or not (self.path / "config.yaml").exists():
@@ -244,10 +185,11 @@ class RunDir:
             return last
         prev_error = _unloadable(prev) if prev.exists() else "missing"
         if prev_error is not None:
-            raise RunRefused(f"cannot resume {self.building}: {last} ({last_error}) and {prev} ({prev_error}) "
-                               f"cannot be loaded; delete {folder} to restart the run from step 0")
-        warnings.warn(f"{last} cannot be loaded ({last_error}); resuming from the checkpoint before it, {prev}",
-                      RecordWarning, stacklevel=3)
+            raise RunRefused(f"cannot resume {self.building}: {last} ({last_error}) and {prev} "
+                             f"({prev_error}) cannot be loaded; delete {folder} to restart the run from "
+                             "step 0")
+        warnings.warn(f"{last} cannot be loaded ({last_error}); resuming from the checkpoint before it, "
+                      f"{prev}", RecordWarning, stacklevel=3)
         if self.writer and last.exists():  # out of the way: the next save must not rotate it into prev.ckpt
             os.replace(last, folder / "last.ckpt.corrupt")
         return prev
@@ -260,14 +202,17 @@ class RunDir:
         try:
             found = json.loads(path.read_text())
         except (OSError, ValueError):
-            raise RunRefused(f"{self.checkpoint_dir} holds checkpoints but no readable identity.json, so they cannot "
-                               f"be told to belong to {self.building}; delete that folder to restart the run") from None
+            raise RunRefused(f"{self.checkpoint_dir} holds checkpoints but no readable identity.json, so "
+                             f"they cannot be told to belong to {self.building}; delete that folder to "
+                             "restart the run") from None
         expected = self._identity()
         if found.get("run_dir") != expected["run_dir"] or (
                 expected["config_hash"] is not None and found.get("config_hash") != expected["config_hash"]):
-            raise RunRefused(f"{self.checkpoint_dir} holds checkpoints of another run ({found.get('run_dir')}, config "
-                               f"{str(found.get('config_hash'))[:12]}), not of {expected['run_dir']} (config "
-                               f"{str(expected['config_hash'])[:12]}); delete that folder to restart this run")
+            raise RunRefused(f"{self.checkpoint_dir} holds checkpoints of another run "
+                             f"({found.get('run_dir')}, config {str(found.get('config_hash'))[:12]}), "
+                             f"not of {expected['run_dir']} "
+                             f"(config {str(expected['config_hash'])[:12]}); delete that folder to restart "
+                             "this run")
 
     # ---- forced reruns ------------------------------------------------------------------
     @property
@@ -348,8 +293,8 @@ class RunDir:
             if manifest is None or isinstance(manifest, dict):
                 return manifest or {}
             why = f"a JSON {type(manifest).__name__}, not an object"
-        warnings.warn(f"{path} cannot be read ({why}); read as no previous manifest: its attempts count and start "
-                      "time begin again", RecordWarning, stacklevel=3)
+        warnings.warn(f"{path} cannot be read ({why}); read as no previous manifest: its attempts count and "
+                      "start time begin again", RecordWarning, stacklevel=3)
         return {}
 
     def read_json(self, name: str) -> Any:
@@ -371,10 +316,11 @@ class RunDir:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 if n == len(lines):  # no newline after it: the write of this line never finished
-                    warnings.warn(f"{p}: dropped its torn last line {n} ({len(line)} characters, a write cut short); "
-                                  "its step is recomputed", RecordWarning, stacklevel=2)
+                    warnings.warn(f"{p}: dropped its torn last line {n} ({len(line)} characters, a write cut "
+                                  "short); its step is recomputed", RecordWarning, stacklevel=2)
                     break
-                raise RunRefused(f"{p} line {n} is not valid JSON ({e.msg}); repair or delete that line") from None
+                raise RunRefused(f"{p} line {n} is not valid JSON ({e.msg}); "
+                                 "repair or delete that line") from None
             if not isinstance(row, dict) or not isinstance(row.get("step"), int):
                 raise RunRefused(f"{p} line {n} is not a metrics row (a JSON object with an integer step)")
             rows.append(row)
@@ -385,7 +331,8 @@ class RunDir:
         if not self.writer:
             return
         rows = [r for r in self.read_metrics() if r["step"] < before_step]
-        atomic_write_text(self.building / "metrics.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+        atomic_write_text(self.building / "metrics.jsonl",
+                          "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
     def append_metrics(self, row: dict[str, Any]) -> None:
         if not self.writer:

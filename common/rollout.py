@@ -86,9 +86,10 @@ class Rollout:
         return [e.ids for e in backend.encode_batch(texts, add_special_tokens=False)]
 
     # ---- the public entry points --------------------------------------------------------------
-    def play_groups(self, tasks: Sequence[Task | Mapping[str, Any]], sizes: list[int], step: int, mode: str = "train",
-                    variant: str = "main", tag: str = "main", trainable: bool | None = None,
-                    seed_tag: str | None = None, demonstrator: Environment | None = None) -> list[Group]:
+    def play_groups(self, tasks: Sequence[Task | Mapping[str, Any]], sizes: list[int], step: int,
+                    mode: str = "train", variant: str = "main", tag: str = "main",
+                    trainable: bool | None = None, seed_tag: str | None = None,
+                    demonstrator: Environment | None = None) -> list[Group]:
         """`sizes[i]` episodes of `tasks[i]`, played together; one Group per task.
 
         `mode="train"` seeds from (run seed, step, tag); `mode="eval"` plays the same environment
@@ -110,8 +111,10 @@ class Rollout:
             trainable = tag == "main" if trainable is None else trainable
         salt += self.rank_salt
         tasks = tasks_of(tasks)
-        episode_salt = f"train/{seed_tag}{self.rank_salt}" if seed_tag is not None and mode != "eval" else None
-        specs = [PlaySpec(t, variant, acct, trainable) for t, n in zip(tasks, sizes, strict=True) for _ in range(n)]
+        episode_salt = (f"train/{seed_tag}{self.rank_salt}" if seed_tag is not None and mode != "eval"
+                        else None)
+        specs = [PlaySpec(t, variant, acct, trainable)
+                 for t, n in zip(tasks, sizes, strict=True) for _ in range(n)]
         episodes = self.play(specs, step, salt=salt, episode_salt=episode_salt, demonstrator=demonstrator)
         groups, k = [], 0
         for task, n in zip(tasks, sizes, strict=True):
@@ -142,42 +145,51 @@ class Rollout:
                 return episodes
             requests, owners = [], []
             eos = getattr(self.tokenizer, "eos_token_id", None)
-            texts = [observation_text(self.chat, slot.obs.text, slot.obs.new_context or slot.obs.role not in slot.contexts,
-                                      bool(slot.contexts.get(slot.obs.role)) and slot.contexts[slot.obs.role][-1] == eos)
+            texts = [observation_text(self.chat, slot.obs.text,
+                                      slot.obs.new_context or slot.obs.role not in slot.contexts,
+                                      bool(slot.contexts.get(slot.obs.role))
+                                      and slot.contexts[slot.obs.role][-1] == eos)
                      for slot in live]
             for slot, obs_ids in zip(live, self.encode_many(texts), strict=True):
                 role = slot.obs.role
                 ctx = ([] if slot.obs.new_context else slot.contexts.get(role, [])) + obs_ids
                 adapter = self.role_adapter[role]
                 if adapter == "scripted":
-                    self._apply(slot, Turn(role, None, [], [], [], slot.state.expert_action(), prompt_text=slot.obs.text,
-                                           trainable=False), ctx)
+                    self._apply(slot, Turn(role, None, [], [], [], slot.state.expert_action(),
+                                           prompt_text=slot.obs.text, trainable=False), ctx)
                 elif len(ctx) + params.max_new_tokens > self.max_length:
                     # the context ran out: the episode ends unfinished (reward 0), flagged so that the
                     # method decides whether it trains (`Method.excluded`) and evaluation counts it
                     slot.episode.truncated = True
-                    slot.episode.events.append(Event("info", len(slot.episode.turns), {"context_overflow": len(ctx)}))
+                    slot.episode.events.append(Event("info", len(slot.episode.turns),
+                                                     {"context_overflow": len(ctx)}))
                     slot.obs = None  # type: ignore[assignment]
                 elif demonstrator is not None:
                     action = slot.state.expert_action()
                     ids = demonstrated_action_ids(self.tokenizer, action, stop)
-                    self._apply(slot, Turn(role, adapter, ctx, ids, [0.0] * len(ids), action, prompt_text=slot.obs.text,
-                                           trainable=adapter in self.trainable_adapters and slot.episode.counts_for_training), ctx)
+                    self._apply(slot, Turn(role, adapter, ctx, ids, [0.0] * len(ids), action,
+                                           prompt_text=slot.obs.text,
+                                           trainable=adapter in self.trainable_adapters
+                                           and slot.episode.counts_for_training), ctx)
                 else:
                     requests.append(Request(ctx, adapter))
                     owners.append((slot, ctx, adapter))
             if requests:
-                samples = self.engine.generate(requests, params, seed=derive_seed(self.seed, step, salt, round_idx))
+                samples = self.engine.generate(requests, params,
+                                               seed=derive_seed(self.seed, step, salt, round_idx))
                 for (slot, ctx, adapter), s in zip(owners, samples, strict=True):
                     tag = slot.episode.tag
                     self.tokens_by_tag[tag] += len(s.action_ids)
                     self.calls_by_tag[tag] += 1
-                    turn = Turn(slot.obs.role, adapter, ctx, s.action_ids, s.logprobs, s.text, prompt_text=slot.obs.text,
-                                trainable=adapter in self.trainable_adapters and slot.episode.counts_for_training,
+                    turn = Turn(slot.obs.role, adapter, ctx, s.action_ids, s.logprobs, s.text,
+                                prompt_text=slot.obs.text,
+                                trainable=adapter in self.trainable_adapters
+                                and slot.episode.counts_for_training,
                                 truncated=not s.stopped)
                     self._apply(slot, turn, ctx)
             live = [slot for slot in live if slot.obs is not None]
-        raise RuntimeError(f"{self.env.name}: episodes still running after {MAX_ROUNDS} rounds; the environment must cap its turns")
+        raise RuntimeError(f"{self.env.name}: episodes still running after {MAX_ROUNDS} rounds; "
+                           "the environment must cap its turns")
 
     def _apply(self, slot: _Live, turn: Turn, ctx: list[int]) -> None:
         episode = slot.episode
@@ -206,7 +218,8 @@ class Rollout:
 
     def counters(self) -> dict[str, int]:
         """Cumulative generated tokens and model calls, in total and per tag."""
-        out = {"generated_tokens_total": sum(self.tokens_by_tag.values()), "model_calls_total": sum(self.calls_by_tag.values())}
+        out = {"generated_tokens_total": sum(self.tokens_by_tag.values()),
+               "model_calls_total": sum(self.calls_by_tag.values())}
         for tag in sorted(self.tokens_by_tag):
             out[f"generated_tokens_total/{tag}"] = self.tokens_by_tag[tag]
             out[f"model_calls_total/{tag}"] = self.calls_by_tag[tag]

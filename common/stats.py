@@ -56,8 +56,9 @@ def _as_strata(values: ArrayLike | Sequence[ArrayLike], what: str = "values") ->
     if isinstance(values, np.ndarray):
         if values.ndim <= 1:
             return [_as_sample(values, what)]
-        raise ValueError(f"{what}: pass one 1-D sample or a list of 1-D samples, one per stratum; got an array of "
-                         f"shape {values.shape} (for an rliable-style (runs, tasks) matrix pass list(matrix.T))")
+        raise ValueError(f"{what}: pass one 1-D sample or a list of 1-D samples, one per stratum; got an "
+                         f"array of shape {values.shape} (for an rliable-style (runs, tasks) matrix pass "
+                         "list(matrix.T))")
     seq = list(values)  # type: ignore[arg-type]
     if all(np.ndim(v) == 0 for v in seq):
         return [_as_sample(np.asarray(seq, dtype=float), what)]
@@ -317,7 +318,8 @@ def difference_ci(x: ArrayLike | Sequence[ArrayLike], y: ArrayLike | Sequence[Ar
     if any(s.size < 2 for s in xs + ys):
         return point, NAN, NAN
     rng = np.random.default_rng(seed)
-    bx_B, by_B = _aggregate(statistic, _resample(xs, rng, n_boot)), _aggregate(statistic, _resample(ys, rng, n_boot))
+    bx_B, by_B = (_aggregate(statistic, _resample(xs, rng, n_boot)),
+                  _aggregate(statistic, _resample(ys, rng, n_boot)))
     lo, hi = _quantiles(bx_B - by_B, confidence)
     return point, float(lo), float(hi)
 

@@ -49,7 +49,7 @@ from common.chat import ChatFormat
 from common.config import RunConfig
 from common.credit import BROADCAST, Advantages, AgentOf, to_advantages
 from common.engines.base import Engine, SamplingParams
-from common.episode import Episode, Group, step_episodes, tasks_of
+from common.episode import Episode, step_episodes, tasks_of
 from common.evaluate import eval_split, evaluate, summarize_groups
 from common.loss import LossBatch, kl_estimate, policy_loss
 from common.method import Method
@@ -66,6 +66,8 @@ from common.ranks import (
 )
 from common.records import RunDir
 from common.rollout import Rollout, derive_seed
+from common.step_metrics import outcome_metrics
+from common.util import chunks
 from envs.api.base import Environment
 
 
@@ -89,16 +91,19 @@ class RLModule(L.LightningModule):
         super().__init__()
         self.automatic_optimization = False
         self.strict_loading = False  # checkpoints hold only the adapters, not the frozen base
-        self.cfg, self.method, self.env, self.policy, self.engine, self.run_dir = cfg, method, env, policy, engine, run_dir
+        self.cfg, self.method, self.env, self.policy, self.engine, self.run_dir = (
+            cfg, method, env, policy, engine, run_dir)
         self.net = policy.model  # registers the parameters with Lightning
         t = cfg.trainer
         self.params = SamplingParams(t.temperature, 1.0, t.max_new_tokens, tuple(env.stop))
         eval_params = SamplingParams(cfg.eval.temperature, cfg.eval.top_p, t.max_new_tokens, tuple(env.stop))
-        max_length = cfg.model.max_length if cfg.model.kind == "tiny" else getattr(policy.model.config, "max_position_embeddings", 4096)
+        max_length = (cfg.model.max_length if cfg.model.kind == "tiny"
+                      else getattr(policy.model.config, "max_position_embeddings", 4096))
         chat = ChatFormat.from_tokenizer(policy.tokenizer) if cfg.model.chat_template else None
-        self.rollout = Rollout(env, engine, policy.tokenizer, policy.role_adapter, policy.trainable_adapters, self.params,
-                               max_length, cfg.seed, chat)
-        self.eval_rollout = Rollout(env, engine, policy.tokenizer, policy.role_adapter, [], eval_params, max_length, cfg.seed, chat)
+        self.rollout = Rollout(env, engine, policy.tokenizer, policy.role_adapter, policy.trainable_adapters,
+                               self.params, max_length, cfg.seed, chat)
+        self.eval_rollout = Rollout(env, engine, policy.tokenizer, policy.role_adapter, [], eval_params,
+                                    max_length, cfg.seed, chat)
         self.train_pool = tasks_of(env.task_set()["train"])
         evaluated = tasks_of(eval_split(env, cfg.eval.split))
         self.eval_tasks = evaluated[: cfg.eval.max_tasks or len(evaluated)]
@@ -118,7 +123,8 @@ class RLModule(L.LightningModule):
         return {k: v for k, v in full.items() if "lora_" in k}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # called on every rank (Lightning writes rank 0's): the compute counters kept are the run's, all ranks summed
+        # called on every rank (Lightning writes rank 0's): the compute counters kept are the run's, all
+        # ranks summed
         checkpoint["rl"] = {"next_step": self.next_step, "evals": self.evals,
                             "tokens_by_tag": sum_counts(gather(dict(self.rollout.tokens_by_tag))),
                             "calls_by_tag": sum_counts(gather(dict(self.rollout.calls_by_tag))),
@@ -184,7 +190,8 @@ class RLModule(L.LightningModule):
         rank, world = rank_and_world()
         if world == 1:
             return evaluate(self.method, self.eval_rollout, self.eval_tasks, step, variant=variant)
-        groups = self.method.play(self.eval_rollout, self.eval_tasks[rank::world], step, mode="eval", variant=variant)
+        groups = self.method.play(self.eval_rollout, self.eval_tasks[rank::world], step, mode="eval",
+                                  variant=variant)
         return summarize_groups(interleave(gather([light(g) for g in groups])), step)
 
     def _run_counters(self) -> dict[str, int]:
@@ -200,7 +207,8 @@ class RLModule(L.LightningModule):
         return contextlib.nullcontext()
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        """precision=bf16: autocast on the device type the module is on now ('cuda' once Lightning moved it)."""
+        """precision=bf16: autocast on the device type the module is on now ('cuda' once Lightning moved
+        it)."""
         bf16 = self.cfg.trainer.precision == "bf16"
         return torch.autocast(self.device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
@@ -229,9 +237,11 @@ class RLModule(L.LightningModule):
         t_ref = time.perf_counter()
         reference = self.reference_logprobs(rows) if kl.placement != "none" and rows else None
         t_ref = time.perf_counter() - t_ref
-        penalty = (kl_reward_penalty(rows, reference or [], episodes, kl.coef, kl.estimator, self.method.agent_of)
+        penalty = (kl_reward_penalty(rows, reference or [], episodes, kl.coef, kl.estimator,
+                                     self.method.agent_of)
                    if kl.placement == "reward" else None)
-        advantages = to_advantages(groups, credit, self.method.agent_of, self.method.estimator, self.method.excluded, penalty)
+        advantages = to_advantages(groups, credit, self.method.agent_of, self.method.estimator,
+                                   self.method.excluded, penalty)
         metrics.update(self.method.credit_metrics(groups, advantages))
         t1 = time.perf_counter()
         # with several processes every rank takes part in the update (its gradient sums are collective)
@@ -243,7 +253,8 @@ class RLModule(L.LightningModule):
         metrics["generated_tokens"] = after["generated_tokens_total"] - before["generated_tokens_total"]
         metrics["model_calls"] = after["model_calls_total"] - before["model_calls_total"]
         # rollout, reference forward (KL) and update; credit and bookkeeping are the step's remainder
-        metrics.update(time_rollout_s=t_rollout, time_reference_s=t_ref, time_train_s=time.perf_counter() - t1)
+        metrics.update(time_rollout_s=t_rollout, time_reference_s=t_ref,
+                       time_train_s=time.perf_counter() - t1)
         every = self.cfg.eval.every
         if every and self.next_step % every == 0 and self.next_step < self.cfg.trainer.steps:
             self.evals["history"].append(self.run_eval(self.next_step))
@@ -253,7 +264,8 @@ class RLModule(L.LightningModule):
             metrics = combine_rank_metrics(gather((metrics, sum(len(g.episodes) for g in groups))))
         self.run_dir.append_metrics({"step": step, **metrics})
         if self.trainer.loggers or self.cfg.progress:  # Lightning's logging costs ~1 ms a key
-            self.log_dict({k: float(v) for k, v in metrics.items() if isinstance(v, int | float) and "/" not in k},
+            self.log_dict({k: float(v) for k, v in metrics.items()
+                           if isinstance(v, int | float) and "/" not in k},
                           on_step=True, prog_bar=False, batch_size=1)
             self.log("success", metrics["success_rate"], prog_bar=True, batch_size=1)
         if self.next_step == self.cfg.trainer.steps:
@@ -273,17 +285,19 @@ class RLModule(L.LightningModule):
         digests = gather(digest.hexdigest())
         self.run_dir.update_manifest(adapter_sha1_by_rank=digests)
         if len(set(digests)) > 1:
-            raise RuntimeError(f"the ranks' adapters differ after training (sha1 by rank: {digests}): their gradients "
-                               "were not summed the same way; this run's records cannot be trusted")
+            raise RuntimeError(f"the ranks' adapters differ after training (sha1 by rank: {digests}): their "
+                               "gradients were not summed the same way; this run's records cannot be trusted")
 
     @torch.no_grad()
     def reference_logprobs(self, rows: list[Row]) -> list[torch.Tensor]:
-        """Each row's action tokens scored by the reference (the base, adapters off), on the model's device."""
+        """Each row's action tokens scored by the reference (the base, adapters off), on the model's
+        device."""
         pad = self.policy.tokenizer.pad_token_id
         out: list[torch.Tensor] = []
         with self.policy.use(None) as model, self._autocast():
             for chunk in chunks(rows, self.cfg.trainer.micro_batch_rows):
-                scored = score_rows(model, chunk, pad, with_entropy=False, temperature=self.cfg.trainer.temperature,
+                scored = score_rows(model, chunk, pad, with_entropy=False,
+                                    temperature=self.cfg.trainer.temperature,
                                     fast=self.cfg.trainer.fast_forward)
                 out += [scored.logp_B_T[b, : row.num_action_tokens].clone() for b, row in enumerate(chunk)]
         return out
@@ -308,7 +322,8 @@ class RLModule(L.LightningModule):
         row_advantages = [row.advantages(advantages) for row in rows]
         pad = self.policy.tokenizer.pad_token_id
         rng = np.random.default_rng(derive_seed(self.cfg.seed, step, "minibatches"))
-        stats: dict[str, list[float]] = {k: [] for k in ("loss", "clip_fraction", "entropy", "kl", "grad_norm", "logprob_diff_max")}
+        stats: dict[str, list[float]] = {k: [] for k in ("loss", "clip_fraction", "entropy", "kl",
+                                                        "grad_norm", "logprob_diff_max")}
         passes: list[float] = []
         for _epoch in range(t.ppo_epochs):
             order = rng.permutation(len(rows)) if t.minibatches > 1 else np.arange(len(rows))
@@ -324,10 +339,12 @@ class RLModule(L.LightningModule):
                 total = 0.0
                 for adapter in dict.fromkeys(r.adapter for r in mb):
                     with self.policy.use(adapter) as model:
-                        for idx in chunks([i for i in mb_idx if rows[i].adapter == adapter], t.micro_batch_rows):
+                        for idx in chunks([i for i in mb_idx if rows[i].adapter == adapter],
+                                          t.micro_batch_rows):
                             chunk = [rows[i] for i in idx]
                             with self._autocast():
-                                scored = score_rows(model, chunk, pad, with_entropy=True, entropy_grad=t.entropy_coef > 0,
+                                scored = score_rows(model, chunk, pad, with_entropy=True,
+                                                    entropy_grad=t.entropy_coef > 0,
                                                     temperature=t.temperature, fast=t.fast_forward)
                             width, device = scored.logp_B_T.size(1), scored.logp_B_T.device
                             behaviour = padded([r.behaviour_logprobs() for r in chunk], width, device)
@@ -335,9 +352,11 @@ class RLModule(L.LightningModule):
                             batch = LossBatch(
                                 rows=chunk, adapter=adapter, logp_B_T=scored.logp_B_T,
                                 old_logp_B_T=scored.logp_B_T.detach() if single_update else behaviour,
-                                behaviour_logp_B_T=behaviour, adv_B_T=padded([row_advantages[i] for i in idx], width, device),
+                                behaviour_logp_B_T=behaviour,
+                                adv_B_T=padded([row_advantages[i] for i in idx], width, device),
                                 mask_B_T=scored.mask_B_T, entropy_B_T=scored.entropy_B_T,
-                                ref_logp_B_T=padded([reference[i] for i in idx], width, device) if reference else None,
+                                ref_logp_B_T=(padded([reference[i] for i in idx], width, device)
+                                              if reference else None),
                                 num_tokens=n_tokens, num_rows=n_rows)
                             terms = policy_loss(batch, t, self.method.extra_loss(batch, step))
                             with self._no_ddp_sync():  # the gradients are summed once per minibatch, below
@@ -351,7 +370,8 @@ class RLModule(L.LightningModule):
                 params = self.policy.trainable_parameters()
                 if world > 1:
                     total = sum_gradients_over_ranks(params, total)
-                grad_norm = torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], t.max_grad_norm)
+                grad_norm = torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None],
+                                                           t.max_grad_norm)
                 opt.step()
                 passes.append(float(np.mean(stats["clip_fraction"][first_chunk:])))
                 stats["loss"].append(total)
@@ -360,15 +380,10 @@ class RLModule(L.LightningModule):
         if per_pass:
             out["clip_fraction_by_pass"] = passes
         out.setdefault("loss", 0.0)
-        out["logprob_diff_max"] = float(np.max(stats["logprob_diff_max"])) if stats["logprob_diff_max"] else 0.0
+        out["logprob_diff_max"] = (float(np.max(stats["logprob_diff_max"])) if stats["logprob_diff_max"]
+                                   else 0.0)
         out["rows"] = len(rows)
         return out
-
-
-def chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
-    size = size or len(items) or 1
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
 
 
 def kl_reward_penalty(rows: list[Row], reference: list[torch.Tensor], episodes: list[Episode], coef: float,
@@ -390,21 +405,3 @@ def kl_reward_penalty(rows: list[Row], reference: list[torch.Tensor], episodes: 
         return coef * sums.get((episode, key), 0.0)
 
     return penalty
-
-
-def outcome_metrics(groups: list[Group]) -> dict[str, float]:
-    """Reward, success and signal statistics of the main plays (before any reward shaping)."""
-    eps = [e for g in groups for e in g.episodes]
-    turns = [t for e in eps for t in e.turns if t.adapter is not None]
-    non_faulted = [g for g in groups if len({e.reward for e in g.episodes if not e.faulted}) > 0]
-    return {
-        "truncated_rate": float(np.mean([e.truncated for e in eps])) if eps else 0.0,
-        "reward_mean": float(np.mean([e.reward for e in eps])) if eps else 0.0,
-        "success_rate": float(np.mean([e.success for e in eps])) if eps else 0.0,
-        "signal_fraction": float(np.mean([len({e.reward for e in g.episodes if not e.faulted}) > 1 for g in non_faulted]))
-        if non_faulted else 0.0,
-        "invalid_rate": float(np.mean([bool(e.events_of("invalid_action")) for e in eps])) if eps else 0.0,
-        "fault_rate": float(np.mean([e.faulted for e in eps])) if eps else 0.0,
-        "response_tokens_mean": float(np.mean([t.num_action_tokens for t in turns])) if turns else 0.0,
-        "turns_mean": float(np.mean([len(e.turns) for e in eps])) if eps else 0.0,
-    }

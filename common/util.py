@@ -1,4 +1,5 @@
-"""Small utilities the suite shares, in one home: atomic file writes and dotted keys of nested settings.
+"""Small utilities the suite shares, in one home: atomic file writes, dotted keys of nested settings and
+a list's chunks.
 
 Writes are whole or not at all (a temp file in the same folder, fsync, rename) and get the mode a plain
 `open` would give (mkstemp's is 0600). Dotted keys (`trainer.kl.coef`) address nested dicts the way Hydra
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +81,9 @@ def dotted_set(d: dict[str, Any], key: str, value: Any) -> None:
     for part in parents:
         d = d[part]
     d[last] = value
+
+
+def chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
+    size = size or len(items) or 1
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

@@ -33,12 +33,14 @@ from envs.api.base import Environment, Observation
 
 
 def fingerprint(*parts: Any) -> str:
-    blob = json.dumps([asdict(p) if hasattr(p, "__dataclass_fields__") else p for p in parts], sort_keys=True, default=str)
+    blob = json.dumps([asdict(p) if hasattr(p, "__dataclass_fields__") else p for p in parts], sort_keys=True,
+                      default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 # ---- SFT warm start ----------------------------------------------------------------------------
-SFT_CODE = ("common.models", "common.warmstart", "common.chat")  # the tokenizer, the tiny model, the demonstrations' tokens, the SFT
+# the tokenizer, the tiny model, the demonstrations' tokens, the SFT
+SFT_CODE = ("common.models", "common.warmstart", "common.chat")
 ENV_PACKAGE = "envs."  # an environment's code: its module and the modules of this package it draws on
 
 
@@ -79,12 +81,15 @@ def warm_start_code(env: Environment) -> dict[str, str]:
     return code
 
 
-def warm_start_key(model_cfg: ModelConfig, sft_cfg: SFTConfig, env: Environment, seed: int) -> tuple[str, dict[str, str]]:
-    """The warm start's cache key (a hash of the settings it depends on and of `warm_start_code`) and that code's
-    fingerprint. The run seed matters only through the SFT seed (`sft.seed`, default the run's) when SFT runs."""
+def warm_start_key(model_cfg: ModelConfig, sft_cfg: SFTConfig, env: Environment,
+                   seed: int) -> tuple[str, dict[str, str]]:
+    """The warm start's cache key (a hash of the settings it depends on and of `warm_start_code`) and that
+    code's fingerprint. The run seed matters only through the SFT seed (`sft.seed`, default the run's)
+    when SFT runs."""
     sft_seed = seed if sft_cfg.seed is None else sft_cfg.seed
     code = warm_start_code(env)
-    key = fingerprint(model_cfg.__dict__ | {"roles": None, "frozen_adapters": None}, asdict(sft_cfg) if sft_cfg.enabled else None,
+    key = fingerprint(model_cfg.__dict__ | {"roles": None, "frozen_adapters": None},
+                      asdict(sft_cfg) if sft_cfg.enabled else None,
                       env.cfg, sft_seed if sft_cfg.enabled else None, type(env).__name__, code)
     return key, code
 
@@ -106,7 +111,8 @@ def demonstrations(env: Environment, tokenizer: Any, n_tasks: int, seed: int,
             first = obs.new_context or obs.role not in contexts
             ctx = [] if obs.new_context else contexts.get(obs.role, [])
             after_eos = bool(ctx) and ctx[-1] == tokenizer.eos_token_id
-            ctx = ctx + tokenizer.encode(observation_text(chat, obs.text, first, after_eos), add_special_tokens=False)
+            ctx = ctx + tokenizer.encode(observation_text(chat, obs.text, first, after_eos),
+                                         add_special_tokens=False)
             action = ep.expert_action()
             action_ids = demonstrated_action_ids(tokenizer, action, stop)
             pairs.append((ctx, action_ids))
@@ -144,8 +150,9 @@ def sft(model: Any, pairs: list[tuple[list[int], list[int]]], cfg: SFTConfig, se
     committed results were trained this way).
 
     A row is a demonstrated pair (context, action), or with `cfg.pack` a whole multi-turn context with
-    every action in it (`packed_rows`). Batches go to the model's device. No autocast: the warm start is float32 whatever
-    `trainer.precision` is, since its cache key (`warm_started_base`) does not include precision."""
+    every action in it (`packed_rows`). Batches go to the model's device. No autocast: the warm start
+    is float32 whatever `trainer.precision` is, since its cache key (`warm_started_base`) does not
+    include precision."""
     from tqdm import tqdm
 
     gen = torch.Generator().manual_seed(seed)
@@ -154,7 +161,8 @@ def sft(model: Any, pairs: list[tuple[list[int], list[int]]], cfg: SFTConfig, se
     # OneCycleLR needs a warm-up of at least one step and an annealing phase: with fewer than 20 steps
     # the 10% warm-up is stretched to 2 steps; under 4 steps the learning rate is constant
     sched: torch.optim.lr_scheduler.LRScheduler = (
-        torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=cfg.steps, pct_start=max(0.1, 2 / cfg.steps))
+        torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=cfg.steps,
+                                            pct_start=max(0.1, 2 / cfg.steps))
         if cfg.steps >= 4 else torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0))
     device = next(model.parameters()).device
     model.train()
@@ -175,7 +183,8 @@ def sft(model: Any, pairs: list[tuple[list[int], list[int]]], cfg: SFTConfig, se
         opt.zero_grad(set_to_none=True)
         if not cfg.micro_batch_rows or cfg.micro_batch_rows >= len(idx):
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100)
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1),
+                                   ignore_index=-100)
             loss.backward()
         else:  # the same mean over the batch's labelled tokens, its rows in chunks (gradients accumulate)
             n_labelled = int((labels[:, 1:] != -100).sum())
@@ -213,7 +222,8 @@ def warm_started_base(model_cfg: ModelConfig, sft_cfg: SFTConfig, env: Environme
         if model_cfg.kind == "tiny":
             texts = list(env.corpus())
             tokenizer = train_tokenizer(texts, model_cfg.vocab_size)
-            model = build_tiny_model(model_cfg, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
+            model = build_tiny_model(model_cfg, len(tokenizer), tokenizer.pad_token_id,
+                                     tokenizer.eos_token_id)
         else:
             tokenizer, model = load_pretrained(model_cfg)
         info: dict[str, Any] = {"key": key, "code": code, "sft": asdict(sft_cfg), "sft_seed": sft_seed}
@@ -223,7 +233,8 @@ def warm_started_base(model_cfg: ModelConfig, sft_cfg: SFTConfig, env: Environme
             with torch.random.fork_rng():
                 torch.manual_seed(sft_seed)
                 losses = sft(model, pairs, sft_cfg, sft_seed, tokenizer.pad_token_id, progress)
-            info.update(pairs=len(pairs), loss_first=losses[0] if losses else None, loss_last=losses[-1] if losses else None)
+            info.update(pairs=len(pairs), loss_first=losses[0] if losses else None,
+                        loss_last=losses[-1] if losses else None)
         if model_cfg.kind == "tiny" or sft_cfg.enabled:
             tmp = folder.with_suffix(".tmp")
             tokenizer.save_pretrained(tmp)

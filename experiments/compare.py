@@ -1,6 +1,7 @@
 """Head to head (#23): every method on every environment where it applies, GRPO beside it, one command.
 
-    python -m experiments.compare --scale smoke --envs arith,toolplan-k4     # = make compare SCALE=smoke ENVS=...
+    python -m experiments.compare --scale smoke --envs arith,toolplan-k4
+        # = make compare SCALE=smoke ENVS=...
     python -m experiments.compare --methods canopy --seeds 0,1,2 --dry-run
     python -m experiments.compare --cluster slurm --no-wait
 
@@ -14,9 +15,9 @@ warm start, environment settings, steps, tasks, group size, lr, tokens per turn,
 *budget*, equal for every method on that environment) with the method's *recipe* in place of the
 home's (`RECIPE`: its `method.*` settings from its compare arm, `Method.compare_arm`, and the trainer
 and model settings that define the method rather than the budget). The config is written as Hydra
-overrides of the method's own tree and checked to compose back to exactly that config. The method
-runs its compare arm; GRPO runs its `grpo` arm, on the same seeds (the home replication's seeds at
-the scale, or `--seeds`), paired by seed.
+overrides of the method's own tree and checked to compose back to exactly that config
+(`experiments.compare_config`). The method runs its compare arm; GRPO runs its `grpo` arm, on the
+same seeds (the home replication's seeds at the scale, or `--seeds`), paired by seed.
 
 **Equal steps** cells go to `<out_dir>/compare/steps/<method>/<env>/<arm>/seed-<k>/` (out_dir: the
 scale's, `results/` at cpu, `runs/smoke/` at smoke). A cell whose config equals a finished run of the
@@ -26,26 +27,25 @@ the arm's name and out_dir) is not run again: its folder is a relative symlink t
 **Equal generated tokens.** When the equal-steps cells of a method and GRPO are finished on an
 environment and the method generated more than `TOKEN_TOLERANCE` more or fewer training tokens than
 GRPO (mean over the seeds), GRPO runs again with its steps scaled by that ratio, as CCPO's
-`grpo-center-tokens` arm did (#18), into `<out_dir>/compare/tokens/<method>/grpo/<env>/grpo/seed-<k>/`;
-within the tolerance the equal-steps GRPO run is the equal-tokens one too. Locally the token cells
-run after the step cells in the same command; on SLURM, the next `make compare` submits them.
+`grpo-center-tokens` arm did (#18), into
+`<out_dir>/compare/tokens/<method>/grpo/<env>/grpo/seed-<k>/`; within the tolerance the equal-steps
+GRPO run is the equal-tokens one too. Locally the token cells run after the step cells in the same
+command; on SLURM, the next `make compare` submits them.
 
-**The plan as data.** Every run but a dry run writes `<out_dir>/compare/plan-<scale>.json` (`write_plan`):
-the methods, env tags, where each method applies and each env's seeds, for the whole comparison (not
-only the --envs/--methods run), so that paper/head_to_head.py draws the matrix without importing the
-runner or the methods. The cpu scale's is committed with `results/`.
+**The plan as data.** Every run but a dry run writes `<out_dir>/compare/plan-<scale>.json`
+(`write_plan`): the methods, env tags, where each method applies and each env's seeds, for the whole
+comparison (not only the --envs/--methods run), so that paper/head_to_head.py draws the matrix without
+importing the runner or the methods. The cpu scale's is committed with `results/`.
 
-At the end it prints the comparison (`paper/head_to_head.py`, as `make paper` builds it). A bad setting
-is one line `error: ...` and exit status 2 before anything runs.
+At the end it prints the comparison (`paper/head_to_head.py`, as `make paper` builds it). A bad
+setting is one line `error: ...` and exit status 2 before anything runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass
@@ -55,7 +55,19 @@ from typing import Any
 import yaml
 
 from common.records import config_changes
-from common.util import atomic_write_json, dotted_get, dotted_set, flatten
+from common.util import atomic_write_json
+from experiments.compare_config import (
+    COMPARE_FILE,
+    RECIPE,
+    Setting,
+    applicable,
+    compare_arm,
+    hydra_value,
+    load_settings,
+    matrix,
+    overrides_for,
+    target_config,
+)
 from experiments.replicate import (
     Cell,
     _plain_config,
@@ -67,60 +79,17 @@ from experiments.replicate import (
     seed_list,
 )
 
-COMPARE_FILE = Path(__file__).resolve().parent / "compare.yaml"
 BASELINE = "grpo"
 STEPS_DIR, TOKENS_DIR = "compare/steps", "compare/tokens"  # under a scale's out_dir
 TOKEN_TOLERANCE = 0.10  # as paper/claims.py: generated tokens differing by more are a budget difference
-# what a method brings to an environment; everything else of a cell's config is the home arm's budget
-RECIPE = ("method", "trainer.ppo_epochs", "trainer.minibatches", "trainer.clip_low", "trainer.clip_high",
-          "trainer.loss_agg", "trainer.entropy_coef", "trainer.kl", "model.roles", "model.default_adapter",
-          "model.frozen_adapters")
 
-
-@dataclass(frozen=True)
-class Setting:
-    """One environment of the comparison (a line of compare.yaml)."""
-
-    tag: str  # the env tag: results folder and matrix column
-    env: str  # the environment's name in envs.registry.ENVS
-    home: str  # the method whose replication arm sets the budget
-    arm: str
-
-
-def load_settings(path: Path = COMPARE_FILE) -> dict[str, Setting]:
-    data = yaml.safe_load(path.read_text()) or {}
-    out = {}
-    for tag, s in (data.get("envs") or {}).items():
-        missing = {"env", "home", "arm"} - set(s or {})
-        if missing:
-            raise ValueError(f"{path}: env {tag!r} lacks {sorted(missing)}")
-        out[tag] = Setting(tag, s["env"], s["home"], s["arm"])
-    return out
-
-
-def compare_arm(method: str) -> str:
-    """The arm of `method`'s replication that `make compare` runs."""
-    from replications import METHODS
-
-    arm = METHODS[method].compare_arm or method
-    arms = load_replication(method).arms
-    if arm not in arms:
-        raise ValueError(f"{method}: make compare runs the arm {arm!r}, which is not in replications/{method}/conf/"
-                         f"replication.yaml ({', '.join(arms)}); set compare_arm on its Method class")
-    return arm
-
-
-def applicable(method: str, env: str) -> bool:
-    """Whether `env` offers everything `method` needs (envs/api/features.py)."""
-    from envs.registry import ENVS
-    from replications import METHODS
-
-    return METHODS[method].needs <= ENVS[env].offers
-
-
-def matrix(methods: list[str], settings: dict[str, Setting]) -> dict[tuple[str, str], bool]:
-    """(method, env tag) -> applicable, for every method and every environment of the comparison."""
-    return {(m, tag): applicable(m, s.env) for m in methods for tag, s in settings.items()}
+# the declarations and one cell's config are experiments.compare_config's; importable from here too
+__all__ = [
+    "BASELINE", "COMPARE_FILE", "RECIPE", "STEPS_DIR", "TOKENS_DIR", "TOKEN_TOLERANCE", "CompareCell", "Plan",
+    "Setting", "applicable", "cells_for", "compare_arm", "compare_tables", "generated_tokens", "hydra_value",
+    "link_reused", "load_settings", "main", "matrix", "matrix_text", "overrides_for", "parse_args", "plan",
+    "reusable", "target_config", "token_cells",
+]
 
 
 # ---- the comparison as data, for the paper -------------------------------------------------------
@@ -146,64 +115,6 @@ def write_plan(out_root: str | Path, scale: str) -> Path:
     return path
 
 
-# ---- one cell's config ---------------------------------------------------------------------------
-def hydra_value(v: Any) -> str:
-    """A value in Hydra's override grammar (strings quoted, so any character survives)."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, str):
-        if "${" in v:  # a resolved config holds none; an interpolation here would be resolved again
-            raise ValueError(f"cannot write {v!r} as a Hydra override value (an interpolation)")
-        # Hydra's quoted string: backslashes escape only before a quote or the closing quote
-        return "'" + re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), v) + "'"
-    if isinstance(v, list | tuple):
-        return "[" + ",".join(hydra_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ",".join(f"{k}:{hydra_value(x)}" for k, x in v.items()) + "}"
-    raise ValueError(f"cannot write {v!r} as a Hydra override")
-
-
-def _config(method: str, overrides: tuple[str, ...]) -> dict[str, Any]:
-    return copy.deepcopy(_plain_config(method, overrides))
-
-
-def target_config(method: str, setting: Setting, scale: str, arm: str, out_sub: str,
-                  out_root: str | None = None) -> dict[str, Any]:
-    """The cell's config (seed 0): the home arm's budget, the method's recipe, `arm` as its name; its records
-    under `<out_root>/<out_sub>` (out_root: the scale's out_dir unless given)."""
-    home = _config(setting.home, (f"scale={scale}", f"arm={setting.arm}"))
-    found = home["env"].get("tag") or home["env"]["name"]
-    if home["env"]["name"] != setting.env or found != setting.tag:
-        raise ValueError(f"compare.yaml: {setting.tag} says env {setting.env}, but {setting.home}'s arm {setting.arm} "
-                         f"at scale={scale} plays env {home['env']['name']} with tag {found}")
-    own = _config(method, (f"scale={scale}", f"arm={arm}"))
-    target = home
-    for key in RECIPE:
-        dotted_set(target, key, copy.deepcopy(dotted_get(own, key)))
-    target["arm"] = arm
-    target["out_dir"] = f"{out_root or home['out_dir']}/{out_sub}"
-    return target
-
-
-def overrides_for(method: str, target: dict[str, Any], scale: str) -> tuple[str, ...]:
-    """Hydra overrides of `method`'s tree that compose to `target` exactly (checked)."""
-    base = (f"scale={scale}", f"arm={target['arm']}")
-    start, want = flatten(_config(method, base), keep_empty=True), flatten(target, keep_empty=True)
-    changes = [f"++{k}={hydra_value(v)}" for k, v in want.items() if k not in start or start[k] != v]
-    changes += [f"~{k}" for k in start if k not in want]
-    overrides = (*base, *changes)
-    got = flatten(_config(method, overrides), keep_empty=True)
-    wrong = sorted(k for k in want.keys() | got.keys() if want.get(k, "(absent)") != got.get(k, "(absent)"))
-    if wrong:
-        raise ValueError(f"{method} on {target['env'].get('tag')}: the overrides do not compose to the cell's config "
-                         f"(differ: {wrong[:5]})")
-    return overrides
-
-
 # ---- cells ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CompareCell(Cell):
@@ -216,13 +127,15 @@ class CompareCell(Cell):
 
 
 def cells_for(method: str, setting: Setting, scale: str, seeds: list[int], arm: str, out_sub: str,
-              extra: tuple[str, ...] = (), steps: int | None = None, out_root: str | None = None) -> list[CompareCell]:
+              extra: tuple[str, ...] = (), steps: int | None = None,
+              out_root: str | None = None) -> list[CompareCell]:
     target = target_config(method, setting, scale, arm, out_sub, out_root)
     if steps is not None:
         target["trainer"]["steps"] = steps
     overrides = overrides_for(method, target, scale)
-    return [CompareCell(method, setting.tag, arm, seed, scale, (*overrides, f"seed={seed}", *extra), target["out_dir"],
-                        target["work_dir"], target["trainer"]["steps"]) for seed in seeds]
+    return [CompareCell(method, setting.tag, arm, seed, scale, (*overrides, f"seed={seed}", *extra),
+                        target["out_dir"], target["work_dir"], target["trainer"]["steps"])
+            for seed in seeds]
 
 
 @dataclass
@@ -243,7 +156,8 @@ def plan(scale: str, envs: list[str] | None = None, methods: list[str] | None = 
     if envs:
         unknown = [e for e in envs if e not in settings and e not in {s.env for s in settings.values()}]
         if unknown:
-            raise ValueError(f"ENVS: {unknown} not in experiments/compare.yaml; choose from {', '.join(settings)}")
+            raise ValueError(f"ENVS: {unknown} not in experiments/compare.yaml; "
+                             f"choose from {', '.join(settings)}")
         settings = {t: s for t, s in settings.items() if t in envs or s.env in envs}
     chosen = methods or list(METHODS)
     unknown = [m for m in chosen if m not in METHODS]
@@ -263,8 +177,8 @@ def plan(scale: str, envs: list[str] | None = None, methods: list[str] | None = 
             if scale not in load_replication(m).seeds:
                 skipped.append(f"{m} on {tag}: {m} has no scale {scale}")
                 continue
-            cells += cells_for(m, s, scale, seeds if seeds is not None else home.seeds[scale], compare_arm(m), STEPS_DIR,
-                               extra, out_root=out_root)
+            cells += cells_for(m, s, scale, seeds if seeds is not None else home.seeds[scale], compare_arm(m),
+                               STEPS_DIR, extra, out_root=out_root)
     return Plan(cells, skipped, settings, chosen, out_root)
 
 
@@ -317,7 +231,8 @@ def token_cells(p: Plan, scale: str, extra: tuple[str, ...] = ()) -> tuple[list[
         if method == BASELINE or not base:
             continue
         pairs = [(m, g) for m in own for g in base if m.seed == g.seed]
-        tokens = [(generated_tokens(m.run_dir), generated_tokens(g.run_dir)) for m, g in pairs if m.done and g.done]
+        tokens = [(generated_tokens(m.run_dir), generated_tokens(g.run_dir))
+                  for m, g in pairs if m.done and g.done]
         if len(tokens) < len(pairs) or not tokens:
             waiting.append(f"{method} on {tag}")
             continue
@@ -325,8 +240,9 @@ def token_cells(p: Plan, scale: str, extra: tuple[str, ...] = ()) -> tuple[list[
         if mean_g <= 0 or abs(mean_m / mean_g - 1) <= TOKEN_TOLERANCE:
             continue
         steps = max(1, round(base[0].steps * mean_m / mean_g))
-        cells += cells_for(BASELINE, p.settings[tag], scale, [g.seed for _, g in pairs], compare_arm(BASELINE),
-                           f"{TOKENS_DIR}/{method}", extra, steps=steps, out_root=p.out_root)
+        cells += cells_for(BASELINE, p.settings[tag], scale, [g.seed for _, g in pairs],
+                           compare_arm(BASELINE), f"{TOKENS_DIR}/{method}", extra, steps=steps,
+                           out_root=p.out_root)
     return cells, waiting
 
 
@@ -347,17 +263,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m experiments.compare", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", default="cpu")
-    p.add_argument("--envs", default=None, help="comma-separated env tags or names of compare.yaml (default: all)")
+    p.add_argument("--envs", default=None,
+                   help="comma-separated env tags or names of compare.yaml (default: all)")
     p.add_argument("--methods", default=None, help="comma-separated methods (default: all; GRPO always runs)")
     p.add_argument("--cluster", default="local", choices=["local", "slurm"])
-    p.add_argument("--seeds", type=seed_list, default=None, help="default: the home replication's seeds at the scale")
+    p.add_argument("--seeds", type=seed_list, default=None,
+                   help="default: the home replication's seeds at the scale")
     p.add_argument("--no-wait", action="store_true", help="SLURM: submit and return")
     p.add_argument("--dry-run", action="store_true", help="print the matrix and the cells; run nothing")
     p.add_argument("--out-dir", default=None,
                    help="write the records under this folder instead of the scale's (results/ at cpu scale)")
-    p.add_argument("--force", action="store_true", help="rerun finished cells (the records stay until each rerun is done)")
+    p.add_argument("--force", action="store_true",
+                   help="rerun finished cells (the records stay until each rerun is done)")
     p.add_argument("--profile", default=None, help="cluster profile (slurm/profiles/<name>.yaml)")
-    p.add_argument("--parallel", type=int, default=None, help="local: cells at once (default: the homes' parallel)")
+    p.add_argument("--parallel", type=int, default=None,
+                   help="local: cells at once (default: the homes' parallel)")
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides for every cell")
     return p.parse_args(argv)
 
@@ -394,13 +314,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     reused = link_reused(p.cells, dry_run=args.dry_run)
     print(matrix_text(p, reused), flush=True)
-    parallel = args.parallel or max(load_replication(s.home).parallel.get(args.scale, 1) for s in p.settings.values())
+    parallel = args.parallel or max(load_replication(s.home).parallel.get(args.scale, 1)
+                                    for s in p.settings.values())
     todo = [c for c in p.cells if c.name not in reused]
     if args.dry_run:
         tokens, waiting = token_cells(p, args.scale, extra)
         print(plan_text([*todo, *tokens], parallel, overrides=False))
         if waiting:
-            print(f"[compare] equal-tokens cells are planned once the equal-steps cells of {', '.join(waiting)} finish")
+            print(f"[compare] equal-tokens cells are planned once the equal-steps cells of "
+                  f"{', '.join(waiting)} finish")
         return 0
     refused = refusal(todo)
     if refused:
@@ -423,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     failures = launch_local(list(p.cells), parallel, work)
     tokens, waiting = token_cells(p, args.scale, extra)
     if waiting:
-        print(f"[compare] equal tokens not planned (equal-steps cells unfinished): {', '.join(waiting)}", flush=True)
+        print(f"[compare] equal tokens not planned (equal-steps cells unfinished): {', '.join(waiting)}",
+              flush=True)
     if tokens:
         validate_cells(list(tokens))
         print(f"[compare] equal generated tokens: {len(tokens)} GRPO cells", flush=True)

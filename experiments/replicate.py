@@ -8,173 +8,39 @@
 The arms and seeds are data: `replications/<method>/conf/replication.yaml`. Every cell's config is
 composed and checked before anything starts (a bad config fails here, not in a job). Cells whose
 run directory is `done` are skipped, unfinished ones resume, finished ones are never overwritten
-without --force. Local cells run through submitit's local executor, a few at a time, each with
-its share of the cores. At the end it prints the method's section of the report, the same tables
-`make paper` builds for it (`paper.build.method_tables`), then every failed cell. A bad setting or
-argument is one line `error: ...` and exit status 2, before anything runs.
+without --force (a cell's state and time estimate: `experiments.plan`). Local cells run through
+submitit's local executor, a few at a time, each with its share of the cores. At the end it prints
+the method's section of the report, the same tables `make paper` builds for it
+(`paper.build.method_tables`), then every failed cell. A bad setting or argument is one line
+`error: ...` and exit status 2, before anything runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
-import statistics
 import sys
 import time
-from collections.abc import Collection, Sequence
-from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
 
 from common.config import SEED_LIMIT, RunConfig
-from common.records import STAGING, YAML_LOADER, recorded_changes
+from common.records import STAGING
+from experiments.plan import Cell, CellState, _plain_config, estimate_seconds, minutes, plan_text, refusal
 from experiments.run import compose, conf_dir
 
-
-@dataclass(frozen=True)
-class Cell:
-    """One (arm, seed) training run of a replication."""
-
-    method: str
-    env: str
-    arm: str
-    seed: int
-    scale: str
-    overrides: tuple[str, ...]
-    out_dir: str
-    work_dir: str
-    steps: int = 0
-
-    @property
-    def run_dir(self) -> Path:
-        return Path(self.out_dir) / self.method / self.env / self.arm / f"seed-{self.seed}"
-
-    def recorded_changes(self) -> list[str] | None:
-        """How this cell's settings differ from the ones recorded in its run folder (None: nothing recorded)."""
-        return recorded_changes(self.run_dir, _plain_config(self.method, self.overrides))
-
-    @property
-    def done(self) -> bool:
-        """Finished with this cell's own config: a finished run of other settings (another
-        trainer.lr, say) is not this cell's result, and `run_cell` refuses it with the difference."""
-        return (self.run_dir / "done").exists() and not self.recorded_changes()
-
-    @property
-    def forced(self) -> bool:
-        return "force=true" in self.overrides
-
-    def state(self) -> CellState:
-        """What running this cell would do, decided from its run folder alone (as `RunDir.prepare` will)."""
-        changes = self.recorded_changes()
-        finished = (self.run_dir / "done").exists()
-        if self.forced:
-            return CellState("forced rerun" if finished else "to run")
-        if finished and not changes:
-            return CellState("done")
-        if changes:
-            kind = "a finished run" if finished else "an unfinished run"
-            return CellState("refused", f"{kind} with other settings ({'; '.join(changes)})")
-        steps = _steps_recorded(self.run_dir)
-        return CellState(f"to resume (from step {steps})" if steps else "to run")
-
-    @property
-    def name(self) -> str:
-        return f"{self.method}/{self.env}/{self.arm}/seed-{self.seed}"
-
-
-@dataclass(frozen=True)
-class CellState:
-    """A cell before it runs: `done` (skipped), `to run`, `to resume (...)`, `forced rerun`, or `refused`
-    (a run of other settings holds its folder: `why` says which settings differ)."""
-
-    state: str
-    why: str = ""
-
-    @property
-    def runs(self) -> bool:
-        return self.state not in ("done", "refused")
-
-    def __str__(self) -> str:
-        return f"{self.state}: {self.why}" if self.why else self.state
-
-
-def _steps_recorded(run_dir: Path) -> int:
-    path = run_dir / "metrics.jsonl"
-    return sum(1 for line in path.read_text().splitlines() if line.strip()) if path.exists() else 0
-
-
-# ---- how long a cell takes: the committed runs' own timings --------------------------------------
-def run_seconds(run_dir: Path) -> tuple[float, int] | None:
-    """(wall-clock seconds, RL steps) of a finished run done in one attempt (started -> finished in its
-    manifest); None for runs that were resumed (their span includes the pause) or lack the times."""
-    try:
-        manifest = json.loads((run_dir / "manifest.json").read_text())
-        if manifest.get("attempts", 1) != 1 or not (run_dir / "done").exists():
-            return None
-        fmt = "%Y-%m-%dT%H:%M:%S%z"
-        seconds = (datetime.strptime(manifest["finished"], fmt) - datetime.strptime(manifest["started"], fmt))
-        steps = yaml.load((run_dir / "config.yaml").read_text(), Loader=YAML_LOADER)["trainer"]["steps"]
-    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
-        return None
-    return (seconds.total_seconds(), int(steps)) if seconds.total_seconds() > 0 else None
-
-
-def estimate_seconds(cell: Cell, committed: str | Path = RunConfig.out_dir) -> float | None:
-    """How long `cell` will take, from the recorded runs nearest to it: the same arm's other seeds, else
-    any arm of its method on its environment, else its method on any environment; first under the cell's
-    own out_dir, then under the committed results. The median seconds per RL step (plus one step: the
-    evaluations) times the cell's steps; None when no recorded run is found."""
-    roots = dict.fromkeys([Path(cell.out_dir), Path(cell.out_dir.split("/compare/")[0]), Path(committed)])
-    for pattern in (f"{cell.method}/{cell.env}/{cell.arm}/seed-*", f"{cell.method}/{cell.env}/*/seed-*",
-                    f"{cell.method}/*/*/seed-*"):
-        for root in roots:
-            rates = [t / (steps + 1) for t, steps in filter(None, map(run_seconds, root.glob(pattern)))]
-            if rates:
-                return statistics.median(rates) * (cell.steps + 1)
-    return None
-
-
-def minutes(seconds: float | None) -> str:
-    return "time unknown" if seconds is None else f"~{seconds / 60:.0f} min" if seconds >= 90 else f"~{seconds:.0f} s"
-
-
-def plan_text(cells: Sequence[Cell], parallel: int, overrides: bool = True) -> str:
-    """Every cell's state and, for the ones that would run, the time its recorded neighbours took
-    (`estimate_seconds`); then the totals (cells run `parallel` at a time)."""
-    lines, total, running, unknown = [], 0.0, 0, 0
-    counts: dict[str, int] = {}
-    for c in cells:
-        st = c.state()
-        key = st.state.split(" (")[0]
-        counts[key] = counts.get(key, 0) + 1
-        if not st.runs:
-            lines.append(f"{c.name}: {st}")
-            continue
-        est = estimate_seconds(c)
-        total, running, unknown = total + (est or 0.0), running + 1, unknown + (est is None)
-        lines.append(f"{c.name}: {st} ({minutes(est)})" + (f"  {' '.join(c.overrides)}" if overrides else ""))
-    at_once = max(1, min(parallel, running))
-    timing = "" if not running else (
-        f", {minutes(total / at_once) if total else 'time unknown'}" + (f" ({at_once} at a time)" if at_once > 1 else "")
-        + (f"; {unknown} of them with no recorded run to time by" if unknown and total else ""))
-    summary = ", ".join(f"{n} {s}" for s, n in counts.items())
-    lines.append(f"[plan] {len(cells)} cell(s): {summary}{timing}")
-    return "\n".join(lines)
-
-
-def refusal(cells: Sequence[Cell]) -> str | None:
-    """One line per cell a run would refuse (a run of other settings holds its folder), or None."""
-    refused = [(c, st) for c in cells if (st := c.state()).state == "refused"]
-    if not refused:
-        return None
-    head = (f"{len(refused)} cell(s) hold runs of other settings; FORCE=1 reruns them (the finished records stay "
-            "until each rerun is done), OUT=<folder> runs into another folder, or restore the settings:")
-    return "\n".join([head, *(f"  {c.name}: {st.why}" for c, st in refused)])
+# the cells, their states and time estimates are experiments.plan's; importable from here too
+__all__ = [
+    "RESERVED", "Cell", "CellState", "Replication", "UsageError", "cell_config", "check_extra_overrides",
+    "collect_tables", "estimate_seconds", "failure_text", "launch_local", "load_replication", "main",
+    "minutes", "one_line", "parse_args", "plan", "plan_text", "progress_line", "refusal", "run_cell",
+    "seed_list", "tuned_overrides", "tuning_path", "validate_cells",
+]
 
 
 @dataclass
@@ -182,8 +48,10 @@ class Replication:
     arms: dict[str, list[str]]
     seeds: dict[str, list[int]]
     parallel: dict[str, int] = field(default_factory=dict)
-    arm_scales: dict[str, list[str]] = field(default_factory=dict)  # arm -> the only scales it runs at (default: all)
-    verify: list[str] = field(default_factory=list)  # `make verify`'s cells, `arm` or `arm@seed` (default: first arm)
+    # arm -> the only scales it runs at (default: all)
+    arm_scales: dict[str, list[str]] = field(default_factory=dict)
+    # `make verify`'s cells, `arm` or `arm@seed` (default: first arm)
+    verify: list[str] = field(default_factory=list)
 
     def arms_at(self, scale: str) -> list[str]:
         """The arms that run at `scale`, in the file's order."""
@@ -193,7 +61,8 @@ class Replication:
 def load_replication(method: str) -> Replication:
     path = conf_dir(method) / "replication.yaml"
     data = yaml.safe_load(path.read_text())
-    unknown = set(data) - {"arms", "seeds", "parallel", "tune", "arm_scales", "verify"}  # tune: experiments/tune.py
+    # tune: experiments/tune.py
+    unknown = set(data) - {"arms", "seeds", "parallel", "tune", "arm_scales", "verify"}
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
     arm_scales = {k: list(v) for k, v in (data.get("arm_scales") or {}).items()}
@@ -204,8 +73,8 @@ def load_replication(method: str) -> Replication:
     stray = sorted({v.partition("@")[0] for v in verify} - set(data["arms"]))
     if stray:
         raise ValueError(f"{path}: verify names arm(s) {stray} that are not in arms")
-    return Replication({k: list(v or []) for k, v in data["arms"].items()}, data["seeds"], data.get("parallel", {}),
-                       arm_scales, verify)
+    return Replication({k: list(v or []) for k, v in data["arms"].items()}, data["seeds"],
+                       data.get("parallel", {}), arm_scales, verify)
 
 
 def tuning_path(out_dir: str | Path, method: str, scale: str) -> Path:
@@ -218,13 +87,15 @@ def tuned_overrides(out_dir: str | Path, method: str, scale: str) -> dict[str, s
     path = tuning_path(out_dir, method, scale)
     if not path.exists():
         return {}
-    return {arm: a["override"] for arm, a in json.loads(path.read_text())["arms"].items() if a.get("override")}
+    return {arm: a["override"] for arm, a in json.loads(path.read_text())["arms"].items()
+            if a.get("override")}
 
 
 # Settings a replication sets for each cell, never an extra override: they name the cell's run folder and
 # its progress line, so an override would run another cell under this one's name (ARGS=seed=7 ran seed 7
 # while the progress showed seed 0). Where each belongs instead:
-RESERVED = {"seed": "SEEDS (--seeds)", "arm": "the replication's arms (replications/<method>/conf/replication.yaml; --arms)",
+RESERVED = {"seed": "SEEDS (--seeds)",
+            "arm": "the replication's arms (replications/<method>/conf/replication.yaml; --arms)",
             "method": "the target (make replicate-<method>, --method)", "scale": "SCALE (--scale)"}
 
 
@@ -259,8 +130,8 @@ def plan(method: str, scale: str, seeds: list[int] | None = None, extra_override
     tuned = tuned_overrides(out_dir, method, scale)
     for arm in chosen:
         if arm in tuned:
-            print(f"[replicate] {arm}: {tuned[arm]}, selected on the dev split ({tuning_path(out_dir, method, scale)})",
-                  file=sys.stderr)
+            print(f"[replicate] {arm}: {tuned[arm]}, selected on the dev split "
+                  f"({tuning_path(out_dir, method, scale)})", file=sys.stderr)
         for seed in seeds if seeds is not None else rep.seeds[scale]:
             overrides = (f"scale={scale}", f"seed={seed}", f"arm={arm}", *rep.arms[arm],
                          *([tuned[arm]] if arm in tuned else []), *extra_overrides)
@@ -275,11 +146,6 @@ def cell_config(cell: Cell) -> RunConfig:
     return compose(cell.method, cell.overrides)
 
 
-@functools.lru_cache(maxsize=256)
-def _plain_config(method: str, overrides: tuple[str, ...]) -> dict[str, Any]:
-    """A cell's resolved config as plain data, composed once (`Cell.done` is asked often)."""
-    return asdict(compose(method, overrides))
-
 
 def validate_cells(cells: list[Cell]) -> list[RunConfig]:
     """Compose and check every cell (environment and method settings included); raise on the first error."""
@@ -293,8 +159,10 @@ def validate_cells(cells: list[Cell]) -> list[RunConfig]:
             resolve(cfg, METHODS)
         except (ValueError, FileNotFoundError) as e:
             raise ValueError(f"cell {cell.name}: {e}") from e
-        if cfg.scale == "paper" and cfg.model.kind == "pretrained" and not Path(cfg.model.path or "").exists():
-            raise ValueError(f"cell {cell.name}: scale=paper needs the model locally; model.path={cfg.model.path!r} does not exist "
+        if (cfg.scale == "paper" and cfg.model.kind == "pretrained"
+                and not Path(cfg.model.path or "").exists()):
+            raise ValueError(f"cell {cell.name}: scale=paper needs the model locally; "
+                             f"model.path={cfg.model.path!r} does not exist "
                              f"(download {cfg.model.hf_id} to a local folder and pass model.path=...)")
         cfgs.append(cfg)
     return cfgs
@@ -319,9 +187,11 @@ def progress_line(cells: list[Cell], queued: Collection[str] = (), running: Coll
     parts = []
     for c in cells:
         forcing = Path(c.out_dir) / STAGING / c.method / c.env / c.arm / f"seed-{c.seed}" / "metrics.jsonl"
-        p = forcing if c.name in running and forcing.exists() else c.run_dir / "metrics.jsonl"  # a FORCE rerun builds there
+        # a FORCE rerun builds there
+        p = forcing if c.name in running and forcing.exists() else c.run_dir / "metrics.jsonl"
         steps = len(p.read_text().splitlines()) if p.exists() else 0
-        parts.append("queued" if c.name in queued else "done" if c.done and c.name not in running else f"{steps}/{c.steps}")
+        parts.append("queued" if c.name in queued
+                     else "done" if c.done and c.name not in running else f"{steps}/{c.steps}")
     return " | ".join(f"{c.arm}/s{c.seed}: {s}" for c, s in zip(cells, parts, strict=True))
 
 
@@ -358,7 +228,8 @@ def launch_local(cells: list[Cell], parallel: int, work_dir: str) -> list[str]:
 
     executor = submitit.AutoExecutor(folder=Path(work_dir) / "submitit" / "%j", cluster="local")
     executor.update_parameters(timeout_min=24 * 60)
-    pending = [Cell(**{**c.__dict__, "overrides": (*c.overrides, f"trainer.threads={threads(c)}", "progress=false")})
+    pending = [Cell(**{**c.__dict__,
+                       "overrides": (*c.overrides, f"trainer.threads={threads(c)}", "progress=false")})
                for c in todo]
     running: list[tuple[Cell, Any]] = []
     failures: list[str] = []
@@ -415,8 +286,8 @@ def seed_list(text: str) -> list[int]:
     except ValueError:
         seeds = []
     if not seeds or any(not 0 <= s < SEED_LIMIT for s in seeds):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of seeds >= 0 (and < 2^63), "
-                                         "e.g. SEEDS=0,1,2")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of seeds >= 0 "
+                                         "(and < 2^63), e.g. SEEDS=0,1,2")
     return seeds
 
 
@@ -425,7 +296,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--method", required=True)
     p.add_argument("--scale", default="cpu",
-                   help="smoke | cpu | small | paper, or another paper setup of the method (conf/scale/paper_*.yaml)")
+                   help="smoke | cpu | small | paper, or another paper setup of the method "
+                        "(conf/scale/paper_*.yaml)")
     p.add_argument("--cluster", default="local", choices=["local", "slurm"])
     p.add_argument("--seeds", type=seed_list, default=None,
                    help="comma-separated seeds (default: the replication's seeds for the scale)")
@@ -436,7 +308,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out-dir", default=None,
                    help="write the records under this folder instead of the scale's (results/ at cpu scale)")
     p.add_argument("--profile", default=None, help="cluster profile (slurm/profiles/<name>.yaml)")
-    p.add_argument("--parallel", type=int, default=None, help="local: cells at once (default: replication.yaml)")
+    p.add_argument("--parallel", type=int, default=None,
+                   help="local: cells at once (default: replication.yaml)")
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides for every cell")
     return p.parse_args(argv)
 
@@ -450,12 +323,14 @@ def one_line(error: BaseException, method: str = "<name>") -> str:
         return next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
 
     if not isinstance(error, HydraException | OmegaConfBaseException):  # our own messages: every line counts
-        return " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
+        return (" ".join(line.strip() for line in str(error).splitlines() if line.strip())
+                or type(error).__name__)
     if isinstance(error, MissingConfigException) and error.missing_cfg_file:
         choices = f"; choose one of {', '.join(error.options)}" if error.options else ""
         return f"no config {error.missing_cfg_file!r}{choices}"
     if isinstance(error, OverrideParseException):
-        lines = [line.strip() for line in str(error).splitlines() if line.strip() and not line.startswith("See http")]
+        lines = [line.strip() for line in str(error).splitlines()
+                 if line.strip() and not line.startswith("See http")]
         return ": ".join(lines) + " (an override is key=value, e.g. trainer.lr=1e-3)"
     cause = error.__cause__
     text = first(error).rstrip(".")
@@ -512,8 +387,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run the importable module's main: the cells and run_cell that jobs unpickle then live in
-    # `experiments.replicate`, which a job can import, not in this script's `__main__`.
+    # Run the importable module's main: the run_cell that jobs unpickle then lives in
+    # `experiments.replicate` (the cells in `experiments.plan`), which a job can import, not in this
+    # script's `__main__`.
     from experiments.replicate import main as replicate_main
 
     sys.exit(replicate_main())

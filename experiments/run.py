@@ -2,7 +2,8 @@
 
     python -m experiments.run method=grpo scale=smoke seed=1
     python -m experiments.run method=grpo trainer.kl.coef=0.01 trainer.kl.placement=loss
-    python -m experiments.run method=sharp arm=sharp-loo-k2     # an arm of replications/sharp/conf/replication.yaml
+    python -m experiments.run method=sharp arm=sharp-loo-k2
+        # an arm of replications/sharp/conf/replication.yaml
     python -m experiments.run method=grpo --cfg job        # print the resolved config
 
 `method=<name>` picks the method's config tree (replications/<name>/conf); every other argument is
@@ -51,7 +52,8 @@ def split_method(args: list[str]) -> tuple[str, list[str]]:
 
 
 def replication_arms(method: str) -> dict[str, list[str]]:
-    """The arms of the method's replication (replications/<method>/conf/replication.yaml): name -> overrides."""
+    """The arms of the method's replication (replications/<method>/conf/replication.yaml): name ->
+    overrides."""
     path = conf_dir(method) / "replication.yaml"
     if not path.exists():
         return {}

@@ -14,12 +14,12 @@ The sweep is data: `tune:` in `replications/<method>/conf/replication.yaml` (all
       metric: mean@k                         # the final dev evaluation's metric to maximize
 
 Every (arm, value, seed) is one run with `eval.split=dev` (never the held-out split) under
-`<work_dir>/tune/<method>/<scale>/<setting>-<value>/` (e.g. `lr-0.001`), with the same steps, seeds and warm start as the
-replication. Per arm the value with the highest mean dev metric over the seeds wins (ties: the
-first in grid order). The selection and every score go to `<out_dir>/<method>/tuning-<scale>.json`
-(commit it beside the results); `make replicate-<method>` at that scale then appends each arm's
-selected setting to its overrides and says so. Every arm had the same grid, seeds and steps: the
-baseline is tuned exactly as much as the method.
+`<work_dir>/tune/<method>/<scale>/<setting>-<value>/` (e.g. `lr-0.001`), with the same steps, seeds
+and warm start as the replication. Per arm the value with the highest mean dev metric over the seeds
+wins (ties: the first in grid order). The selection and every score go to
+`<out_dir>/<method>/tuning-<scale>.json` (commit it beside the results); `make replicate-<method>` at
+that scale then appends each arm's selected setting to its overrides and says so. Every arm had the
+same grid, seeds and steps: the baseline is tuned exactly as much as the method.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ class Sweep:
     values: list[Any]
     seeds: list[int]
     metric: str = "mean@k"
-    cells: dict[tuple[str, int], list[Cell]] = field(default_factory=dict)  # (arm, value index) -> its seeds' cells
+    # (arm, value index) -> its seeds' cells
+    cells: dict[tuple[str, int], list[Cell]] = field(default_factory=dict)
 
 
 def _parse(text: str) -> Any:
@@ -82,11 +83,13 @@ def sweep_of(method: str, scale: str, grid: str | None = None, arms: list[str] |
     spec = yaml.safe_load((conf_dir(method) / "replication.yaml").read_text()).get("tune") or {}
     unknown = set(spec) - {"arms", "grid", "seeds", "metric"}
     if unknown:
-        raise ValueError(f"{method}'s replication.yaml tune: unknown keys {sorted(unknown)}; it takes arms, grid, seeds, metric")
+        raise ValueError(f"{method}'s replication.yaml tune: unknown keys {sorted(unknown)}; "
+                         "it takes arms, grid, seeds, metric")
     if grid:
         key, _, text = grid.partition("=")
         if not key or not text:
-            raise ValueError(f"--grid {grid!r}: write one setting and its values, e.g. trainer.lr=5e-4,1e-3,2e-3")
+            raise ValueError(f"--grid {grid!r}: write one setting and its values, "
+                             "e.g. trainer.lr=5e-4,1e-3,2e-3")
         values = [_parse(v) for v in text.split(",")]
         setting = key
     elif spec.get("grid"):
@@ -111,7 +114,8 @@ def plan_sweep(method: str, scale: str, sweep: Sweep, extra: tuple[str, ...] = (
     work_dir = compose(method, (f"scale={scale}", *extra)).work_dir
     cells: list[Cell] = []
     for i, value in enumerate(sweep.values):
-        out_dir = Path(work_dir) / "tune" / method / scale / f"{sweep.setting.rsplit('.', 1)[-1]}-{_value_label(value)}"
+        out_dir = (Path(work_dir) / "tune" / method / scale
+                   / f"{sweep.setting.rsplit('.', 1)[-1]}-{_value_label(value)}")
         overrides = (*extra, f"{sweep.setting}={value}", "eval.split=dev", f"out_dir={out_dir}")
         for arm in sweep.arms:
             arm_cells = plan(method, scale, sweep.seeds, overrides, [arm])
@@ -139,7 +143,8 @@ def select(sweep: Sweep) -> dict[str, Any]:
             scores[_value_label(value)] = (sum(v for v in values if v is not None) / len(values)
                                            if values and all(v is not None for v in values) else None)
         complete = all(s is not None for s in scores.values())
-        best = max(range(len(sweep.values)), key=lambda i: (scores[_value_label(sweep.values[i])], -i)) if complete else None
+        best = (max(range(len(sweep.values)), key=lambda i: (scores[_value_label(sweep.values[i])], -i))
+                if complete else None)
         arms[arm] = {"scores": scores, "selected": sweep.values[best] if best is not None else None,
                      "override": f"{sweep.setting}={sweep.values[best]}" if best is not None else None}
     return arms
@@ -148,8 +153,8 @@ def select(sweep: Sweep) -> dict[str, Any]:
 def write_selection(method: str, scale: str, sweep: Sweep, arms: dict[str, Any], out_dir: str) -> Path:
     path = tuning_path(out_dir, method, scale)
     atomic_write_json(path, {
-        "method": method, "scale": scale, "split": "dev", "metric": f"final {sweep.metric}", "setting": sweep.setting,
-        "grid": sweep.values, "seeds": sweep.seeds, "arms": arms,
+        "method": method, "scale": scale, "split": "dev", "metric": f"final {sweep.metric}",
+        "setting": sweep.setting, "grid": sweep.values, "seeds": sweep.seeds, "arms": arms,
         "budget": "every arm: the same grid, seeds, steps and warm start", "cpu": cpu_info(),
         "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     return path
@@ -161,7 +166,8 @@ def table(sweep: Sweep, arms: dict[str, Any]) -> str:
              "|" + " --- |" * (len(labels) + 2)]
     for arm, a in arms.items():
         cells = [f"{a['scores'][v]:.3f}" if a["scores"][v] is not None else "not done" for v in labels]
-        lines.append(f"| {arm} | {' | '.join(cells)} | {a['selected'] if a['selected'] is not None else '—'} |")
+        lines.append(f"| {arm} | {' | '.join(cells)} | "
+                     f"{a['selected'] if a['selected'] is not None else '—'} |")
     return "\n".join(lines)
 
 
@@ -171,9 +177,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--method", required=True)
     p.add_argument("--scale", default="cpu")
     p.add_argument("--grid", default=None, help="one setting and its values, e.g. trainer.lr=5e-4,1e-3,2e-3")
-    p.add_argument("--arms", default=None, help="comma-separated arms (default: the replication's tune.arms, or all)")
-    p.add_argument("--seeds", type=seed_list, default=None, help="comma-separated seeds (default: tune.seeds, or 0)")
-    p.add_argument("--parallel", type=int, default=None, help="cells at once (default: the replication's parallel)")
+    p.add_argument("--arms", default=None,
+                   help="comma-separated arms (default: the replication's tune.arms, or all)")
+    p.add_argument("--seeds", type=seed_list, default=None,
+                   help="comma-separated seeds (default: tune.seeds, or 0)")
+    p.add_argument("--parallel", type=int, default=None,
+                   help="cells at once (default: the replication's parallel)")
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides for every cell")
     return p.parse_args(argv)
 
@@ -193,14 +202,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, HydraException, OmegaConfBaseException) as e:
         print(f"error: {one_line(e, args.method)}", file=sys.stderr)
         return 2
-    print(f"[tune] {args.method} at {args.scale} scale: {sweep.setting} in {sweep.values} x arms {sweep.arms} x seeds "
-          f"{sweep.seeds} = {len(cells)} runs, evaluated on the dev split", flush=True)
+    print(f"[tune] {args.method} at {args.scale} scale: {sweep.setting} in {sweep.values} x arms "
+          f"{sweep.arms} x seeds {sweep.seeds} = {len(cells)} runs, evaluated on the dev split", flush=True)
     parallel = args.parallel or load_replication(args.method).parallel.get(args.scale, 1)
     failures = launch_local(cells, parallel, cells[0].work_dir)
     arms = select(sweep)
     path = write_selection(args.method, args.scale, sweep, arms, out_dir)
     print(table(sweep, arms))
-    print(f"\n[tune] wrote {path}: make replicate-{args.method} SCALE={args.scale} runs each arm at its selected setting")
+    print(f"\n[tune] wrote {path}: make replicate-{args.method} SCALE={args.scale} runs each arm at its "
+          "selected setting")
     for f in failures:
         print(f"\n[tune] FAILED {f}", file=sys.stderr)
     return 1 if failures else 0

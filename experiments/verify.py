@@ -75,7 +75,8 @@ def cpu_class(manifest: dict[str, Any]) -> tuple[Any, ...] | None:
     if not cpu:
         return None
     packages = manifest.get("packages", {})
-    return cpu.get("machine"), tuple(sorted(cpu.get("flags", []))), tuple(packages.get(p) for p in CLASS_PACKAGES)
+    return (cpu.get("machine"), tuple(sorted(cpu.get("flags", []))),
+            tuple(packages.get(p) for p in CLASS_PACKAGES))
 
 
 def this_class() -> tuple[Any, ...]:
@@ -95,7 +96,8 @@ def without_timing(x: Any) -> Any:
 def records(run_dir: Path) -> dict[str, Any]:
     """A run's results as compared: eval.json and the metrics rows, timing fields aside."""
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return without_timing({"eval.json": json.loads((run_dir / "eval.json").read_text()), "metrics.jsonl": rows})
+    return without_timing({"eval.json": json.loads((run_dir / "eval.json").read_text()),
+                           "metrics.jsonl": rows})
 
 
 def first_difference(a: Any, b: Any, where: str = "") -> str | None:
@@ -142,7 +144,8 @@ def judge(cell: Cell, rerun: Path) -> Check:
     got = json.loads((rerun / "eval.json").read_text())["final"].get(METRIC)
     mean, lo, hi = stats.prediction_interval(finals)
     if not isinstance(got, int | float) or lo != lo:
-        return Check(cell, rerun, "differs", f"{why}; no final {METRIC} to compare, or fewer than 2 committed seeds")
+        return Check(cell, rerun, "differs",
+                     f"{why}; no final {METRIC} to compare, or fewer than 2 committed seeds")
     inside = lo <= got <= hi
     return Check(cell, rerun, "statistically equal" if inside else "differs",
                  f"{why}: final {METRIC} {got:.4f} {'inside' if inside else 'outside'} [{lo:.4f}, {hi:.4f}], "
@@ -154,7 +157,8 @@ def verify(cells: list[Cell], folder: Path) -> list[Check]:
     checks = []
     for cell in cells:
         if not cell.done:
-            checks.append(Check(cell, folder, "failed", f"no finished committed run of these settings: {cell.state()}"))
+            checks.append(Check(cell, folder, "failed",
+                                f"no finished committed run of these settings: {cell.state()}"))
             continue
         rerun = rerun_cell(cell, folder)
         failures = launch_local([rerun], 1, cell.work_dir)

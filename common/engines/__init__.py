@@ -17,7 +17,8 @@ def make_engine(cfg: RunConfig, policy: Any) -> Engine:
         try:
             from common.engines.vllm import VLLMEngine
         except ImportError as e:
-            raise ImportError(f"engine=vllm needs vLLM: run `make setup VLLM=1` (CPU) or install the `gpu` extra ({e})") from e
+            raise ImportError("engine=vllm needs vLLM: run `make setup VLLM=1` (CPU) or install the `gpu` "
+                              f"extra ({e})") from e
         return VLLMEngine(policy, cfg)
     raise ValueError(f"unknown engine {cfg.engine.name!r}; choose hf | vllm")
 

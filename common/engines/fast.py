@@ -5,7 +5,8 @@ builders, a DynamicCache that concatenates keys and values each step). Here a fo
 sequence of tensor ops: the q, k and v projections are one matmul, the gate and up projections
 another, and attention is two matmuls (SDPA's CPU kernel is slow at these sizes). The arithmetic
 is HF's own (the same RMSNorm, rotary tables and softmax), so log-probabilities equal what HF's
-forward gives, to float32 rounding.
+forward gives, to float32 rounding. The stacked projections and a layer's weights are
+`common.engines.fast_weights`'s.
 
 - `FastDecoder` (generation, no gradients): one adapter's LoRA delta is merged into a copy of each
   weight once per `generate` call (the base weights are never touched), and keys and values go
@@ -28,108 +29,29 @@ variants such as DoRA, LoRA dropout while training) use HF's forward (`supports`
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from common.engines.fast_weights import (
+    _base,
+    _cast,
+    _groups,
+    _Layer,
+    _lora_layers,
+    _plain,
+    _Proj,
+    _stack,
+    _stack_bias,
+)
+
 SUPPORTED = ("Qwen3ForCausalLM", "LlamaForCausalLM")
-
-
-def _base(model: Any) -> Any:
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
-def _lora(module: Any, adapter: str | None) -> tuple[torch.Tensor, torch.Tensor, float] | None:
-    """(A, B, scaling) of `adapter` on a LoRA-wrapped linear, or None when it has none."""
-    if adapter is None or not hasattr(module, "base_layer") or adapter not in module.lora_A:
-        return None
-    return module.lora_A[adapter].weight, module.lora_B[adapter].weight, float(module.scaling[adapter])
-
-
-def _lora_layers(model: Any) -> list[Any]:
-    return [m for m in _base(model).modules() if hasattr(m, "lora_A")]
-
-
-def _plain(module: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-    inner = module.base_layer if hasattr(module, "base_layer") else module
-    return inner.weight, inner.bias
-
-
-class _Proj:
-    """Linear layers stacked along their outputs: x W^T + b (+ the LoRA terms), one matmul for all.
-
-    merge=True (no gradients): each adapter's delta s B A is added into the weight copy, held in `dtype`.
-    merge=False: y = x W^T + b + (x A^T) B'^T with `base` = (W, b) the cached stacked base weights
-    (`_stacked_base`), A the adapters' A matrices stacked and B' the block-diagonal of the s B, built
-    from the live parameters on every construction.
-    """
-
-    def __init__(self, modules: list[Any], adapter: str | None, merge: bool, base: tuple | None = None,
-                 dtype: torch.dtype | None = None):
-        weights = [_plain(m) for m in modules]
-        loras = [_lora(m, adapter) for m in modules]
-        if merge:
-            with torch.autocast("cpu", enabled=False):  # s B A in float32 (under autocast a rank-r bf16 matmul: slower, rounded)
-                merged = [w if lo is None else w + lo[1] @ lo[0] * lo[2] for (w, _), lo in zip(weights, loras, strict=True)]
-            self.weight = _cast(_stack(merged), dtype)
-            self.bias = _cast(_stack_bias(weights), dtype)
-        else:
-            if base is None:
-                raise ValueError("an unmerged projection takes its stacked base weights from _stacked_base")
-            self.weight, self.bias = base
-        self.lora: tuple[torch.Tensor, torch.Tensor] | None = None  # (stacked A, block-diagonal s B)
-        if not merge and any(lo is not None for lo in loras):
-            d_in = self.weight.size(1)
-            like = next(lo for lo in loras if lo is not None)[0]
-            a_list = [lo[0] if lo else like.new_zeros(0, d_in) for lo in loras]
-            b_list = [lo[1] * lo[2] if lo else like.new_zeros(w.size(0), 0) for (w, _), lo in zip(weights, loras, strict=True)]
-            self.lora = (_stack(a_list), b_list[0] if len(b_list) == 1 else torch.block_diag(*b_list))
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight, self.bias)
-        if self.lora is not None:
-            y = y + F.linear(F.linear(x, self.lora[0]), self.lora[1])
-        return y
-
-
-def _cast(t: torch.Tensor | None, dtype: torch.dtype | None) -> Any:
-    """`t` in `dtype` (a copy only where the dtype changes); unchanged when dtype is None."""
-    return t if t is None or dtype is None else t.to(dtype)
 
 
 def autocast_dtype() -> torch.dtype | None:
     """The dtype CPU autocast casts matmul inputs to now, or None when it is off."""
     return torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
-
-
-def _stack(mats: list[torch.Tensor]) -> torch.Tensor:
-    return mats[0] if len(mats) == 1 else torch.cat(mats)
-
-
-def _stack_bias(weights: list[tuple[torch.Tensor, torch.Tensor | None]]) -> torch.Tensor | None:
-    if all(b is None for _, b in weights):
-        return None
-    return torch.cat([b if b is not None else torch.zeros(w.size(0), dtype=w.dtype) for w, b in weights])
-
-
-@dataclass
-class _Layer:
-    ln_in: torch.Tensor
-    ln_post: torch.Tensor
-    q_norm: torch.Tensor | None
-    k_norm: torch.Tensor | None
-    qkv: _Proj  # the q, k and v projections stacked: one matmul
-    o: _Proj
-    gate_up: _Proj  # gate and up projections stacked
-    down: _Proj
-
-
-def _groups(layer: Any) -> dict[str, list[Any]]:
-    att, mlp = layer.self_attn, layer.mlp
-    return {"qkv": [att.q_proj, att.k_proj, att.v_proj], "o": [att.o_proj],
-            "gate_up": [mlp.gate_proj, mlp.up_proj], "down": [mlp.down_proj]}
 
 
 # Stacked base weights per model and dtype (the LM head's under "head"), reused while every
@@ -138,7 +60,8 @@ def _groups(layer: Any) -> dict[str, list[Any]]:
 _BASE_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _stacked_base(base: Any, dtype: torch.dtype | None) -> list[dict[str, tuple[torch.Tensor, torch.Tensor | None]]]:
+def _stacked_base(base: Any,
+                  dtype: torch.dtype | None) -> list[dict[str, tuple[torch.Tensor, torch.Tensor | None]]]:
     groups = [_groups(layer) for layer in base.model.layers] + [{"head": [base.lm_head]}]
     key = tuple((w.data_ptr(), w._version) for g in groups for ms in g.values() for w, _ in map(_plain, ms))
     per_dtype = _BASE_CACHE.setdefault(base, {})
@@ -148,7 +71,8 @@ def _stacked_base(base: Any, dtype: torch.dtype | None) -> list[dict[str, tuple[
     if any(k != key for k, _ in per_dtype.values()):
         per_dtype.clear()  # the weights changed: every dtype's copy is stale
     with torch.no_grad():
-        stacked = [{name: (_cast(_stack([_plain(m)[0] for m in ms]), dtype), _cast(_stack_bias([_plain(m) for m in ms]), dtype))
+        stacked = [{name: (_cast(_stack([_plain(m)[0] for m in ms]), dtype),
+                           _cast(_stack_bias([_plain(m) for m in ms]), dtype))
                     for name, ms in g.items()} for g in groups]
     per_dtype[dtype] = (key, stacked)
     return stacked
@@ -176,7 +100,8 @@ class _FastModel:
         if any(t != "full_attention" for t in layer_types) or getattr(cfg, "use_sliding_window", False):
             return False
         # plain LoRA only: an adapter already merged into the base, or DoRA, is not x W^T + s (x A^T) B^T
-        return not any(getattr(m, "merged", False) or any(getattr(m, "use_dora", {}).values()) for m in lora_layers)
+        return not any(getattr(m, "merged", False) or any(getattr(m, "use_dora", {}).values())
+                       for m in lora_layers)
 
     def __init__(self, model: Any, adapter: str | None, max_len: int, merge: bool):
         base = _base(model)
@@ -195,17 +120,21 @@ class _FastModel:
                      for name, ms in _groups(layer).items()}
             self.layers.append(_Layer(
                 layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
-                att.q_norm.weight if hasattr(att, "q_norm") else None, att.k_norm.weight if hasattr(att, "k_norm") else None,
+                att.q_norm.weight if hasattr(att, "q_norm") else None,
+                att.k_norm.weight if hasattr(att, "k_norm") else None,
                 **projs))
-        self.split = [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim]
+        self.split = [self.heads * self.head_dim, self.kv_heads * self.head_dim,
+                      self.kv_heads * self.head_dim]
         self.embed = base.model.embed_tokens.weight
         self.norm = base.model.norm.weight
-        self.head = _Proj([base.lm_head], use, merge, None if stacked is None else stacked[-1]["head"], self.dtype)
+        self.head = _Proj([base.lm_head], use, merge, None if stacked is None else stacked[-1]["head"],
+                          self.dtype)
         rope = base.model.rotary_emb
         pos_L = torch.arange(max_len, dtype=torch.float32)
         freqs_L_D = pos_L[:, None] * rope.inv_freq.float()[None, :]
         emb_L_D = torch.cat((freqs_L_D, freqs_L_D), dim=-1)
-        self.cos_L_D, self.sin_L_D = emb_L_D.cos() * rope.attention_scaling, emb_L_D.sin() * rope.attention_scaling
+        self.cos_L_D, self.sin_L_D = (emb_L_D.cos() * rope.attention_scaling,
+                                      emb_L_D.sin() * rope.attention_scaling)
 
     # ---- the arithmetic, as HF's Qwen3 / Llama modules do it ----------------------------------------
     def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -284,11 +213,14 @@ class FastDecoder(_FastModel):
     def __init__(self, model: Any, adapter: str | None, rows: int, max_len: int):
         super().__init__(model, adapter, max_len, merge=True)
         dtype = self.dtype or self.embed.dtype  # keys and values as the projections give them
-        self.k_cache = [torch.zeros(rows, self.kv_heads, max_len, self.head_dim, dtype=dtype) for _ in self.layers]
-        self.v_cache = [torch.zeros(rows, self.kv_heads, max_len, self.head_dim, dtype=dtype) for _ in self.layers]
+        self.k_cache = [torch.zeros(rows, self.kv_heads, max_len, self.head_dim, dtype=dtype)
+                        for _ in self.layers]
+        self.v_cache = [torch.zeros(rows, self.kv_heads, max_len, self.head_dim, dtype=dtype)
+                        for _ in self.layers]
         self.keys_B_L = torch.zeros(rows, max_len, dtype=torch.bool)  # which cache columns hold real tokens
         self.length = 0
-        self._spare: list[torch.Tensor] = []  # `select` copies the caches into these and keeps the old ones as the next spares
+        # `select` copies the caches into these and keeps the old ones as the next spares
+        self._spare: list[torch.Tensor] = []
 
     def _keys_values(self, i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         start, end = self.length, self.length + k.size(2)
@@ -321,7 +253,8 @@ class FastDecoder(_FastModel):
         m, caches = keep_B.numel(), self.k_cache + self.v_cache
         if len(self._spare) != len(caches) or self._spare[0].size(0) < m:
             self._spare = [c.new_empty((m, *c.shape[1:])) for c in caches]
-        taken = [torch.index_select(c, 0, keep_B, out=spare[:m]) for c, spare in zip(caches, self._spare, strict=True)]
+        taken = [torch.index_select(c, 0, keep_B, out=spare[:m])
+                 for c, spare in zip(caches, self._spare, strict=True)]
         self._spare = [c if c._base is None else c._base for c in caches]
         half = len(self.layers)
         self.k_cache, self.v_cache = taken[:half], taken[half:]
@@ -359,7 +292,8 @@ class FastScorer(_FastModel):
 
     def __init__(self, model: Any, max_len: int):
         super().__init__(model, self.adapter_in_use(model), max_len, merge=False)
-        self._kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # a prefix's keys and values, per layer
+        # a prefix's keys and values, per layer
+        self._kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self._capture = False
 
     def _keys_values(self, i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -377,8 +311,9 @@ class FastScorer(_FastModel):
         x_B_L_D = self._forward(ids_B_L, pos_B_L, self._prompt_mask(mask_B_L.bool()))
         return self._logits(x_B_L_D.gather(1, at_B_T[..., None].expand(-1, -1, x_B_L_D.size(-1))))
 
-    def logits_shared(self, prefix_ids_U_P: torch.Tensor, prefix_mask_U_P: torch.Tensor, owner_B: torch.Tensor,
-                      suffix_ids_B_S: torch.Tensor, at_B_T: torch.Tensor) -> torch.Tensor:
+    def logits_shared(self, prefix_ids_U_P: torch.Tensor, prefix_mask_U_P: torch.Tensor,
+                      owner_B: torch.Tensor, suffix_ids_B_S: torch.Tensor,
+                      at_B_T: torch.Tensor) -> torch.Tensor:
         """Logits (B x T x V) at positions `at_B_T` of B rows that share prefixes: row b is the prefix
         `owner_B[b]` (left-padded, U distinct ones) followed by its own suffix (right-padded).
 
@@ -397,7 +332,8 @@ class FastScorer(_FastModel):
             self._capture = False
             b, s = suffix_ids_B_S.shape
             pos_B_S = prefix_mask_U_P.sum(-1)[owner_B, None] + torch.arange(s, device=owner_B.device)[None]
-            pos_B_S = pos_B_S.clamp(max=self.cos_L_D.size(0) - 1)  # only a padding slot can pass the longest row
+            # only a padding slot can pass the longest row
+            pos_B_S = pos_B_S.clamp(max=self.cos_L_D.size(0) - 1)
             causal_S_S = torch.ones(s, s, dtype=torch.bool, device=owner_B.device).tril()
             mask_B_1_S_PS = torch.cat((prefix_keys_U_P[owner_B][:, None, None, :].expand(b, 1, s, -1),
                                        causal_S_S[None, None].expand(b, 1, s, s)), dim=-1)

@@ -89,7 +89,8 @@ class HFEngine(Engine):
             ids_B_L, mask_B_L = ids_B_L.to(device), mask_B_L.to(device)
             pos_B_L = (mask_B_L.cumsum(-1) - 1).clamp(min=0)
             fast = self.fast and FastDecoder.supports(model)
-            dec = FastDecoder(model, adapter, len(firsts), width + params.max_new_tokens) if fast else _HFDecoder(model)
+            dec = (FastDecoder(model, adapter, len(firsts), width + params.max_new_tokens) if fast
+                   else _HFDecoder(model))
             logits_B_V = dec.prefill(ids_B_L, mask_B_L, pos_B_L)
             next_pos_B = pos_B_L[:, -1] + 1
             if len(firsts) < n:  # copy each shared prompt's cache and logits to all of its rows
@@ -122,7 +123,8 @@ class HFEngine(Engine):
         return [self._finish(tokens[r], logps[r], stopped[r], stop_strings) for r in range(n)]
 
     @staticmethod
-    def _sample(logits_B_V: torch.Tensor, params: SamplingParams, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample(logits_B_V: torch.Tensor, params: SamplingParams,
+                gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Sampled token ids and their log-probabilities under softmax(logits / T) (float32).
 
         Sampling inverts the CDF with one uniform per row (a cumulative sum and a binary search):
@@ -141,7 +143,8 @@ class HFEngine(Engine):
             sorted_p = sorted_p.masked_fill(drop, 0.0)
             probs_B_V = torch.zeros_like(probs_B_V).scatter(-1, order, sorted_p)
         cdf_B_V = probs_B_V.double().cumsum(-1)
-        u_B_1 = torch.rand((cdf_B_V.size(0), 1), generator=gen, dtype=torch.float64).to(cdf_B_V.device) * cdf_B_V[:, -1:]
+        u_B_1 = (torch.rand((cdf_B_V.size(0), 1), generator=gen, dtype=torch.float64).to(cdf_B_V.device)
+                 * cdf_B_V[:, -1:])
         tok_B = torch.searchsorted(cdf_B_V, u_B_1, right=True).clamp_(max=cdf_B_V.size(-1) - 1).squeeze(-1)
         return tok_B, logp_B_V.gather(-1, tok_B[:, None]).squeeze(-1)
 
@@ -163,8 +166,8 @@ class _HFDecoder:
 
     def prefill(self, ids_B_L: torch.Tensor, mask_B_L: torch.Tensor, pos_B_L: torch.Tensor) -> torch.Tensor:
         self.mask_B_L = mask_B_L
-        return self.model(input_ids=ids_B_L, attention_mask=mask_B_L, position_ids=pos_B_L, past_key_values=self.cache,
-                          use_cache=True, logits_to_keep=1).logits[:, -1].float()
+        return self.model(input_ids=ids_B_L, attention_mask=mask_B_L, position_ids=pos_B_L,
+                          past_key_values=self.cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()
 
     def step(self, tok_B: torch.Tensor, pos_B: torch.Tensor) -> torch.Tensor:
         self.mask_B_L = torch.cat([self.mask_B_L, self.mask_B_L.new_ones((len(tok_B), 1))], dim=1)

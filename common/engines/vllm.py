@@ -86,9 +86,11 @@ def process_state_guard() -> Iterator[None]:
     affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     dynamo_disable = torch._dynamo.config.disable
     py_rng, np_rng = random.getstate(), np.random.get_state()
-    torch._dynamo.config.disable = True  # no compile of vLLM's sampler helpers (13 s on the first call on CPU)
+    # no compile of vLLM's sampler helpers (13 s on the first call on CPU)
+    torch._dynamo.config.disable = True
     try:
-        with torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_available() else []):
+        with torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_available()
+                                   else []):
             yield
     finally:
         torch._dynamo.config.disable = dynamo_disable
@@ -154,7 +156,8 @@ class VLLMEngine(Engine):
         base_trains = trains_base(policy)
         self.sync_mode = ("full" if base_trains else "adapter") if e.sync == "auto" else e.sync
         if self.sync_mode == "adapter" and base_trains:
-            raise ValueError("engine.sync=adapter would serve stale base weights: base parameters are trainable; use full|auto")
+            raise ValueError("engine.sync=adapter would serve stale base weights: base parameters are "
+                             "trainable; use full|auto")
         self.ranks = cfg.trainer.devices * cfg.trainer.num_nodes
         self.tmp = Path(tempfile.mkdtemp(prefix="vllm-engine-"))
         self.sync_times: list[float] = []  # seconds per sync() call
@@ -197,7 +200,8 @@ class VLLMEngine(Engine):
             if kv is None and self.on_cpu:
                 kv = CPU_KV_CACHE_DEFAULT
             kwargs: dict[str, Any] = dict(
-                model=model_dir, tokenizer=model_dir, dtype="bfloat16" if cfg.trainer.precision == "bf16" else "float32",
+                model=model_dir, tokenizer=model_dir,
+                dtype="bfloat16" if cfg.trainer.precision == "bf16" else "float32",
                 seed=cfg.seed, enforce_eager=e.enforce_eager, gpu_memory_utilization=e.gpu_memory_utilization,
                 logprobs_mode="processed_logprobs", enable_prefix_caching=True,
                 generation_config="vllm",  # no sampling defaults (top_k, penalties) from the model's files
@@ -208,8 +212,8 @@ class VLLMEngine(Engine):
             if m.kind == "tiny":
                 kwargs["max_model_len"] = m.max_length
             if policy.adapters:
-                kwargs.update(enable_lora=True, max_lora_rank=_lora_rank_bucket(m.lora_rank), max_loras=len(policy.adapters),
-                              max_cpu_loras=2 * len(policy.adapters))
+                kwargs.update(enable_lora=True, max_lora_rank=_lora_rank_bucket(m.lora_rank),
+                              max_loras=len(policy.adapters), max_cpu_loras=2 * len(policy.adapters))
             self.llm = LLM(**kwargs)
             for adapter in policy.adapters:
                 self._push_adapter(adapter)
@@ -239,7 +243,8 @@ class VLLMEngine(Engine):
 
         state = get_peft_model_state_dict(self.policy.model, adapter_name=adapter)
         folder.mkdir(parents=True)
-        save_file({k: v.detach().contiguous() for k, v in state.items()}, str(folder / "adapter_model.safetensors"))
+        save_file({k: v.detach().contiguous() for k, v in state.items()},
+                  str(folder / "adapter_model.safetensors"))
         self.policy.model.peft_config[adapter].save_pretrained(str(folder))
 
     def _push_adapter(self, adapter: str) -> None:
@@ -283,24 +288,29 @@ class VLLMEngine(Engine):
         with process_state_guard():
             for idxs in groups:
                 if idxs:
-                    for i, s in zip(idxs, self._call([requests[i] for i in idxs], idxs, params, seed), strict=True):
+                    for i, s in zip(idxs, self._call([requests[i] for i in idxs], idxs, params, seed),
+                                    strict=True):
                         out[i] = s
         return [s for s in out if s is not None]
 
     def _call(self, requests: list[Request], positions: list[int], params: SamplingParams, seed: int,
               allow_mixed: bool = False) -> list[Sample]:
-        """One vLLM `generate` call. Request i's sampling seed depends on (seed, its position in the batch)."""
+        """One vLLM `generate` call. Request i's sampling seed depends on (seed, its position in the
+        batch)."""
         from vllm import SamplingParams as VSamplingParams
         from vllm.inputs import TokensPrompt
 
         loras = [self.lora_request(r.adapter) for r in requests]
-        if self.split_base and not allow_mixed and any(x is None for x in loras) and any(x is not None for x in loras):
+        if (self.split_base and not allow_mixed and any(x is None for x in loras)
+                and any(x is not None for x in loras)):
             raise RuntimeError("vLLM CPU: requests without adapter must not share a call with LoRA requests")
-        base: dict[str, Any] = dict(temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_new_tokens, logprobs=0,
-                    stop=list(params.stop), include_stop_str_in_output=True, detokenize=bool(params.stop))
+        base: dict[str, Any] = dict(temperature=params.temperature, top_p=params.top_p,
+                                    max_tokens=params.max_new_tokens, logprobs=0, stop=list(params.stop),
+                                    include_stop_str_in_output=True, detokenize=bool(params.stop))
         sps = [VSamplingParams(seed=_request_seed(seed, p), **base) for p in positions]
         prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
-        outs = self.llm.generate(prompts, sps, lora_request=loras if any(x is not None for x in loras) else None,
+        outs = self.llm.generate(prompts, sps,
+                                 lora_request=loras if any(x is not None for x in loras) else None,
                                  use_tqdm=False)
         return [self._sample(o.outputs[0], params.stop) for o in outs]
 
@@ -352,9 +362,11 @@ def external_launcher_settings() -> dict[str, Any]:
 
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("engine=vllm with several ranks starts inside the training ranks' process group; "
-                           "it is not initialized yet (the engine is started at its first use, in the first step)")
+                           "it is not initialized yet (the engine is started at its first use, in the first "
+                           "step)")
     rank, world = dist.get_rank(), dist.get_world_size()
-    local = int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", rank % max(1, torch.cuda.device_count() or 1))))
+    local = int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID",
+                                                            rank % max(1, torch.cuda.device_count() or 1))))
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local)})
     return {"distributed_executor_backend": "external_launcher", "tensor_parallel_size": 1}
 

@@ -8,7 +8,8 @@ from common.policy import Policy
 
 @pytest.fixture()
 def policy(tiny_parts):
-    """A fresh policy (one adapter) on the session's tiny model, its adapter moved away from zero so that it matters."""
+    """A fresh policy (one adapter) on the session's tiny model, its adapter moved away from zero so that
+    it matters."""
     env, cfg, tok, base = tiny_parts
     cfg = copy.deepcopy(cfg)
     cfg.roles = {}

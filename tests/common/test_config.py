@@ -29,7 +29,8 @@ def test_default_smoke_config_resolves():
     [
         (["method.name=nosuch"], "unknown method method.name='nosuch'; choose one of"),
         (["env.name=nosuch"], "unknown environment env.name='nosuch'; choose one of"),
-        (["trainer.kl.coef=0.1", "trainer.kl.placement=loss", "trainer.kl.estimator=k4"], "unknown KL estimator"),
+        (["trainer.kl.coef=0.1", "trainer.kl.placement=loss", "trainer.kl.estimator=k4"],
+         "unknown KL estimator"),
         (["trainer.kl.coef=0.1"], "has no effect with trainer.kl.placement=none"),
         (["trainer.kl.placement=loss"], "has no effect with trainer.kl.coef=0"),
         (["engine.kv_cache_memory_bytes=1000"], "has no effect with engine=hf"),
@@ -57,7 +58,8 @@ def test_unknown_method_fails_before_compose():
 
 
 def test_replication_validates_every_cell_before_launch(tmp_path):
-    cells = plan("grpo", "smoke", seeds=[0, 1], extra_overrides=(f"out_dir={tmp_path}", "trainer.kl.coef=0.5"))
+    cells = plan("grpo", "smoke", seeds=[0, 1],
+                 extra_overrides=(f"out_dir={tmp_path}", "trainer.kl.coef=0.5"))
     with pytest.raises(ValueError, match="(?s)cell grpo/arith/grpo/seed-0.*no effect"):
         validate_cells(cells)
     assert not any(tmp_path.iterdir())  # nothing ran
@@ -118,7 +120,8 @@ RANGES = [  # every other range and combination, through resolve()
     (["eval.max_tasks=-1"], "eval.max_tasks must be >= 0"),
     (["eval.every=-1"], "eval.every must be >= 0"),
     (["trainer.kl.coef=-0.1", "trainer.kl.placement=loss"], "trainer.kl.coef must be >= 0"),
-    (["engine=vllm", "engine.gpu_memory_utilization=0"], r"engine.gpu_memory_utilization must be in \(0, 1\]"),
+    (["engine=vllm", "engine.gpu_memory_utilization=0"],
+     r"engine.gpu_memory_utilization must be in \(0, 1\]"),
 ]
 
 
@@ -135,14 +138,17 @@ def _id(x):
 
 
 @pytest.mark.parametrize("overrides, message", ISSUE_PROBES, ids=_id)
-def test_each_bad_setting_is_one_line_before_any_run_folder(overrides, message, tmp_path, capsys, monkeypatch, no_gpu):
-    """Through the command line (`python -m experiments.run ...`): one line on stderr, exit 2, nothing in out_dir."""
+def test_each_bad_setting_is_one_line_before_any_run_folder(overrides, message, tmp_path, capsys, monkeypatch,
+                                                            no_gpu):
+    """Through the command line (`python -m experiments.run ...`): one line on stderr, exit 2, nothing in
+    out_dir."""
     from experiments.run import main
 
     out, work = tmp_path / "out", tmp_path / "work"
     monkeypatch.setattr(sys, "argv", ["experiments.run"])
     with pytest.raises(SystemExit) as exit_:
-        main(["method=grpo", "scale=smoke", f"out_dir={out}", f"work_dir={work}", "progress=false", *overrides])
+        main(["method=grpo", "scale=smoke", f"out_dir={out}", f"work_dir={work}", "progress=false",
+              *overrides])
     err = capsys.readouterr().err.strip()
     assert exit_.value.code == 2
     assert len(err.splitlines()) == 1 and err.startswith("error: "), err
@@ -152,7 +158,8 @@ def test_each_bad_setting_is_one_line_before_any_run_folder(overrides, message, 
 
 @pytest.mark.parametrize("overrides, message", ISSUE_PROBES[:-1] + RANGES, ids=_id)
 def test_each_bad_setting_fails_in_resolve_with_one_line(overrides, message, no_gpu):
-    """`resolve()` (what replicate's cells and `fit` call) refuses the same settings; the machine's own check apart."""
+    """`resolve()` (what replicate's cells and `fit` call) refuses the same settings; the machine's own
+    check apart."""
     from common.config import check_machine
 
     with pytest.raises(ValueError, match=message) as error:
@@ -172,7 +179,8 @@ def test_several_bad_settings_are_all_listed_one_line_each():
 
 # ---- issue 34: seeds, folders and sizes that got through ----------------------------------------------
 SETTINGS_34 = [  # each crashed after the run folder existed, ran into a folder paper/ rejects, or started
-    (["seed=99999999999999999999999"], r"^error: invalid configuration: seed must be in \[0, 2\^63\) .*got 99999999999999999999999$"),
+    (["seed=99999999999999999999999"],
+     r"^error: invalid configuration: seed must be in \[0, 2\^63\) .*got 99999999999999999999999$"),
     (["seed=-1"], r"seed must be in \[0, 2\^63\) \(a non-negative 64-bit integer\); got -1$"),
     (["out_dir="], "out_dir is empty: the run would write into the current folder .*; set out_dir=results"),
     (["trainer.group_size=1000000"], r"trainer.group_size=1000000 is over its bound 4096 .*; lower it$"),
@@ -184,13 +192,14 @@ SEEDS_AND_SIZES = [  # the same checks on the other seeds, work_dir, and the siz
     (["model.init_seed=9223372036854775808"], r"model.init_seed must be in \[0, 2\^63\)"),
     (["work_dir=' '"], "work_dir is empty: .*; set work_dir=.cache"),
     (["trainer.steps=100000", "trainer.tasks_per_step=1000", "trainer.group_size=64"],
-     r"trainer.steps x tasks_per_step x group_size = 100000 x 1000 x 64 = 6.4e\+09 training episodes, over the 1e\+09"),
+     r"trainer.steps x tasks_per_step x group_size = 100000 x 1000 x 64 = 6.4e\+09 training episodes, "
+     r"over the 1e\+09"),
 ]
 
 
 @pytest.mark.parametrize("overrides, message", SETTINGS_34, ids=_id)
-def test_settings_that_got_through_are_one_line_before_any_folder(overrides, message, tmp_path, capsys, monkeypatch,
-                                                                 no_gpu):
+def test_settings_that_got_through_are_one_line_before_any_folder(overrides, message, tmp_path, capsys,
+                                                                 monkeypatch, no_gpu):
     """Through the command line, run from a folder of the test's own: one line, exit 2, nothing written
     anywhere (out_dir= would have written the run into the current folder, the repository root)."""
     from experiments.run import main
@@ -199,7 +208,8 @@ def test_settings_that_got_through_are_one_line_before_any_folder(overrides, mes
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["experiments.run"])
     with pytest.raises(SystemExit) as exit_:
-        main(["method=grpo", "scale=smoke", f"out_dir={out}", f"work_dir={work}", "progress=false", *overrides])
+        main(["method=grpo", "scale=smoke", f"out_dir={out}", f"work_dir={work}", "progress=false",
+              *overrides])
     err = capsys.readouterr().err.strip()
     assert exit_.value.code == 2
     assert len(err.splitlines()) == 1 and err.startswith("error: "), err
@@ -214,7 +224,8 @@ def test_a_start_leaves_no_hydra_folder(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["experiments.run"])
     with pytest.raises(SystemExit):
-        main(["method=grpo", "scale=smoke", f"out_dir={tmp_path / 'out'}", f"work_dir={tmp_path / 'work'}", "eval.k=0"])
+        main(["method=grpo", "scale=smoke", f"out_dir={tmp_path / 'out'}", f"work_dir={tmp_path / 'work'}",
+              "eval.k=0"])
     assert "eval.k must be >= 1" in capsys.readouterr().err
     assert not any(tmp_path.iterdir()), sorted(tmp_path.rglob("*"))
 
@@ -230,14 +241,16 @@ def test_seeds_folders_and_sizes_are_checked_in_resolve(overrides, message):
 def test_the_largest_seed_and_sizes_within_their_bounds_pass():
     from common.config import MAX_EPISODES, SEED_LIMIT, SIZE_LIMITS, run_config_errors
 
-    cfg = compose("grpo", ["scale=smoke", f"seed={SEED_LIMIT - 1}", f"trainer.group_size={SIZE_LIMITS['trainer.group_size']}",
+    cfg = compose("grpo", ["scale=smoke", f"seed={SEED_LIMIT - 1}",
+                           f"trainer.group_size={SIZE_LIMITS['trainer.group_size']}",
                            f"eval.k={SIZE_LIMITS['eval.k']}", "trainer.tasks_per_step=1",
                            f"trainer.steps={MAX_EPISODES // SIZE_LIMITS['trainer.group_size']}"])
     assert run_config_errors(cfg) == []
 
 
 def test_the_machine_check_is_separate_from_the_config_check(no_gpu):
-    """A cluster launch checks its cells on a login node without GPUs: only the run itself checks the machine."""
+    """A cluster launch checks its cells on a login node without GPUs: only the run itself checks the
+    machine."""
     from common.config import check_machine
 
     cfg = compose("grpo", ["scale=smoke", "trainer.accelerator=gpu"])
@@ -247,12 +260,14 @@ def test_the_machine_check_is_separate_from_the_config_check(no_gpu):
 
 
 def test_context_length_is_checked_once_the_tokenizer_exists():
-    """`model.max_length` must hold the longest first observation plus one turn (here one token per character)."""
+    """`model.max_length` must hold the longest first observation plus one turn (here one token per
+    character)."""
     env = resolved().env
     longest = max(len(env.new_episode(json.loads(row["task"]), random.Random(0)).start().text)
                   for split in ("train", "heldout") for row in env.task_set()[split])
     env.check_context(len, max_length=longest + 24, max_new_tokens=24)
-    with pytest.raises(ValueError, match=f"longest prompt is {longest} tokens .* raise model.max_length to at least {longest + 24}"):
+    with pytest.raises(ValueError, match=f"longest prompt is {longest} tokens .* "
+                                         f"raise model.max_length to at least {longest + 24}"):
         env.check_context(len, max_length=longest + 23, max_new_tokens=24)
 
 
@@ -265,17 +280,20 @@ def test_every_committed_config_passes_the_checks():
         arms = replication_arms(method)
         cells = [(scale, next(iter(arms), "default")) for scale in scales] + [("smoke", arm) for arm in arms]
         for scale, arm in cells:
-            errors = [e for e in run_config_errors(compose(method, [f"scale={scale}", f"arm={arm}"])) if "needs model.path" not in e]
+            errors = [e for e in run_config_errors(compose(method, [f"scale={scale}", f"arm={arm}"]))
+                      if "needs model.path" not in e]
             assert not errors, (method, scale, arm, errors)
 
 
 # ---- arm= applies the arm's settings -----------------------------------------------------------
 def test_arm_applies_its_settings_from_the_replication():
     cfg = compose("sharp", ["scale=smoke", "arm=sharp-loo-k2"])
-    assert (cfg.arm, cfg.method["credit"], cfg.env["k"], cfg.env["tag"]) == ("sharp-loo-k2", "loo", 2, "toolplan-k2")
+    assert ((cfg.arm, cfg.method["credit"], cfg.env["k"], cfg.env["tag"])
+            == ("sharp-loo-k2", "loo", 2, "toolplan-k2"))
     cfg = compose("sharp", ["scale=smoke", "arm=sharp-exact-k4", "env.k=3"])  # the user's own overrides win
     assert (cfg.method["credit"], cfg.env["k"], cfg.env["tag"]) == ("exact", 3, "toolplan-k4")
-    assert compose("grpo", ["scale=smoke", "arm=default"]).arm == "default"  # the RunConfig default, no such arm: allowed
+    # the RunConfig default, no such arm: allowed
+    assert compose("grpo", ["scale=smoke", "arm=default"]).arm == "default"
     with pytest.raises(ValueError, match="sharp has no arm 'sharp-loo'; its arms are grpo-k2, sharp-loo-k2"):
         compose("sharp", ["scale=smoke", "arm=sharp-loo"])
 

@@ -27,7 +27,8 @@ def test_grpo_hand_computed():
 
 def test_grpo_three_values():
     # rewards 0, 1, 2: mean 1, sample std 1 -> -1, 0, 1 (up to eps)
-    np.testing.assert_allclose(grpo(np.array([0.0, 1.0, 2.0])), [-1 / (1 + 1e-6), 0, 1 / (1 + 1e-6)], rtol=1e-12)
+    np.testing.assert_allclose(grpo(np.array([0.0, 1.0, 2.0])), [-1 / (1 + 1e-6), 0, 1 / (1 + 1e-6)],
+                               rtol=1e-12)
 
 
 def test_grpo_constant_and_single_groups_carry_no_signal():
@@ -58,7 +59,8 @@ def test_normalize_by_key_keeps_groups_apart():
 
 
 def _ep(reward, roles, faulted=False):
-    e = Episode("t", 1, turns=[Turn(r, "policy", [1], [2, 3], [-0.1, -0.2], "x") for r in roles], faulted=faulted)
+    e = Episode("t", 1, turns=[Turn(r, "policy", [1], [2, 3], [-0.1, -0.2], "x") for r in roles],
+                faulted=faulted)
     e.reward = reward
     return e
 

@@ -145,7 +145,8 @@ def test_hf_engine_hands_the_model_tensors_on_its_device(policy):
     handle = stop_at_forward(policy.model)
     try:
         with pytest.raises(ReachedTheModel):
-            engine.generate([Request([3, 4, 5], "policy"), Request([6, 7], "policy")], SamplingParams(max_new_tokens=4), seed=0)
+            engine.generate([Request([3, 4, 5], "policy"), Request([6, 7], "policy")],
+                            SamplingParams(max_new_tokens=4), seed=0)
     finally:
         handle.remove()
 
@@ -161,7 +162,8 @@ def test_hf_decoder_steps_on_the_models_device():
     assert dec.mask_B_L.shape == (1, 4)
 
 
-@pytest.mark.parametrize("params", [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_p=0.9),
+@pytest.mark.parametrize("params", [SamplingParams(temperature=1.0),
+                                    SamplingParams(temperature=0.7, top_p=0.9),
                                     SamplingParams(temperature=0.0)])
 def test_sampling_stays_on_the_logits_device(params):
     """The uniforms come from the engine's CPU generator (the same draws on every device), then move."""
@@ -180,13 +182,18 @@ def test_autocast_follows_the_device_type():
     cfg.trainer.precision = "bf16"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "CUDA is not available": the context is only inspected here
-        assert autocast_device(RLModule._autocast(SimpleNamespace(cfg=cfg, device=torch.device("cuda", 0)))) == "cuda"
-        assert autocast_device(RLModule._autocast(SimpleNamespace(cfg=cfg, device=torch.device("cpu")))) == "cpu"
+        assert autocast_device(RLModule._autocast(SimpleNamespace(cfg=cfg,
+                                                                  device=torch.device("cuda", 0)))) == "cuda"
+        assert autocast_device(RLModule._autocast(SimpleNamespace(cfg=cfg,
+                                                                  device=torch.device("cpu")))) == "cpu"
         engine = SimpleNamespace(bf16=True)
-        assert autocast_device(HFEngine._autocast(engine, torch.device("cuda", 0))) == "cuda"  # type: ignore[arg-type]
-        assert autocast_device(HFEngine._autocast(engine, torch.device("cpu"))) == "cpu"  # type: ignore[arg-type]
+        assert autocast_device(HFEngine._autocast(engine,  # type: ignore[arg-type]
+                                                  torch.device("cuda", 0))) == "cuda"
+        assert autocast_device(HFEngine._autocast(engine,  # type: ignore[arg-type]
+                                                  torch.device("cpu"))) == "cpu"
     cfg.trainer.precision = "32"
-    assert autocast_device(RLModule._autocast(SimpleNamespace(cfg=cfg, device=torch.device("cuda", 0)))) is None
+    assert autocast_device(RLModule._autocast(SimpleNamespace(cfg=cfg,
+                                                              device=torch.device("cuda", 0)))) is None
 
 
 # ---- the trainer's update: common/trainer.py --------------------------------------------------------
@@ -211,7 +218,8 @@ def test_update_builds_its_tensors_on_the_device_of_logp(policy, rows, tmp_path,
     def meta_scored(model: Any, chunk: list[Row], *args: Any, **kwargs: Any) -> Scored:
         t_max = max(r.num_action_tokens for r in chunk)
         logp = torch.zeros(len(chunk), t_max, device=META, requires_grad=True)
-        return Scored(logp, torch.ones(len(chunk), t_max, device=META), torch.zeros(len(chunk), t_max, device=META))
+        return Scored(logp, torch.ones(len(chunk), t_max, device=META),
+                      torch.zeros(len(chunk), t_max, device=META))
 
     seen: dict[str, torch.Tensor] = {}
 
@@ -227,7 +235,8 @@ def test_update_builds_its_tensors_on_the_device_of_logp(policy, rows, tmp_path,
     advantages = Advantages({(r.episode, s.turn_index): 1.0 for r in rows for s in r.spans})
     with pytest.raises(StopUpdate):
         module.update(rows, advantages, step=0, reference=reference)
-    assert {"logp_B_T", "old_logp_B_T", "behaviour_logp_B_T", "adv_B_T", "mask_B_T", "ref_logp_B_T"} <= set(seen)
+    assert ({"logp_B_T", "old_logp_B_T", "behaviour_logp_B_T", "adv_B_T", "mask_B_T", "ref_logp_B_T"}
+            <= set(seen))
     assert {k: v.device for k, v in seen.items()} == {k: META for k in seen}
 
 

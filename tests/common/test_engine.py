@@ -15,13 +15,15 @@ def test_sampled_logprobs_equal_recomputed(policy, tiny_parts, temperature):
     env = tiny_parts[0]
     engine = HFEngine(policy, max_batch=7)  # odd batch: several chunks, ragged prompts
     params = SamplingParams(temperature=temperature, max_new_tokens=12, stop=("\n",))
-    rollout = Rollout(env, engine, policy.tokenizer, policy.role_adapter, policy.trainable_adapters, params, 512, seed=3)
+    rollout = Rollout(env, engine, policy.tokenizer, policy.role_adapter, policy.trainable_adapters, params,
+                      512, seed=3)
     tasks = [env.task_set()["train"][i] for i in range(6)]
     groups = rollout.play_groups(tasks, [3] * 6, step=0)
     rows = build_rows([e for g in groups for e in g.episodes], None)
     assert len(rows) == 18
     with torch.no_grad(), policy.use("policy") as model:
-        scored = score_rows(model, rows, policy.tokenizer.pad_token_id, with_entropy=False, temperature=temperature)
+        scored = score_rows(model, rows, policy.tokenizer.pad_token_id, with_entropy=False,
+                            temperature=temperature)
     for b, row in enumerate(rows):
         sampled = torch.tensor(row.behaviour_logprobs())
         recomputed = scored.logp_B_T[b, : len(sampled)]
@@ -51,4 +53,5 @@ def test_reference_differs_from_adapter_and_greedy_is_deterministic(policy):
     with_adapter = engine.generate([Request(prompt, "policy")], params, seed=0)[0]
     reference = engine.generate([Request(prompt, None)], params, seed=0)[0]
     assert with_adapter.logprobs != reference.logprobs  # adapters disabled really is another policy
-    assert engine.generate([Request(prompt, "policy")], params, seed=99)[0].action_ids == with_adapter.action_ids
+    assert (engine.generate([Request(prompt, "policy")], params, seed=99)[0].action_ids
+            == with_adapter.action_ids)

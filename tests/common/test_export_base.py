@@ -32,7 +32,8 @@ def _rank(rank: int, world: int, port: int, root: str) -> None:
     try:
         model, tok = _model_and_tokenizer()
         model.save_pretrained(Path(root) / f"hf-{rank}")  # what the engine did before
-        export_base(model, {k: v.detach() for k, v in model.state_dict().items()}, tok, Path(root) / f"ours-{rank}")
+        export_base(model, {k: v.detach() for k, v in model.state_dict().items()}, tok,
+                    Path(root) / f"ours-{rank}")
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -45,7 +46,8 @@ def _free_port() -> int:
 
 
 def test_each_of_two_ranks_writes_a_loadable_base(tmp_path):
-    mp.start_processes(_rank, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True, start_method="spawn")
+    mp.start_processes(_rank, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True,
+                       start_method="spawn")
     assert not (tmp_path / "hf-1" / "config.json").exists()  # transformers: rank 1 writes no config
     assert (tmp_path / "hf-0" / "config.json").exists()
     model, _ = _model_and_tokenizer()

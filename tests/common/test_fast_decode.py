@@ -28,10 +28,11 @@ def test_fast_decoder_logits_equal_hf(policy, adapter):
         fast = FastDecoder(model, adapter, 3, width + 2)
         got = [fast.prefill(ids, mask, pos), fast.step(new, pos[:, -1] + 1)]
         cache = DynamicCache()
-        want = [model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True).logits[:, -1]]
+        want = [model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
+                      use_cache=True).logits[:, -1]]
         mask2 = torch.cat([mask, torch.ones(3, 1, dtype=torch.long)], 1)
-        want.append(model(input_ids=new[:, None], attention_mask=mask2, position_ids=pos[:, -1:] + 1, past_key_values=cache,
-                          use_cache=True).logits[:, -1])
+        want.append(model(input_ids=new[:, None], attention_mask=mask2, position_ids=pos[:, -1:] + 1,
+                          past_key_values=cache, use_cache=True).logits[:, -1])
     for g, w in zip(got, want, strict=True):
         assert torch.allclose(g, w, atol=1e-5), (g - w).abs().max()
 
@@ -57,7 +58,8 @@ def test_a_shared_prompt_is_prefilled_once_and_samples_as_if_prefilled_per_row(p
     prefilled: list[int] = []
     decoder = FastDecoder if fast else hf_module._HFDecoder
     real = decoder.prefill
-    monkeypatch.setattr(decoder, "prefill", lambda self, ids, *a: prefilled.append(ids.size(0)) or real(self, ids, *a))
+    monkeypatch.setattr(decoder, "prefill",
+                        lambda self, ids, *a: prefilled.append(ids.size(0)) or real(self, ids, *a))
     shared = HFEngine(policy, fast=fast).generate(reqs, params, seed=3)
     assert prefilled == [3]  # three distinct prompts, seven rows
     per_row = HFEngine(policy, fast=fast, share_prefill=False).generate(reqs, params, seed=3)
@@ -75,7 +77,8 @@ def test_fast_decoder_under_bf16_autocast_casts_once_what_autocast_casts_every_c
     mask, pos = torch.ones_like(ids), torch.arange(ids.size(1)).expand(2, -1)
 
     def run():
-        with torch.inference_mode(), policy.use("policy") as model, torch.autocast("cpu", dtype=torch.bfloat16):
+        with (torch.inference_mode(), policy.use("policy") as model,
+              torch.autocast("cpu", dtype=torch.bfloat16)):
             dec = FastDecoder(model, "policy", 2, ids.size(1) + 1)
             return dec, [dec.prefill(ids, mask, pos), dec.step(torch.tensor([5, 7]), pos[:, -1] + 1)]
 
@@ -92,7 +95,8 @@ def test_select_gathers_rows_into_reused_buffers(policy):
     """select keeps rows in order (a repeated one copied, dropped ones gone), as indexing would,
     and gathers into spare buffers: the old caches become the next call's spares."""
     tok = policy.tokenizer
-    ids = torch.tensor([tok.encode(t, add_special_tokens=False)[:4] for t in ("Q: 3+4\nA:", "Q: 12-5*2+7\nA:")])
+    ids = torch.tensor([tok.encode(t, add_special_tokens=False)[:4]
+                        for t in ("Q: 3+4\nA:", "Q: 12-5*2+7\nA:")])
     mask, pos = torch.ones_like(ids), torch.arange(4).expand(2, -1)
     with torch.inference_mode(), policy.use("policy") as model:
         dec = FastDecoder(model, "policy", 2, 8)

@@ -27,7 +27,8 @@ def _episode(tok, task, sample, q, a, second_turn=False):
 def _rows(tok):
     """Rows of different lengths (left padding differs), one with two turns in one context."""
     pairs = [("Q: 3+4\nA:", " 7"), ("Q: 12-5*2+7\nA:", " 12-10=2 2+7=9 #9"), ("Q: 9\nA:", " 9 #9")]
-    return build_rows([_episode(tok, f"t{i}", 0, q, a, second_turn=i == 1) for i, (q, a) in enumerate(pairs)], None)
+    return build_rows([_episode(tok, f"t{i}", 0, q, a, second_turn=i == 1) for i, (q, a) in enumerate(pairs)],
+                      None)
 
 
 def _score(policy, adapter, fast, autocast=False):
@@ -36,11 +37,14 @@ def _score(policy, adapter, fast, autocast=False):
         prm.grad = None
     with policy.use(adapter) as model, torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         assert FastScorer.supports(model)
-        s = score_rows(model, rows, policy.tokenizer.pad_token_id, with_entropy=True, temperature=0.7, fast=fast)
-    loss = (s.logp_B_T * torch.arange(1.0, s.logp_B_T.size(1) + 1)).sum()  # weights every position differently
+        s = score_rows(model, rows, policy.tokenizer.pad_token_id, with_entropy=True, temperature=0.7,
+                       fast=fast)
+    # weights every position differently
+    loss = (s.logp_B_T * torch.arange(1.0, s.logp_B_T.size(1) + 1)).sum()
     if adapter is not None:
         loss.backward()
-    grads = [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in policy.trainable_parameters()]
+    grads = [p.grad.clone() if p.grad is not None else torch.zeros_like(p)
+             for p in policy.trainable_parameters()]
     return s, grads
 
 
@@ -49,7 +53,8 @@ def test_fast_scorer_matches_hf_logprobs_and_gradients(policy, adapter):
     fast, g_fast = _score(policy, adapter, fast=True)
     slow, g_slow = _score(policy, adapter, fast=False)
     assert torch.equal(fast.mask_B_T, slow.mask_B_T) and fast.mask_B_T.sum() > 10
-    assert torch.allclose(fast.logp_B_T, slow.logp_B_T, atol=2e-5), (fast.logp_B_T - slow.logp_B_T).abs().max()
+    assert torch.allclose(fast.logp_B_T, slow.logp_B_T, atol=2e-5), \
+        (fast.logp_B_T - slow.logp_B_T).abs().max()
     assert torch.allclose(fast.entropy_B_T, slow.entropy_B_T, atol=2e-5)
     if adapter is not None:
         assert sum(float(g.abs().sum()) for g in g_slow) > 0
@@ -72,7 +77,8 @@ def test_fast_scorer_under_bf16_holds_bf16_base_weights_with_autocasts_arithmeti
     assert cached[torch.bfloat16][1][0]["qkv"][0].dtype == torch.bfloat16
     monkeypatch.setattr(fast_module, "autocast_dtype", lambda: None)  # as before: float32, autocast casts
     per_call, g_per_call = _score(policy, "policy", fast=True, autocast=True)
-    assert torch.equal(once.logp_B_T, per_call.logp_B_T) and torch.equal(once.entropy_B_T, per_call.entropy_B_T)
+    assert (torch.equal(once.logp_B_T, per_call.logp_B_T)
+            and torch.equal(once.entropy_B_T, per_call.entropy_B_T))
     for a, b in zip(g_once, g_per_call, strict=True):
         assert torch.equal(a, b)
 
@@ -105,7 +111,8 @@ def test_fast_scorer_follows_the_active_adapter_and_weight_changes(tiny_parts):
     for adapter in ("first", "second", None):
         with torch.no_grad(), p.use(adapter) as model:
             assert FastScorer.adapter_in_use(model) == adapter
-            out[adapter] = [score_rows(model, rows, tok.pad_token_id, False, fast=f).logp_B_T for f in (True, False)]
+            out[adapter] = [score_rows(model, rows, tok.pad_token_id, False, fast=f).logp_B_T
+                            for f in (True, False)]
         assert torch.allclose(*out[adapter], atol=2e-5)
     assert not torch.allclose(out["first"][0], out["second"][0], atol=1e-3)
     with torch.no_grad():  # the base weights change (a full-weight sync): the stacked copy follows
@@ -137,9 +144,10 @@ def test_fast_paths_match_hf_on_a_llama_model(tiny_parts):
 
     env, cfg, tok, _ = tiny_parts
     torch.manual_seed(0)
-    llama = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                                         rope_theta=100000.0, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
+                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                         max_position_embeddings=128, rope_theta=100000.0,
+                                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                                          tie_word_embeddings=True)).eval()
     for prm in llama.parameters():
         prm.requires_grad_(False)
@@ -149,7 +157,8 @@ def test_fast_paths_match_hf_on_a_llama_model(tiny_parts):
             prm.add_(0.05 * torch.randn_like(prm))
     fast, g_fast = _score(p, "policy", fast=True)
     slow, g_slow = _score(p, "policy", fast=False)
-    assert torch.allclose(fast.logp_B_T, slow.logp_B_T, atol=2e-5), (fast.logp_B_T - slow.logp_B_T).abs().max()
+    assert torch.allclose(fast.logp_B_T, slow.logp_B_T, atol=2e-5), \
+        (fast.logp_B_T - slow.logp_B_T).abs().max()
     for a, b in zip(g_fast, g_slow, strict=True):
         assert (a - b).abs().max() <= 1e-5 * b.abs().max() + 1e-7
     ids = torch.tensor([tok.encode("Q: 3+4\nA:", add_special_tokens=False)])
@@ -166,7 +175,8 @@ def test_merged_adapter_falls_back_to_hf_in_both_paths(policy):
 
     with policy.use("policy") as model:
         assert FastDecoder.supports(model) and FastScorer.supports(model)
-        model.merge_adapter()  # the delta now lives in the base weights: x W^T + s (x A^T) B^T would add it twice
+        # the delta now lives in the base weights: x W^T + s (x A^T) B^T would add it twice
+        model.merge_adapter()
         assert not FastDecoder.supports(model) and not FastScorer.supports(model)
         model.unmerge_adapter()
         assert FastDecoder.supports(model) and FastScorer.supports(model)
@@ -174,7 +184,8 @@ def test_merged_adapter_falls_back_to_hf_in_both_paths(policy):
 
 @pytest.mark.parametrize("fast", [True, False])
 def test_score_rows_logp_and_entropy_equal_a_log_softmax_by_hand(policy, fast):
-    """logp = z_target - logsumexp(z) and H = logsumexp(z) - E_p[z], z = logits / T: as log_softmax gives them."""
+    """logp = z_target - logsumexp(z) and H = logsumexp(z) - E_p[z], z = logits / T: as log_softmax gives
+    them."""
     tok, temperature = policy.tokenizer, 0.7
     rows = _rows(tok)
     with torch.no_grad(), policy.use("policy") as model:
@@ -205,8 +216,8 @@ def _score_group(policy, fast, share, autocast=False):
     for prm in policy.trainable_parameters():
         prm.grad = None
     with policy.use("policy") as model, torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        s = score_rows(model, rows, policy.tokenizer.pad_token_id, with_entropy=True, temperature=0.7, fast=fast,
-                       share_prefix=share)
+        s = score_rows(model, rows, policy.tokenizer.pad_token_id, with_entropy=True, temperature=0.7,
+                       fast=fast, share_prefix=share)
     (s.logp_B_T * torch.arange(1.0, s.logp_B_T.size(1) + 1)).sum().backward()
     return s, [p.grad.clone() for p in policy.trainable_parameters()]
 
@@ -214,20 +225,24 @@ def _score_group(policy, fast, share, autocast=False):
 def test_shared_layout_by_hand():
     """Rows [5 6 7 | 8 9], [5 6 7 | 1], [4 7 | 2 3]: the prefix of a row ends before the position that
     predicts its first action token (index 2 for the first two, 1 for the third)."""
-    rows = [Row("policy", "solver", 0, tuple(ids), (Span(start, 0, Turn("solver", "policy", ids[:start], ids[start:], [], "")),))
+    rows = [Row("policy", "solver", 0, tuple(ids),
+                (Span(start, 0, Turn("solver", "policy", ids[:start], ids[start:], [], "")),))
             for ids, start in (([5, 6, 7, 8, 9], 3), ([5, 6, 7, 1], 3), ([4, 7, 2, 3], 2))]
     positions = [r.positions() for r in rows]
     assert positions == [[3, 4], [3], [2, 3]]
     lay = SharedLayout.of(rows, positions, pad_id=0, max_fraction=1.0)
-    assert lay.prefix_ids_U_P.tolist() == [[5, 6], [0, 4]] and lay.prefix_mask_U_P.tolist() == [[1, 1], [0, 1]]
+    assert (lay.prefix_ids_U_P.tolist() == [[5, 6], [0, 4]]
+            and lay.prefix_mask_U_P.tolist() == [[1, 1], [0, 1]])
     assert lay.owner_B.tolist() == [0, 0, 1]
     assert lay.suffix_ids_B_S.tolist() == [[7, 8, 9], [7, 1, 0], [7, 2, 3]]
-    assert lay.gather_B_T.tolist() == [[0, 1], [0, 0], [0, 1]]  # suffix index of the logits before each action token
+    # suffix index of the logits before each action token
+    assert lay.gather_B_T.tolist() == [[0, 1], [0, 0], [0, 1]]
     # 2 x 2 prefix + 3 x 3 suffix = 13 positions against 3 x 5 = 15: not worth two phases at 0.75
     assert SharedLayout.of(rows, positions, pad_id=0) is None
     assert SharedLayout.of(rows[:1], positions[:1], pad_id=0, max_fraction=1.0).owner_B.tolist() == [0]
     one = Row("policy", "solver", 0, (5, 6), (Span(1, 0, Turn("solver", "policy", [5], [6], [], "")),))
-    assert SharedLayout.of([one], [one.positions()], pad_id=0, max_fraction=1.0) is None  # nothing before the first prediction
+    # nothing before the first prediction
+    assert SharedLayout.of([one], [one.positions()], pad_id=0, max_fraction=1.0) is None
 
 
 def test_shared_prefix_scoring_matches_whole_rows_and_hf(policy, monkeypatch):
@@ -236,7 +251,8 @@ def test_shared_prefix_scoring_matches_whole_rows_and_hf(policy, monkeypatch):
     monkeypatch.setattr(common.batch, "SHARE_MAX_FRACTION", 1.0)  # these short rows: share whatever they save
     calls = []
     real = FastScorer.logits_shared
-    monkeypatch.setattr(FastScorer, "logits_shared", lambda self, *a: calls.append(a[2].tolist()) or real(self, *a))
+    monkeypatch.setattr(FastScorer, "logits_shared",
+                        lambda self, *a: calls.append(a[2].tolist()) or real(self, *a))
     shared, g_shared = _score_group(policy, fast=True, share=True)
     assert calls == [[0, 0, 0, 1, 1, 1]]  # two prompts, each run once for its three rows
     whole, g_whole = _score_group(policy, fast=True, share=False)
@@ -244,7 +260,8 @@ def test_shared_prefix_scoring_matches_whole_rows_and_hf(policy, monkeypatch):
     assert len(calls) == 1 and shared.mask_B_T.sum() > 20
     for other, g_other in ((whole, g_whole), (hf, g_hf)):
         assert torch.equal(shared.mask_B_T, other.mask_B_T)
-        assert torch.allclose(shared.logp_B_T, other.logp_B_T, atol=2e-5), (shared.logp_B_T - other.logp_B_T).abs().max()
+        assert torch.allclose(shared.logp_B_T, other.logp_B_T, atol=2e-5), \
+            (shared.logp_B_T - other.logp_B_T).abs().max()
         assert torch.allclose(shared.entropy_B_T, other.entropy_B_T, atol=2e-5)
         for a, b in zip(g_shared, g_other, strict=True):
             assert (a - b).abs().max() <= 1e-5 * b.abs().max() + 1e-7
@@ -256,6 +273,7 @@ def test_shared_prefix_scoring_bf16_close_to_whole_rows(policy, monkeypatch):
     monkeypatch.setattr(common.batch, "SHARE_MAX_FRACTION", 1.0)
     shared, g_shared = _score_group(policy, fast=True, share=True, autocast=True)
     whole, g_whole = _score_group(policy, fast=True, share=False, autocast=True)
-    assert (shared.logp_B_T - whole.logp_B_T).abs().max() < 0.05  # bf16 rounding of differently shaped matmuls
+    # bf16 rounding of differently shaped matmuls
+    assert (shared.logp_B_T - whole.logp_B_T).abs().max() < 0.05
     flat_s, flat_w = torch.cat([g.flatten() for g in g_shared]), torch.cat([g.flatten() for g in g_whole])
     assert torch.nn.functional.cosine_similarity(flat_s, flat_w, dim=0) > 0.999

@@ -135,8 +135,9 @@ def test_kl_estimators_as_loss_terms_have_the_documented_expected_gradient(kind,
 def _batch(logp, old, adv, mask, entropy, ref=None):
     from common.loss import LossBatch
 
-    return LossBatch(rows=[], adapter="policy", logp_B_T=logp, old_logp_B_T=old, behaviour_logp_B_T=old, adv_B_T=adv,
-                     mask_B_T=mask, entropy_B_T=entropy, ref_logp_B_T=ref, num_tokens=int(mask.sum()), num_rows=mask.size(0))
+    return LossBatch(rows=[], adapter="policy", logp_B_T=logp, old_logp_B_T=old, behaviour_logp_B_T=old,
+                     adv_B_T=adv, mask_B_T=mask, entropy_B_T=entropy, ref_logp_B_T=ref,
+                     num_tokens=int(mask.sum()), num_rows=mask.size(0))
 
 
 def test_policy_loss_assembles_every_term_by_hand():
@@ -164,12 +165,15 @@ def test_kl_placement_and_aggregation_are_registries():
     from common.config import TrainerConfig
     from common.loss import AGGREGATIONS, KL_PLACEMENTS, policy_loss
 
-    assert set(KL_PLACEMENTS) == {"none", "loss", "reward"} and set(AGGREGATIONS) == {"token-mean", "seq-mean"}
+    assert (set(KL_PLACEMENTS) == {"none", "loss", "reward"}
+            and set(AGGREGATIONS) == {"token-mean", "seq-mean"})
     logp, old = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.0, -2.0]])
     adv, mask, ent = torch.tensor([[1.0, 3.0]]), torch.ones(1, 2), torch.zeros(1, 2)
     t = TrainerConfig()
-    t.kl.placement, t.kl.coef = "reward", 0.5  # in the reward: the loss is the bare surrogate, the KL is logged
+    # in the reward: the loss is the bare surrogate, the KL is logged
+    t.kl.placement, t.kl.coef = "reward", 0.5
     terms = policy_loss(_batch(logp, old, adv, mask, ent, ref=logp - 1.0), t)
-    assert terms.loss.item() == pytest.approx(-2.0) and terms.kl == pytest.approx(math.exp(-1.0) - 1 + 1.0)  # k3 at log r = -1
+    # k3 at log r = -1
+    assert terms.loss.item() == pytest.approx(-2.0) and terms.kl == pytest.approx(math.exp(-1.0) - 1 + 1.0)
     t.kl.placement = "none"
     assert policy_loss(_batch(logp, old, adv, mask, ent), t).kl is None

@@ -46,8 +46,8 @@ def key_of(env) -> str:
 def test_the_fingerprint_covers_the_env_its_helpers_and_the_sft_code_only():
     code = warm_start_code(ToolHopsEnv(ToolHopsConfig()))
     # toolhops' own module, the planner-and-workers frame it shares with toolplan, the env API, the SFT code
-    assert sorted(code) == ["common.chat", "common.models", "common.warmstart", "envs.api.base", "envs.testbeds.toolhops",
-                            "envs.testbeds.toolplan"]
+    assert sorted(code) == ["common.chat", "common.models", "common.warmstart", "envs.api.base",
+                            "envs.testbeds.toolhops", "envs.testbeds.toolplan"]
     assert all(len(h) == 16 for h in code.values())
     arith = warm_start_code(ArithEnv(ArithConfig()))
     assert "envs.testbeds.arith" in arith and "envs.testbeds.toolhops" not in arith
@@ -68,16 +68,19 @@ def test_editing_the_env_source_changes_the_key_and_an_unrelated_file_does_not(t
     path.write_text(path.read_text().replace('"first"', '"second"'))  # the env's demonstrator changed on disk
     edited, edited_code = warm_start_key(ModelConfig(), SFTConfig(), env, seed=0)
     assert edited != key and edited_code["warm_probe_env"] != code["warm_probe_env"]
-    assert {k: v for k, v in edited_code.items() if k != "warm_probe_env"} == {k: v for k, v in code.items() if k != "warm_probe_env"}
+    assert ({k: v for k, v in edited_code.items() if k != "warm_probe_env"}
+            == {k: v for k, v in code.items() if k != "warm_probe_env"})
 
 
 def test_the_key_still_follows_the_settings():
     env = ArithEnv(ArithConfig(train_size=8, heldout_size=4, dev_size=4))
     base = key_of(env)
     assert key_of(ArithEnv(ArithConfig(train_size=9, heldout_size=4, dev_size=4))) != base
-    assert warm_start_key(ModelConfig(), SFTConfig(), env, seed=1)[0] != base  # the SFT seed defaults to the run's
-    assert warm_start_key(ModelConfig(), SFTConfig(enabled=False), env, seed=1)[0] == \
-        warm_start_key(ModelConfig(), SFTConfig(enabled=False), env, seed=0)[0]  # no SFT: the seed plays no part
+    # the SFT seed defaults to the run's
+    assert warm_start_key(ModelConfig(), SFTConfig(), env, seed=1)[0] != base
+    # no SFT: the seed plays no part
+    assert (warm_start_key(ModelConfig(), SFTConfig(enabled=False), env, seed=1)[0]
+            == warm_start_key(ModelConfig(), SFTConfig(enabled=False), env, seed=0)[0])
 
 
 def test_the_record_of_a_warm_start_holds_its_key_and_code(tmp_path):
@@ -87,5 +90,6 @@ def test_the_record_of_a_warm_start_holds_its_key_and_code(tmp_path):
     key, code = warm_start_key(cfg, SFTConfig(enabled=False), env, 0)
     assert info["key"] == key and info["code"] == code
     assert (tmp_path / "warmstart" / key / "warmstart.json").is_file()
-    _, _, again = warm_started_base(cfg, SFTConfig(enabled=False), env, 0, str(tmp_path))  # read back from the cache
+    # read back from the cache
+    _, _, again = warm_started_base(cfg, SFTConfig(enabled=False), env, 0, str(tmp_path))
     assert again == info

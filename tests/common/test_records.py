@@ -74,7 +74,8 @@ def test_two_runs_of_one_cell_never_share_checkpoints(tmp_path):
 def test_irrelevant_settings_keep_the_identity(tmp_path):
     run = _run(tmp_path)
     _start(run, _config(lr=1e-3), steps=1)
-    other = {**_config(lr=1e-3), "progress": False, "loggers": [], "out_dir": str((tmp_path / "results").resolve())}
+    other = {**_config(lr=1e-3), "progress": False, "loggers": [],
+             "out_dir": str((tmp_path / "results").resolve())}
     again = _run(tmp_path)
     assert again.prepare(False, other) == "resume" and again.checkpoint_dir == run.checkpoint_dir
 
@@ -93,9 +94,11 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
 def test_the_run_lock_is_beside_the_run_folder_whatever_the_work_dir(tmp_path):
     a = RunDir.for_run(str(tmp_path / "results"), str(tmp_path / "work-a"), "grpo", "arith", "grpo", 3)
     b = RunDir.for_run(str(tmp_path / "results"), str(tmp_path / "work-b"), "grpo", "arith", "grpo", 3)
-    assert a.lock_path == b.lock_path == (tmp_path / "results" / "grpo" / "arith" / "grpo" / ".seed-3.lock").resolve()
+    assert (a.lock_path == b.lock_path
+            == (tmp_path / "results" / "grpo" / "arith" / "grpo" / ".seed-3.lock").resolve())
     a.path.mkdir(parents=True)
-    (tmp_path / "linked").symlink_to(a.path)  # a folder reached through a symlink takes the lock beside its target
+    # a folder reached through a symlink takes the lock beside its target
+    (tmp_path / "linked").symlink_to(a.path)
     assert RunDir(tmp_path / "linked", tmp_path / "work-c" / "checkpoints").lock_path == a.lock_path
 
 
@@ -108,10 +111,12 @@ def test_a_run_of_a_folder_another_work_dir_is_writing_is_refused_in_one_line(tm
 
     cfg = RunConfig(out_dir=str(tmp_path / "results"), work_dir=str(tmp_path / "work-b"))
     run_b = RunDir.for_run(cfg.out_dir, cfg.work_dir, "grpo", "arith", "default", 0)
-    monkeypatch.setattr(run_module, "resolve", lambda cfg, methods: run_module.Resolved(cfg, None, None, run_b))
+    monkeypatch.setattr(run_module, "resolve",
+                        lambda cfg, methods: run_module.Resolved(cfg, None, None, run_b))
     first = RunDir.for_run(cfg.out_dir, str(tmp_path / "work-a"), "grpo", "arith", "default", 0)
     first.lock_path.parent.mkdir(parents=True)
-    with FileLock(str(first.lock_path)), pytest.raises(RunRefused, match="another process is running") as error:
+    with (FileLock(str(first.lock_path)),
+          pytest.raises(RunRefused, match="another process is running") as error):
         run_module.fit(cfg, {})
     assert "\n" not in str(error.value) and str(run_b.path) in str(error.value)
     assert not run_b.path.exists() and not (tmp_path / "work-b" / "checkpoints").exists()
@@ -132,7 +137,8 @@ def test_a_finished_run_asked_again_with_its_config_is_skipped(tmp_path, monkeyp
     before = {p.name: p.read_text() for p in run.path.iterdir()}
     cfg = RunConfig(out_dir=str(tmp_path / "results"), work_dir=str(tmp_path / "work"))
     cfg.trainer.lr = 1e-3
-    monkeypatch.setattr(run_module, "resolve", lambda cfg, methods: run_module.Resolved(cfg, None, None, _run(tmp_path)))
+    monkeypatch.setattr(run_module, "resolve",
+                        lambda cfg, methods: run_module.Resolved(cfg, None, None, _run(tmp_path)))
     run_module.fit(cfg, {})
     assert capsys.readouterr().out.strip() == f"already finished, skipped: {run.path}"
     assert {p.name: p.read_text() for p in run.path.iterdir()} == before
@@ -145,8 +151,8 @@ def test_a_finished_run_asked_again_with_its_config_is_skipped(tmp_path, monkeyp
 def test_a_cell_finished_with_other_settings_is_not_done(tmp_path):
     from experiments.replicate import Cell, cell_config
 
-    cell = Cell("grpo", "arith", "grpo", 0, "smoke", ("scale=smoke", "seed=0", "arm=grpo"), str(tmp_path / "out"),
-                str(tmp_path / "work"))
+    cell = Cell("grpo", "arith", "grpo", 0, "smoke", ("scale=smoke", "seed=0", "arm=grpo"),
+                str(tmp_path / "out"), str(tmp_path / "work"))
     config = asdict(cell_config(cell))
     run = RunDir(cell.run_dir, tmp_path / "work" / "checkpoints")
     _finish(run, config)
@@ -182,7 +188,8 @@ def test_a_forced_rerun_killed_partway_keeps_the_finished_records_and_resumes(tm
     again.mark_done()
 
     assert again.building == again.path
-    assert [json.loads(line)["lr"] for line in (old.path / "metrics.jsonl").read_text().splitlines()] == [0.01] * 3
+    assert ([json.loads(line)["lr"] for line in (old.path / "metrics.jsonl").read_text().splitlines()]
+            == [0.01] * 3)
     assert (old.path / "done").exists() and not forced.staging.exists()
     assert json.loads((old.path / "manifest.json").read_text())["attempts"] == 2
     # the rerun's checkpoints are now the run folder's own; the replaced run's are gone
@@ -209,7 +216,8 @@ def test_a_swap_cut_short_is_finished_by_the_next_prepare(tmp_path, cut):
         os.rename(forced.path, forced.staging.with_name(forced.staging.name + ".replaced"))
     assert _run(tmp_path).prepare(False, _config(lr=0.01)) == "finished"
     assert json.loads((forced.path / "metrics.jsonl").read_text().splitlines()[0])["lr"] == 0.01
-    assert not forced.staging.exists() and not forced.staging.with_name(forced.staging.name + ".replaced").exists()
+    assert (not forced.staging.exists()
+            and not forced.staging.with_name(forced.staging.name + ".replaced").exists())
 
 
 # ---- crashes ------------------------------------------------------------------------------------
@@ -239,7 +247,8 @@ def test_the_previous_checkpoint_is_kept_beside_the_last(tmp_path):
     run = _run(tmp_path)
     _start(run, _config(), steps=1)
     _checkpoint(run, 2)
-    assert _next_step(run.checkpoint_dir / "last.ckpt") == 2 and _next_step(run.checkpoint_dir / "prev.ckpt") == 1
+    assert (_next_step(run.checkpoint_dir / "last.ckpt") == 2
+            and _next_step(run.checkpoint_dir / "prev.ckpt") == 1)
 
 
 def test_a_corrupt_last_checkpoint_falls_back_to_the_previous_one(tmp_path):
@@ -251,7 +260,8 @@ def test_a_corrupt_last_checkpoint_falls_back_to_the_previous_one(tmp_path):
     again = _run(tmp_path)
     with pytest.warns(RecordWarning, match=r"last\.ckpt cannot be loaded .*resuming from .*prev\.ckpt"):
         assert again.prepare(False, _config()) == "resume"
-    assert again.resume_checkpoint == run.checkpoint_dir / "prev.ckpt" and _next_step(again.resume_checkpoint) == 1
+    assert (again.resume_checkpoint == run.checkpoint_dir / "prev.ckpt"
+            and _next_step(again.resume_checkpoint) == 1)
     _checkpoint(again, 2)  # the corrupt one was moved aside, so the good one stays the fallback
     assert _next_step(run.checkpoint_dir / "prev.ckpt") == 1
 
@@ -268,7 +278,8 @@ def test_both_checkpoints_corrupt_is_a_one_line_error_naming_them(tmp_path):
     assert "last.ckpt" in message and "prev.ckpt" in message and "\n" not in message
 
 
-@pytest.mark.parametrize("text", ['{"attempts": 1, "sta', "[1, 2]", "\udcff".encode("utf-8", "surrogatepass").decode("latin-1")])
+@pytest.mark.parametrize("text", ['{"attempts": 1, "sta', "[1, 2]",
+                                  "\udcff".encode("utf-8", "surrogatepass").decode("latin-1")])
 def test_a_corrupt_manifest_of_an_unfinished_run_is_read_as_none_with_a_warning(tmp_path, text):
     """Issue 34: a hand-corrupted manifest.json made every resume crash with a traceback."""
     run = _run(tmp_path)
@@ -276,7 +287,8 @@ def test_a_corrupt_manifest_of_an_unfinished_run_is_read_as_none_with_a_warning(
     (run.path / "manifest.json").write_text(text, encoding="latin-1")
     again = _run(tmp_path)
     assert again.prepare(False, _config()) == "resume"
-    with pytest.warns(RecordWarning, match=r"manifest\.json cannot be read \(.*\); read as no previous manifest"):
+    with pytest.warns(RecordWarning,
+                      match=r"manifest\.json cannot be read \(.*\); read as no previous manifest"):
         again.write_manifest({"state_at_start": "resume"})
     manifest = json.loads((run.path / "manifest.json").read_text())
     assert manifest["attempts"] == 1 and manifest["state_at_start"] == "resume"

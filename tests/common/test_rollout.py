@@ -48,7 +48,8 @@ class _Echo(Engine):
 
     def generate(self, requests: list[Request], params: SamplingParams, seed: int) -> list[Sample]:
         self.requests.extend(requests)
-        return [Sample([ord(c) for c in self.action], [-0.1] * len(self.action), self.action, True) for _ in requests]
+        return [Sample([ord(c) for c in self.action], [-0.1] * len(self.action), self.action, True)
+                for _ in requests]
 
 
 class _Episode(EpisodeState):
@@ -115,8 +116,10 @@ def test_an_episode_that_runs_out_of_context_is_flagged_truncated():
     long, short = groups[0].episodes[0], groups[1].episodes[0]
     assert long.truncated and long.reward == 0.0 and not long.success and len(long.turns) == 1
     assert not short.truncated and short.reward == 1.0
-    summary = evaluate(Method(MethodConfig(), RunView.of(RunConfig(), _Env(EnvConfig()))), rollout(_Echo(), 12),
-                       [{"id": "a", "tier": 1, "task": task(0, turns=3)["task"]}, {"id": "b", "tier": 1, "task": task(1)["task"]}], 0)
+    summary = evaluate(Method(MethodConfig(), RunView.of(RunConfig(), _Env(EnvConfig()))),
+                       rollout(_Echo(), 12),
+                       [{"id": "a", "tier": 1, "task": task(0, turns=3)["task"]},
+                        {"id": "b", "tier": 1, "task": task(1)["task"]}], 0)
     assert summary["truncated_rate"] == 0.5  # over every episode, not only those that set a flag
 
 
@@ -133,7 +136,8 @@ def test_an_exception_inside_the_environment_is_a_faulted_invalid_action():
     for ep in groups[0].episodes:
         assert ep.faulted and ep.reward == 0.0 and len(ep.turns) == 2
         kinds = [e.kind for e in ep.events]
-        assert kinds == ["invalid_action", "fault"] and "RuntimeError: the environment has a bug" in ep.events[0].data["error"]
+        assert (kinds == ["invalid_action", "fault"]
+                and "RuntimeError: the environment has a bug" in ep.events[0].data["error"])
         assert ep.events[0].turn == 1 and ep.info["env_error"] == 1
     assert all(not e.faulted and e.reward == 1.0 for e in groups[1].episodes)  # the other episodes go on
     assert Method(MethodConfig(), RunView.of(RunConfig(), _Env(EnvConfig()))).excluded(groups[0].episodes[0])
@@ -141,14 +145,16 @@ def test_an_exception_inside_the_environment_is_a_faulted_invalid_action():
 
 def test_a_step_past_its_cpu_time_limit_is_a_faulted_invalid_action():
     before = time.process_time()
-    groups = rollout(_Echo(), step_cpu_s=0.2).play_groups([task(0, turns=3, spin_at=2), task(1, turns=2)], [1, 1], step=0)
+    groups = rollout(_Echo(), step_cpu_s=0.2).play_groups([task(0, turns=3, spin_at=2), task(1, turns=2)],
+                                                          [1, 1], step=0)
     assert time.process_time() - before < 5  # the endless step was stopped, not waited out
     ep = groups[0].episodes[0]
     assert ep.faulted and ep.reward == 0.0 and len(ep.turns) == 2 and ep.info["env_error"] == 1
     assert [e.kind for e in ep.events] == ["invalid_action", "fault"]
     assert ep.events[0].data["error"].startswith("StepTimeLimit: the step used more than 0.2 s of CPU time")
     assert not groups[1].episodes[0].faulted and groups[1].episodes[0].reward == 1.0  # the others go on
-    assert signal.getsignal(signal.SIGPROF) == signal.SIG_DFL and signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0)
+    assert (signal.getsignal(signal.SIGPROF) == signal.SIG_DFL
+            and signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0))
 
 
 def test_a_late_step_that_swallowed_the_interruption_still_faults():
@@ -182,7 +188,8 @@ def test_the_cpu_time_limit_is_checked_and_costs_microseconds():
 class _ChatTokenizer(_Tokenizer):
     chat_template = "chatml"
 
-    def apply_chat_template(self, messages: list[dict[str, str]], tokenize: bool, add_generation_prompt: bool) -> str:
+    def apply_chat_template(self, messages: list[dict[str, str]], tokenize: bool,
+                            add_generation_prompt: bool) -> str:
         out = "".join(f"<|{m['role']}|>{m['content']}<|end|>" for m in messages)
         return out + ("<|assistant|>" if add_generation_prompt else "")
 
@@ -193,7 +200,8 @@ def test_chat_template_wraps_observations_in_rollouts_and_demonstrations():
     engine = _Echo()
     rollout(engine, chat=chat).play_groups([task(0, turns=2)], [1], step=0)
     prompts = ["".join(map(chr, r.prompt_ids)) for r in engine.requests]
-    assert prompts == ["<|user|>hi<|end|><|assistant|>", "<|user|>hi<|end|><|assistant|>ok<|end|><|user|> more<|end|><|assistant|>"]
+    assert prompts == ["<|user|>hi<|end|><|assistant|>",
+                       "<|user|>hi<|end|><|assistant|>ok<|end|><|user|> more<|end|><|assistant|>"]
     assert observation_text(None, "x", True) == "x"
     with pytest.raises(ValueError, match="no chat template"):
         ChatFormat.from_tokenizer(_Tokenizer())
@@ -205,7 +213,8 @@ class _WithCounterfactual(Method):
     def play(self, rollout: Rollout, tasks: list[dict[str, Any]], step: int, mode: Any = "train",
              variant: str = "main") -> list[Group]:
         groups = super().play(rollout, tasks, step, mode, variant)
-        alone = rollout.play_groups(tasks, [len(g.episodes) for g in groups], step, mode=mode, variant="alone", tag="alone")
+        alone = rollout.play_groups(tasks, [len(g.episodes) for g in groups], step, mode=mode,
+                                    variant="alone", tag="alone")
         for g, a in zip(groups, alone, strict=True):
             g.extra["alone"] = a.episodes
         return groups
@@ -222,7 +231,8 @@ def test_evaluation_goes_through_the_methods_play_with_fixed_seeds():
     assert result["extra"]["alone"]["n_tasks"] == 4
     groups = method.play(r, tasks, 7, mode="eval")
     assert all(not e.counts_for_training for g in groups for e in g.all_episodes())  # evaluation never trains
-    assert {e.tag for g in groups for e in g.episodes} == {"eval"} and {e.tag for g in groups for e in g.extra["alone"]} == {"eval/alone"}
+    assert ({e.tag for g in groups for e in g.episodes} == {"eval"}
+            and {e.tag for g in groups for e in g.extra["alone"]} == {"eval/alone"})
     # the same environment seeds at every evaluation: the step does not enter them
     a = [e.turns[0].prompt_ids for g in method.play(r, tasks, 1, mode="eval") for e in g.episodes]
     b = [e.turns[0].prompt_ids for g in method.play(r, tasks, 50, mode="eval") for e in g.episodes]
@@ -253,8 +263,8 @@ def test_an_action_that_ended_its_turn_with_eos_is_not_closed_twice():
     chat = ChatFormat.from_tokenizer(tok)
     assert chat.end_of_turn == "<|end|>"
     engine = _StopsAtEos()
-    r = Rollout(_Env(EnvConfig()), engine, tok, {"agent": "policy"}, ["policy"], SamplingParams(1.0, 1.0, 4, ("\n",)), 512,
-                seed=0, chat=chat)
+    r = Rollout(_Env(EnvConfig()), engine, tok, {"agent": "policy"}, ["policy"],
+                SamplingParams(1.0, 1.0, 4, ("\n",)), 512, seed=0, chat=chat)
     r.play_groups([task(0, turns=2)], [1], step=0)
     second = "".join("<EOS>" if i == 0 else chr(i) for i in engine.requests[1].prompt_ids)
     assert second == "<|user|>hi<|end|><|assistant|>ok<EOS><|user|> more<|end|><|assistant|>"

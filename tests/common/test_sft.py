@@ -13,7 +13,8 @@ from common.warmstart import demonstrations, sft
 def test_sft_runs_at_small_step_counts(tiny_parts, steps):
     env, _, tok, base = tiny_parts
     pairs = demonstrations(env, tok, n_tasks=8, seed=0)
-    losses = sft(copy.deepcopy(base), pairs, SFTConfig(steps=steps, batch_size=4), seed=0, pad_id=tok.pad_token_id)
+    losses = sft(copy.deepcopy(base), pairs, SFTConfig(steps=steps, batch_size=4), seed=0,
+                 pad_id=tok.pad_token_id)
     assert len(losses) == steps and all(loss == loss for loss in losses)
 
 
@@ -23,14 +24,16 @@ def test_packed_rows_by_hand():
     pairs = [([1, 2], [3]), ([1, 2, 3, 4], [5]), ([9], [8]), ([1, 2, 3, 4, 5, 6], [7]), ([9, 8, 4], [2, 2])]
     assert packed_rows(pairs) == [([1, 2, 3, 4, 5, 6, 7], [-100, -100, 3, -100, 5, -100, 7]),
                                   ([9, 8, 4, 2, 2], [-100, 8, -100, 2, 2])]
-    assert packed_rows([([1], [2]), ([1], [3])]) == [([1, 2], [-100, 2]), ([1, 3], [-100, 3])]  # not a continuation
+    # not a continuation
+    assert packed_rows([([1], [2]), ([1], [3])]) == [([1, 2], [-100, 2]), ([1, 3], [-100, 3])]
 
 
 def test_packing_changes_nothing_for_one_turn_contexts(tiny_parts):
     env, _, tok, base = tiny_parts
     pairs = demonstrations(env, tok, n_tasks=8, seed=0)  # arith: one turn per context
     plain = sft(copy.deepcopy(base), pairs, SFTConfig(steps=3, batch_size=4), seed=0, pad_id=tok.pad_token_id)
-    packed = sft(copy.deepcopy(base), pairs, SFTConfig(steps=3, batch_size=4, pack=True), seed=0, pad_id=tok.pad_token_id)
+    packed = sft(copy.deepcopy(base), pairs, SFTConfig(steps=3, batch_size=4, pack=True), seed=0,
+                 pad_id=tok.pad_token_id)
     assert packed == plain
 
 
@@ -77,7 +80,8 @@ def test_micro_batches_give_the_whole_batch_step(tiny_parts):
     pairs = demonstrations(env, tok, n_tasks=8, seed=0)
     whole, parts = copy.deepcopy(base), copy.deepcopy(base)
     a = sft(whole, pairs, SFTConfig(steps=3, batch_size=5), seed=0, pad_id=tok.pad_token_id)
-    b = sft(parts, pairs, SFTConfig(steps=3, batch_size=5, micro_batch_rows=2), seed=0, pad_id=tok.pad_token_id)
+    b = sft(parts, pairs, SFTConfig(steps=3, batch_size=5, micro_batch_rows=2), seed=0,
+            pad_id=tok.pad_token_id)
     assert b == pytest.approx(a, rel=1e-5)
     for (name, x), (_, y) in zip(whole.state_dict().items(), parts.state_dict().items(), strict=True):
         assert torch.allclose(x, y, atol=1e-5), name

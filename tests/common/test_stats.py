@@ -1,4 +1,5 @@
-"""common/stats.py against hand-computed cases, SciPy, an obvious reference bootstrap, rliable, and simulation."""
+"""common/stats.py against hand-computed cases, SciPy, an obvious reference bootstrap, rliable, and
+simulation."""
 
 from __future__ import annotations
 
@@ -282,7 +283,8 @@ def test_paired_seeds_needed_matches_the_power_tables(effect_size, expected):
     """Cohen's d = difference / sd of the differences; G*Power's paired t-test, alpha 0.05
     two-sided, power 0.8: d = 0.5 -> 34, 0.8 -> 15, 1.0 -> 10."""
     assert stats.paired_seeds_needed(sd=1.0, difference=effect_size) == expected
-    assert stats.paired_t_power(expected, 1.0, effect_size) >= 0.8 > stats.paired_t_power(expected - 1, 1.0, effect_size)
+    assert (stats.paired_t_power(expected, 1.0, effect_size) >= 0.8
+            > stats.paired_t_power(expected - 1, 1.0, effect_size))
 
 
 def test_paired_t_power_by_simulation():
@@ -319,9 +321,10 @@ def test_iqm_and_probability_of_improvement_match_scipy():
 def _rliable():
     try:
         from rliable import library, metrics
-    except Exception as e:  # noqa: BLE001 - rliable 1.2 imports arch < 8, which fails with pandas 3 (TypeError)
-        pytest.skip(f"rliable does not import here ({type(e).__name__}: {e}); rliable 1.2.0 needs arch < 8, and "
-                    "arch 7.x does not import with pandas 3, so it is not a dependency")
+    # rliable 1.2 imports arch < 8, which fails with pandas 3 (TypeError)
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"rliable does not import here ({type(e).__name__}: {e}); rliable 1.2.0 needs arch < 8, "
+                    "and arch 7.x does not import with pandas 3, so it is not a dependency")
     return library, metrics
 
 

@@ -24,7 +24,8 @@ def module(tiny_parts, tmp_path):
     cfg.trainer.lr = 5e-3
     policy = Policy(copy.deepcopy(base), tok, copy.deepcopy(model_cfg), env.roles)
     engine = HFEngine(policy)
-    m = RLModule(cfg, Method(MethodConfig(), RunView.of(cfg, env)), env, policy, engine, RunDir(tmp_path / "run", tmp_path / "ck"))
+    m = RLModule(cfg, Method(MethodConfig(), RunView.of(cfg, env)), env, policy, engine,
+                 RunDir(tmp_path / "run", tmp_path / "ck"))
     opt = m.configure_optimizers()
     m.optimizers = lambda: opt  # outside a Lightning Trainer: plain optimizer and backward
     m.manual_backward = lambda loss: loss.backward()
@@ -55,7 +56,8 @@ def test_update_follows_the_advantages(module):
     up = torch.cat([a - b for a, b, s in zip(after, before, sign, strict=True) if s > 0]).mean()
     down = torch.cat([a - b for a, b, s in zip(after, before, sign, strict=True) if s < 0]).mean()
     assert up > 0 > down
-    assert stats["grad_norm"] > 0 and stats["logprob_diff_max"] < 1e-4  # on-policy: scored = sampled log-probs
+    # on-policy: scored = sampled log-probs
+    assert stats["grad_norm"] > 0 and stats["logprob_diff_max"] < 1e-4
     changed = [n for n, v in module.policy.adapter_state().items() if not torch.equal(v, adapter_before[n])]
     assert changed and all("lora_" in n for n in changed)
 
@@ -84,7 +86,8 @@ def test_second_update_is_off_policy_and_clips(module):
                       module.policy.trainable_adapters, SamplingParams(1.0, 1.0, 16, ("\n",)), 512, seed=0)
     groups = rollout.play_groups([env.task_set()["train"][i] for i in range(8)], [4] * 8, step=0)
     episodes = [e for g in groups for e in g.episodes]
-    advantages = Advantages({(i, t): 1.0 if i % 2 == 0 else -1.0 for i, e in enumerate(episodes) for t in range(len(e.turns))})
+    advantages = Advantages({(i, t): 1.0 if i % 2 == 0 else -1.0
+                             for i, e in enumerate(episodes) for t in range(len(e.turns))})
     stats = module.update(build_rows(episodes, None), advantages, step=0)
     assert stats["clip_fraction"] > 0 and stats["logprob_diff_max"] > 0.01
 
@@ -97,7 +100,8 @@ def test_kl_in_reward_penalizes_each_agents_own_tokens(module):
                       module.policy.trainable_adapters, SamplingParams(1.0, 1.0, 16, ("\n",)), 512, seed=0)
     episodes = [e for g in rollout.play_groups([env.task_set()["train"][0]], [2], step=0) for e in g.episodes]
     rows = build_rows(episodes, None)
-    reference = [torch.tensor(row.behaviour_logprobs()) - 0.5 for row in rows]  # every token 0.5 nats less likely
+    # every token 0.5 nats less likely
+    reference = [torch.tensor(row.behaviour_logprobs()) - 0.5 for row in rows]
     penalty = kl_reward_penalty(rows, reference, episodes, coef=0.1, estimator="k1",
                                 agent_of=lambda e, i: e.turns[i].role)
     for i, e in enumerate(episodes):

@@ -41,7 +41,8 @@ def _module(work: Path, out: Path) -> RLModule:
     cfg.trainer.max_grad_norm = 1e9
     torch.manual_seed(0)
     policy = Policy(copy.deepcopy(base), tok, copy.deepcopy(model_cfg), env.roles)
-    m = RLModule(cfg, Method(MethodConfig(), RunView.of(cfg, env)), env, policy, HFEngine(policy), RunDir(out / "run", out / "ck"))
+    m = RLModule(cfg, Method(MethodConfig(), RunView.of(cfg, env)), env, policy, HFEngine(policy),
+                 RunDir(out / "run", out / "ck"))
     opt = m.configure_optimizers()
     m.optimizers = lambda: opt  # type: ignore[method-assign]  # outside a Lightning Trainer
     m.manual_backward = lambda loss: loss.backward()  # type: ignore[method-assign]
@@ -56,13 +57,15 @@ def _gradients(rank: int, world: int, work: Path, out: Path) -> dict[str, dict[i
                       SamplingParams(1.0, 1.0, 16, ("\n",)), 512, seed=0)
     groups = rollout.play_groups([env.task_set()["train"][i] for i in range(4)], [4] * 4, step=0)
     episodes = [e for g in groups for e in g.episodes]
-    advantages = Advantages({(i, t): 1.0 if i % 3 else -0.5 for i, e in enumerate(episodes) for t in range(len(e.turns))})
+    advantages = Advantages({(i, t): 1.0 if i % 3 else -0.5
+                             for i, e in enumerate(episodes) for t in range(len(e.turns))})
     rows = build_rows(episodes, None)
     assert len(rows) == 16
     grads = {}
     for name, split in SPLITS.items():
         m.update(rows[split[rank]] if world > 1 else rows, advantages, step=0)
-        grads[name] = {i: None if p.grad is None else p.grad.clone() for i, p in enumerate(m.policy.trainable_parameters())}
+        grads[name] = {i: None if p.grad is None else p.grad.clone()
+                       for i, p in enumerate(m.policy.trainable_parameters())}
     return grads
 
 
@@ -96,7 +99,8 @@ def test_metrics_combine_by_kind():
              "logprob_diff_max": 3e-6, "loss": 0.25, "grad_norm": 0.3}
     got = combine_rank_metrics([(rank0, 6), (rank1, 2)])
     assert got == {"success_rate": (0.5 * 6 + 1.0 * 2) / 8, "rows": 12, "generated_tokens_total/main": 150,
-                   "time_step_s": 2.0, "logprob_diff_max": 3e-6, "loss": 0.25, "grad_norm": 0.3, "only_here": 1.0}
+                   "time_step_s": 2.0, "logprob_diff_max": 3e-6, "loss": 0.25, "grad_norm": 0.3,
+                   "only_here": 1.0}
     assert combine_rank_metrics([(rank0, 6)]) == rank0  # one process: unchanged
 
 
@@ -104,8 +108,11 @@ def test_gathered_groups_come_back_in_task_order_without_their_contexts():
     parts = [[0, 2, 4], [1, 3]]
     assert interleave(parts) == [0, 1, 2, 3, 4]
     turn = Turn("solver", "policy", [1, 2, 3], [4, 5], [-0.1, -0.2], "5", prompt_text="1+4=")
-    group = Group("t0", 1, [Episode("t0", 1, [turn], success=True)], extra={"solo": [Episode("t0", 1, [turn])]})
+    group = Group("t0", 1, [Episode("t0", 1, [turn], success=True)],
+                  extra={"solo": [Episode("t0", 1, [turn])]})
     slim = light(group)
     for e in (slim.episodes[0], slim.extra["solo"][0]):
-        assert e.turns[0].prompt_ids == [] and e.turns[0].num_action_tokens == 2 and e.turns[0].role == "solver"
-    assert slim.episodes[0].success and group.episodes[0].turns[0].prompt_ids == [1, 2, 3]  # the original is untouched
+        assert (e.turns[0].prompt_ids == [] and e.turns[0].num_action_tokens == 2
+                and e.turns[0].role == "solver")
+    # the original is untouched
+    assert slim.episodes[0].success and group.episodes[0].turns[0].prompt_ids == [1, 2, 3]

@@ -26,7 +26,8 @@ from common.rollout import Rollout
 
 ROOT = Path(__file__).resolve().parents[2]
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
-needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed: `make setup VLLM=1` installs the CPU build")
+needs_vllm = pytest.mark.skipif(not HAS_VLLM,
+                                reason="vllm is not installed: `make setup VLLM=1` installs the CPU build")
 
 ROLES = ("thinker", "solver")  # two roles -> two adapters, to check per-role LoRA requests
 
@@ -72,7 +73,8 @@ def max_diff(policy, reqs, samples, temperature=1.0):
 
 def prompts(tok, n):
     rng = random.Random(0)
-    return [tok.encode(f"Q: {rng.randint(0, 20)}+{rng.randint(0, 20)}*{rng.randint(0, 9)}\nA:", add_special_tokens=False)
+    return [tok.encode(f"Q: {rng.randint(0, 20)}+{rng.randint(0, 20)}*{rng.randint(0, 9)}\nA:",
+                       add_special_tokens=False)
             for _ in range(n)]
 
 
@@ -92,7 +94,8 @@ def test_rollout_logprobs_equal_the_trainers_recomputed_logprobs(tiny_parts):
     engine = make_engine(policy)
     try:
         params = SamplingParams(temperature=1.0, max_new_tokens=12, stop=("\n",))
-        rollout = Rollout(env, engine, policy.tokenizer, policy.role_adapter, policy.trainable_adapters, params, 512, seed=3)
+        rollout = Rollout(env, engine, policy.tokenizer, policy.role_adapter, policy.trainable_adapters,
+                          params, 512, seed=3)
         tasks = [env.task_set()["train"][i] for i in range(6)]
         groups = rollout.play_groups(tasks, [3] * 6, step=0)
         rows = build_rows([e for g in groups for e in g.episodes], None)
@@ -110,7 +113,8 @@ def test_rollout_logprobs_equal_the_trainers_recomputed_logprobs(tiny_parts):
         for s in a:
             assert len(s.action_ids) == len(s.logprobs) <= 12 and "\n" not in s.text
             if s.stopped:
-                assert "\n" in policy.tokenizer.decode(s.action_ids) or s.action_ids[-1] == policy.tokenizer.eos_token_id
+                assert ("\n" in policy.tokenizer.decode(s.action_ids)
+                        or s.action_ids[-1] == policy.tokenizer.eos_token_id)
         # a different temperature: logprobs are those of softmax(logits / T)
         cold = SamplingParams(temperature=0.7, max_new_tokens=8)
         assert max_diff(policy, reqs, engine.generate(reqs, cold, seed=1), temperature=0.7) < 1e-4
@@ -183,7 +187,8 @@ def test_served_policy_follows_each_optimizer_step(tiny_parts, sync):
                         prm.mul_(1.5)
         engine.check_stale = False  # no safety net: what the explicit sync does
         stale = engine.generate(reqs, params, seed=1)
-        assert max_diff(policy, reqs, stale) > 1e-3, "without the sync the engine would still serve the old weights"
+        assert max_diff(policy, reqs, stale) > 1e-3, \
+            "without the sync the engine would still serve the old weights"
         engine.sync()
         assert max_diff(policy, reqs, engine.generate(reqs, params, seed=1)) < 1e-4
         # the safety net: weights changed behind the engine's back (a checkpoint restored after it
@@ -196,7 +201,8 @@ def test_served_policy_follows_each_optimizer_step(tiny_parts, sync):
         ids = {a: engine.lora_request(a).lora_int_id for a in policy.adapters}
         engine.sync()
         assert all(engine.lora_request(a).lora_int_id != ids[a] for a in policy.adapters)
-        assert set(engine.llm.llm_engine.list_loras()) == {engine.lora_request(a).lora_int_id for a in policy.adapters}
+        assert (set(engine.llm.llm_engine.list_loras())
+                == {engine.lora_request(a).lora_int_id for a in policy.adapters})
         assert len(engine.sync_times) == 3
     finally:
         engine.close()
@@ -215,11 +221,13 @@ def test_process_state_is_given_back(tiny_parts):
     torch.manual_seed(123)
     engine = make_engine(policy)
     try:
-        engine.generate([Request(prompts(policy.tokenizer, 1)[0], "policy")], SamplingParams(max_new_tokens=4), seed=0)
+        engine.generate([Request(prompts(policy.tokenizer, 1)[0], "policy")],
+                        SamplingParams(max_new_tokens=4), seed=0)
         engine.sync()
         assert torch.equal(torch.rand(3), expected), "vLLM moved the global RNG"
         assert torch.set_num_threads is set_threads and torch.get_num_threads() == threads
-        changed = {k for k in set(env) | set(os.environ) if env.get(k) != os.environ.get(k) and not k.startswith("VLLM_")}
+        changed = {k for k in set(env) | set(os.environ)
+                   if env.get(k) != os.environ.get(k) and not k.startswith("VLLM_")}
         assert not changed, changed
     finally:
         engine.close()
@@ -244,8 +252,8 @@ def test_sync_auto_is_full_when_the_base_trains(tiny_parts):
 def test_make_replicate_grpo_smoke_with_vllm(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
     args = f"engine=vllm out_dir={out} work_dir={work}"
-    proc = subprocess.run(["make", "replicate-grpo", "SCALE=smoke", f"ARGS={args}", f"PY={sys.executable}"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(["make", "replicate-grpo", "SCALE=smoke", f"ARGS={args}", f"PY={sys.executable}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     cell = out / "grpo" / "arith" / "grpo" / "seed-0"
     for name in ("config.yaml", "manifest.json", "metrics.jsonl", "eval.json", "done"):

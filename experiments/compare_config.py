@@ -1,0 +1,131 @@
+"""What `make compare` runs, as configs: the environments of the comparison (`compare.yaml`: env tag
+-> environment and the home replication arm whose scale sets the budget there), which methods apply
+where (`applicable`, `matrix`), the arm a method runs (`compare_arm`), and one cell's config: the
+home arm's budget with the method's recipe (`RECIPE`), written as Hydra overrides of the method's
+own tree and checked to compose back to exactly that config (`target_config`, `overrides_for`).
+`experiments.compare` plans, reuses and runs the cells.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from common.util import dotted_get, dotted_set, flatten
+from experiments.replicate import _plain_config, load_replication
+
+COMPARE_FILE = Path(__file__).resolve().parent / "compare.yaml"
+# what a method brings to an environment; everything else of a cell's config is the home arm's budget
+RECIPE = ("method", "trainer.ppo_epochs", "trainer.minibatches", "trainer.clip_low", "trainer.clip_high",
+          "trainer.loss_agg", "trainer.entropy_coef", "trainer.kl", "model.roles", "model.default_adapter",
+          "model.frozen_adapters")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment of the comparison (a line of compare.yaml)."""
+
+    tag: str  # the env tag: results folder and matrix column
+    env: str  # the environment's name in envs.registry.ENVS
+    home: str  # the method whose replication arm sets the budget
+    arm: str
+
+
+def load_settings(path: Path = COMPARE_FILE) -> dict[str, Setting]:
+    data = yaml.safe_load(path.read_text()) or {}
+    out = {}
+    for tag, s in (data.get("envs") or {}).items():
+        missing = {"env", "home", "arm"} - set(s or {})
+        if missing:
+            raise ValueError(f"{path}: env {tag!r} lacks {sorted(missing)}")
+        out[tag] = Setting(tag, s["env"], s["home"], s["arm"])
+    return out
+
+
+def compare_arm(method: str) -> str:
+    """The arm of `method`'s replication that `make compare` runs."""
+    from replications import METHODS
+
+    arm = METHODS[method].compare_arm or method
+    arms = load_replication(method).arms
+    if arm not in arms:
+        raise ValueError(f"{method}: make compare runs the arm {arm!r}, which is not in "
+                         f"replications/{method}/conf/replication.yaml ({', '.join(arms)}); "
+                         "set compare_arm on its Method class")
+    return arm
+
+
+def applicable(method: str, env: str) -> bool:
+    """Whether `env` offers everything `method` needs (envs/api/features.py)."""
+    from envs.registry import ENVS
+    from replications import METHODS
+
+    return METHODS[method].needs <= ENVS[env].offers
+
+
+def matrix(methods: list[str], settings: dict[str, Setting]) -> dict[tuple[str, str], bool]:
+    """(method, env tag) -> applicable, for every method and every environment of the comparison."""
+    return {(m, tag): applicable(m, s.env) for m in methods for tag, s in settings.items()}
+
+
+# ---- one cell's config ---------------------------------------------------------------------------
+def hydra_value(v: Any) -> str:
+    """A value in Hydra's override grammar (strings quoted, so any character survives)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        if "${" in v:  # a resolved config holds none; an interpolation here would be resolved again
+            raise ValueError(f"cannot write {v!r} as a Hydra override value (an interpolation)")
+        # Hydra's quoted string: backslashes escape only before a quote or the closing quote
+        return "'" + re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), v) + "'"
+    if isinstance(v, list | tuple):
+        return "[" + ",".join(hydra_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k}:{hydra_value(x)}" for k, x in v.items()) + "}"
+    raise ValueError(f"cannot write {v!r} as a Hydra override")
+
+
+def _config(method: str, overrides: tuple[str, ...]) -> dict[str, Any]:
+    return copy.deepcopy(_plain_config(method, overrides))
+
+
+def target_config(method: str, setting: Setting, scale: str, arm: str, out_sub: str,
+                  out_root: str | None = None) -> dict[str, Any]:
+    """The cell's config (seed 0): the home arm's budget, the method's recipe, `arm` as its name; its records
+    under `<out_root>/<out_sub>` (out_root: the scale's out_dir unless given)."""
+    home = _config(setting.home, (f"scale={scale}", f"arm={setting.arm}"))
+    found = home["env"].get("tag") or home["env"]["name"]
+    if home["env"]["name"] != setting.env or found != setting.tag:
+        raise ValueError(f"compare.yaml: {setting.tag} says env {setting.env}, but {setting.home}'s arm "
+                         f"{setting.arm} at scale={scale} plays env {home['env']['name']} with tag {found}")
+    own = _config(method, (f"scale={scale}", f"arm={arm}"))
+    target = home
+    for key in RECIPE:
+        dotted_set(target, key, copy.deepcopy(dotted_get(own, key)))
+    target["arm"] = arm
+    target["out_dir"] = f"{out_root or home['out_dir']}/{out_sub}"
+    return target
+
+
+def overrides_for(method: str, target: dict[str, Any], scale: str) -> tuple[str, ...]:
+    """Hydra overrides of `method`'s tree that compose to `target` exactly (checked)."""
+    base = (f"scale={scale}", f"arm={target['arm']}")
+    start, want = flatten(_config(method, base), keep_empty=True), flatten(target, keep_empty=True)
+    changes = [f"++{k}={hydra_value(v)}" for k, v in want.items() if k not in start or start[k] != v]
+    changes += [f"~{k}" for k in start if k not in want]
+    overrides = (*base, *changes)
+    got = flatten(_config(method, overrides), keep_empty=True)
+    wrong = sorted(k for k in want.keys() | got.keys() if want.get(k, "(absent)") != got.get(k, "(absent)"))
+    if wrong:
+        raise ValueError(f"{method} on {target['env'].get('tag')}: the overrides do not compose to the "
+                         f"cell's config (differ: {wrong[:5]})")
+    return overrides

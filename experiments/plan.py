@@ -1,0 +1,173 @@
+"""A replication's cells before they run: each cell (one arm x seed run of a method at a scale) and
+what running it would do, decided from its run folder alone (`Cell.state`: done, to run, to resume,
+forced rerun, or refused when a run of other settings holds the folder); how long the ones that run
+will take, from the recorded runs' own timings (`estimate_seconds`); and the plan as text
+(`plan_text`, `refusal`). `experiments.replicate` plans the cells, checks and launches them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from common.config import RunConfig
+from common.run_identity import YAML_LOADER, recorded_changes
+from experiments.run import compose
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (arm, seed) training run of a replication."""
+
+    method: str
+    env: str
+    arm: str
+    seed: int
+    scale: str
+    overrides: tuple[str, ...]
+    out_dir: str
+    work_dir: str
+    steps: int = 0
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out_dir) / self.method / self.env / self.arm / f"seed-{self.seed}"
+
+    def recorded_changes(self) -> list[str] | None:
+        """How this cell's settings differ from the ones recorded in its run folder (None: nothing
+        recorded)."""
+        return recorded_changes(self.run_dir, _plain_config(self.method, self.overrides))
+
+    @property
+    def done(self) -> bool:
+        """Finished with this cell's own config: a finished run of other settings (another
+        trainer.lr, say) is not this cell's result, and `run_cell` refuses it with the difference."""
+        return (self.run_dir / "done").exists() and not self.recorded_changes()
+
+    @property
+    def forced(self) -> bool:
+        return "force=true" in self.overrides
+
+    def state(self) -> CellState:
+        """What running this cell would do, decided from its run folder alone (as `RunDir.prepare` will)."""
+        changes = self.recorded_changes()
+        finished = (self.run_dir / "done").exists()
+        if self.forced:
+            return CellState("forced rerun" if finished else "to run")
+        if finished and not changes:
+            return CellState("done")
+        if changes:
+            kind = "a finished run" if finished else "an unfinished run"
+            return CellState("refused", f"{kind} with other settings ({'; '.join(changes)})")
+        steps = _steps_recorded(self.run_dir)
+        return CellState(f"to resume (from step {steps})" if steps else "to run")
+
+    @property
+    def name(self) -> str:
+        return f"{self.method}/{self.env}/{self.arm}/seed-{self.seed}"
+
+
+@dataclass(frozen=True)
+class CellState:
+    """A cell before it runs: `done` (skipped), `to run`, `to resume (...)`, `forced rerun`, or `refused`
+    (a run of other settings holds its folder: `why` says which settings differ)."""
+
+    state: str
+    why: str = ""
+
+    @property
+    def runs(self) -> bool:
+        return self.state not in ("done", "refused")
+
+    def __str__(self) -> str:
+        return f"{self.state}: {self.why}" if self.why else self.state
+
+
+def _steps_recorded(run_dir: Path) -> int:
+    path = run_dir / "metrics.jsonl"
+    return sum(1 for line in path.read_text().splitlines() if line.strip()) if path.exists() else 0
+
+
+# ---- how long a cell takes: the committed runs' own timings --------------------------------------
+def run_seconds(run_dir: Path) -> tuple[float, int] | None:
+    """(wall-clock seconds, RL steps) of a finished run done in one attempt (started -> finished in its
+    manifest); None for runs that were resumed (their span includes the pause) or lack the times."""
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        if manifest.get("attempts", 1) != 1 or not (run_dir / "done").exists():
+            return None
+        fmt = "%Y-%m-%dT%H:%M:%S%z"
+        seconds = (datetime.strptime(manifest["finished"], fmt) - datetime.strptime(manifest["started"], fmt))
+        steps = yaml.load((run_dir / "config.yaml").read_text(), Loader=YAML_LOADER)["trainer"]["steps"]
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+        return None
+    return (seconds.total_seconds(), int(steps)) if seconds.total_seconds() > 0 else None
+
+
+def estimate_seconds(cell: Cell, committed: str | Path = RunConfig.out_dir) -> float | None:
+    """How long `cell` will take, from the recorded runs nearest to it: the same arm's other seeds, else
+    any arm of its method on its environment, else its method on any environment; first under the cell's
+    own out_dir, then under the committed results. The median seconds per RL step (plus one step: the
+    evaluations) times the cell's steps; None when no recorded run is found."""
+    roots = dict.fromkeys([Path(cell.out_dir), Path(cell.out_dir.split("/compare/")[0]), Path(committed)])
+    for pattern in (f"{cell.method}/{cell.env}/{cell.arm}/seed-*", f"{cell.method}/{cell.env}/*/seed-*",
+                    f"{cell.method}/*/*/seed-*"):
+        for root in roots:
+            rates = [t / (steps + 1) for t, steps in filter(None, map(run_seconds, root.glob(pattern)))]
+            if rates:
+                return statistics.median(rates) * (cell.steps + 1)
+    return None
+
+
+def minutes(seconds: float | None) -> str:
+    return ("time unknown" if seconds is None
+            else f"~{seconds / 60:.0f} min" if seconds >= 90 else f"~{seconds:.0f} s")
+
+
+def plan_text(cells: Sequence[Cell], parallel: int, overrides: bool = True) -> str:
+    """Every cell's state and, for the ones that would run, the time its recorded neighbours took
+    (`estimate_seconds`); then the totals (cells run `parallel` at a time)."""
+    lines, total, running, unknown = [], 0.0, 0, 0
+    counts: dict[str, int] = {}
+    for c in cells:
+        st = c.state()
+        key = st.state.split(" (")[0]
+        counts[key] = counts.get(key, 0) + 1
+        if not st.runs:
+            lines.append(f"{c.name}: {st}")
+            continue
+        est = estimate_seconds(c)
+        total, running, unknown = total + (est or 0.0), running + 1, unknown + (est is None)
+        lines.append(f"{c.name}: {st} ({minutes(est)})" + (f"  {' '.join(c.overrides)}" if overrides else ""))
+    at_once = max(1, min(parallel, running))
+    timing = "" if not running else (
+        f", {minutes(total / at_once) if total else 'time unknown'}"
+        + (f" ({at_once} at a time)" if at_once > 1 else "")
+        + (f"; {unknown} of them with no recorded run to time by" if unknown and total else ""))
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items())
+    lines.append(f"[plan] {len(cells)} cell(s): {summary}{timing}")
+    return "\n".join(lines)
+
+
+def refusal(cells: Sequence[Cell]) -> str | None:
+    """One line per cell a run would refuse (a run of other settings holds its folder), or None."""
+    refused = [(c, st) for c in cells if (st := c.state()).state == "refused"]
+    if not refused:
+        return None
+    head = (f"{len(refused)} cell(s) hold runs of other settings; FORCE=1 reruns them (the finished records "
+            "stay until each rerun is done), OUT=<folder> runs into another folder, or restore the settings:")
+    return "\n".join([head, *(f"  {c.name}: {st.why}" for c, st in refused)])
+
+
+@functools.lru_cache(maxsize=256)
+def _plain_config(method: str, overrides: tuple[str, ...]) -> dict[str, Any]:
+    """A cell's resolved config as plain data, composed once (`Cell.done` is asked often)."""
+    return asdict(compose(method, overrides))
