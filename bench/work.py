@@ -19,6 +19,7 @@ import torch
 from omegaconf import OmegaConf
 
 from common.config import ModelConfig, SFTConfig
+from common.episode import Task
 from envs.testbeds.arith import ArithConfig, ArithEnv
 
 CONF = Path(__file__).resolve().parents[1] / "common" / "conf"
@@ -129,38 +130,35 @@ def chat_format(s: Setting, tokenizer: Any) -> Any:
     return ChatFormat.from_tokenizer(tokenizer) if model_config(s.model).chat_template else None
 
 
-def step_prompts(s: Setting, steps: int) -> list[list[dict[str, Any]]]:
+def step_prompts(s: Setting, steps: int) -> list[list[Task]]:
     """The tasks of each step, drawn exactly as our trainer draws them (GRPO's `tasks` hook)."""
     import random
 
     from common.config import RunConfig, TrainerConfig
+    from common.episode import tasks_of
     from common.method import Method, MethodConfig, RunView
     from common.rollout import derive_seed
 
     env = bench_env()
     run = RunConfig(trainer=TrainerConfig(tasks_per_step=s.tasks_per_step))
     method = Method(MethodConfig(), RunView.of(run, env))
-    pool = env.task_set()["train"]
+    pool = tasks_of(env.task_set()["train"])
     return [method.tasks(pool, k, random.Random(derive_seed(s.seed, k, "tasks"))) for k in range(steps)]
 
 
-def prompt_text(task: dict[str, Any], chat: Any = None) -> str:
+def prompt_text(task: Task, chat: Any = None) -> str:
     """The prompt of `task` exactly as our rollout writes it: wrapped in the chat template (`chat`,
     see `chat_format`) for an instruct model."""
-    import json
-
     from common.chat import observation_text
     from envs.testbeds.arith import ArithEpisode
 
-    return observation_text(chat, ArithEpisode(json.loads(task["task"]), "single").start().text, first=True)
+    return observation_text(chat, ArithEpisode(task.data, "single").start().text, first=True)
 
 
-def answer(task: dict[str, Any]) -> int:
-    import json
-
+def answer(task: Task) -> int:
     from envs.testbeds.arith import ArithEpisode
 
-    return ArithEpisode(json.loads(task["task"]), "single").answer()
+    return ArithEpisode(task.data, "single").answer()
 
 
 def autocast(precision: str, device: str = "cpu") -> contextlib.AbstractContextManager[Any]:

@@ -18,15 +18,20 @@ method's `extra_loss(batch, step)` is added as it is. KL placement and aggregati
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
+from common.credit import BROADCAST
+
 if TYPE_CHECKING:
     from common.batch import Row
     from common.config import KLConfig, TrainerConfig
+    from common.credit import AgentOf
+    from common.episode import Episode
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
@@ -191,3 +196,24 @@ def policy_loss(batch: LossBatch, t: TrainerConfig, extra: torch.Tensor | None =
         kl=kl_value,
         logprob_diff_max=float(((batch.logp_B_T.detach() - batch.behaviour_logp_B_T).abs() * mask).max()),
     )
+
+
+def kl_reward_penalty(rows: list[Row], reference: list[torch.Tensor], episodes: list[Episode], coef: float,
+                      estimator: str, agent_of: AgentOf) -> Callable[[int, str], float]:
+    """KL in the reward: r_key <- r_key - beta * sum_t KL_t over that key's trained tokens of the
+    episode (the broadcast key `*`: over all of the episode's trained tokens). `reference` is aligned
+    with `rows`; the penalty is asked by episode index in `episodes` and agent key."""
+    sums: dict[tuple[int, str], float] = defaultdict(float)
+    for row, ref_T in zip(rows, reference, strict=True):  # ref_T on the model's device
+        kl_T = kl_estimate(torch.tensor(row.behaviour_logprobs(), device=ref_T.device), ref_T, estimator)
+        offset = 0
+        for span in row.spans:
+            turn_kl = float(kl_T[offset : offset + span.num_action_tokens].sum())
+            offset += span.num_action_tokens
+            sums[(row.episode, agent_of(episodes[row.episode], span.turn_index))] += turn_kl
+            sums[(row.episode, BROADCAST)] += turn_kl
+
+    def penalty(episode: int, key: str) -> float:
+        return coef * sums.get((episode, key), 0.0)
+
+    return penalty

@@ -35,8 +35,7 @@ import gc
 import hashlib
 import random
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import lightning as L
@@ -47,11 +46,11 @@ from torch.utils.data import DataLoader, IterableDataset
 from common.batch import Row, build_rows, padded, score_rows
 from common.chat import ChatFormat
 from common.config import RunConfig
-from common.credit import BROADCAST, Advantages, AgentOf, to_advantages
+from common.credit import Advantages, to_advantages
 from common.engines.base import Engine, SamplingParams
-from common.episode import Episode, step_episodes, tasks_of
+from common.episode import step_episodes, tasks_of
 from common.evaluate import eval_split, evaluate, summarize_groups
-from common.loss import LossBatch, kl_estimate, policy_loss
+from common.loss import LossBatch, kl_reward_penalty, policy_loss
 from common.method import Method
 from common.policy import Policy
 from common.ranks import (
@@ -302,8 +301,8 @@ class RLModule(L.LightningModule):
                 out += [scored.logp_B_T[b, : row.num_action_tokens].clone() for b, row in enumerate(chunk)]
         return out
 
-    def update(self, rows: list[Row], advantages: Advantages, step: int, reference: list[torch.Tensor] | None = None,
-               per_pass: bool = False) -> dict[str, Any]:
+    def update(self, rows: list[Row], advantages: Advantages, step: int,
+               reference: list[torch.Tensor] | None = None, per_pass: bool = False) -> dict[str, Any]:
         """PPO epochs x minibatches over `rows`; each chunk's objective is `common.loss.policy_loss`.
         `reference` (aligned with `rows`) is needed when `trainer.kl.placement` is not `none`. `per_pass`
         adds `clip_fraction_by_pass` (one mean per minibatch update, in order: the design check's view
@@ -384,24 +383,3 @@ class RLModule(L.LightningModule):
                                    else 0.0)
         out["rows"] = len(rows)
         return out
-
-
-def kl_reward_penalty(rows: list[Row], reference: list[torch.Tensor], episodes: list[Episode], coef: float,
-                      estimator: str, agent_of: AgentOf) -> Callable[[int, str], float]:
-    """KL in the reward: r_key <- r_key - beta * sum_t KL_t over that key's trained tokens of the
-    episode (the broadcast key `*`: over all of the episode's trained tokens). `reference` is aligned
-    with `rows`; the penalty is asked by episode index in `episodes` and agent key."""
-    sums: dict[tuple[int, str], float] = defaultdict(float)
-    for row, ref_T in zip(rows, reference, strict=True):  # ref_T on the model's device
-        kl_T = kl_estimate(torch.tensor(row.behaviour_logprobs(), device=ref_T.device), ref_T, estimator)
-        offset = 0
-        for span in row.spans:
-            turn_kl = float(kl_T[offset : offset + span.num_action_tokens].sum())
-            offset += span.num_action_tokens
-            sums[(row.episode, agent_of(episodes[row.episode], span.turn_index))] += turn_kl
-            sums[(row.episode, BROADCAST)] += turn_kl
-
-    def penalty(episode: int, key: str) -> float:
-        return coef * sums.get((episode, key), 0.0)
-
-    return penalty

@@ -65,8 +65,8 @@ SAMPLING_BAND = 0.10
 SCHEDULE_KEYS = ("trainer.ppo_epochs", "trainer.minibatches")
 SAMPLING_KEYS = ("trainer.group_size", "trainer.tasks_per_step", "method.pool", "method.coverage",
                  "method.drop_hardest_tier", "method.min_group", "method.update", "method.demonstrator_env")
-IGNORED_KEYS = ("arm", "seed", "eval.", "out_dir", "work_dir", "progress", "force", "loggers", "trainer.threads",
-                "trainer.checkpoint_every", "trainer.steps")
+IGNORED_KEYS = ("arm", "seed", "eval.", "out_dir", "work_dir", "progress", "force", "loggers",
+                "trainer.threads", "trainer.checkpoint_every", "trainer.steps")
 DESIGN_KEYS = ("claims", "episodes", "code")
 
 
@@ -79,7 +79,8 @@ class ClaimSpec:
     control: str  # the arm that must learn (and that the oracle must beat)
     margin: float
     oracle: str | None = None
-    behaviour: str | None = None  # a labeler of replications/<m>/design.py BEHAVIOURS; None: success vs failure
+    # a labeler of replications/<m>/design.py BEHAVIOURS; None: the turns of successes vs of failures
+    behaviour: str | None = None
     play_arm: str | None = None  # the arm whose play makes the shared batch (default: the first arm)
 
 
@@ -145,7 +146,8 @@ def gate(learnable: dict[str, Any], positive: dict[str, Any] | None, separation:
     return "pass"
 
 
-def separation_of(spec: ClaimSpec, method: str, scale: str, cache: dict[str, Any], work: Path) -> dict[str, Any]:
+def separation_of(spec: ClaimSpec, method: str, scale: str, cache: dict[str, Any],
+                  work: Path) -> dict[str, Any]:
     """The third gate's figures for one claim (see the module docstring)."""
     if len(spec.arms) < 2:  # a claim about one arm's own gain: nothing to separate it from
         return {"kind": "gain", "correlation": None, "snr_ratio": None, "clip_fraction": None, "pass": None}
@@ -161,7 +163,8 @@ def separation_of(spec: ClaimSpec, method: str, scale: str, cache: dict[str, Any
     if kind == "credit":
         label = labels(spec.behaviour, method, batch)
         methods = {arm: arm_method(method, arm, scale) for arm in (treated, control)}
-        values = {arm: np.array([advantages_of(m, batch).scalar(k) for k in batch.keys]) for arm, m in methods.items()}
+        values = {arm: np.array([advantages_of(m, batch).scalar(k) for k in batch.keys])
+                  for arm, m in methods.items()}
         n = pieces.cfg.trainer.tasks_per_step
         snr = {arm: signal_to_noise(values[arm], label, batch, n) for arm in values}
         out["correlation"] = correlation(values[treated], values[control])
@@ -171,7 +174,8 @@ def separation_of(spec: ClaimSpec, method: str, scale: str, cache: dict[str, Any
         close = out["correlation"] > CORRELATION_MAX and abs(out["snr_ratio"] - 1) < SNR_BAND
         out["pass"] = not close
     elif kind == "schedule":
-        out.update(second_pass(build(method, treated, scale, work), arm_method(method, treated, scale), batch, work))
+        treated_pieces = build(method, treated, scale, work)
+        out.update(second_pass(treated_pieces, arm_method(method, treated, scale), batch, work))
         out["pass"] = not out["clip_fraction"] < CLIP_MIN
     elif kind == "sampling":
         fractions = {}
@@ -201,7 +205,8 @@ def design(method: str, scale: str = "cpu", pilots: bool = True) -> dict[str, An
 
     card = parse_card((conf_dir(method).parent / "CARD.md").read_text())
     metric = card.eval_metric or "mean@k"
-    work = Path(arm_config(method, card.main_arm or next(iter(card.arms)), scale).work_dir) / "design" / method
+    main_arm = card.main_arm or next(iter(card.arms))
+    work = Path(arm_config(method, main_arm, scale).work_dir) / "design" / method
     cache: dict[str, Any] = {}
     gains: dict[str, dict[str, Any]] = {}
     claims: dict[str, Any] = {}
@@ -213,16 +218,18 @@ def design(method: str, scale: str = "cpu", pilots: bool = True) -> dict[str, An
         learn = gains.get(spec.control)
         learnable = {"arm": spec.control, "gain": learn["gain"] if learn else None,
                      "pass": (learn["gain"] >= spec.margin) if learn else None}
-        if arm_config(method, spec.control, scale).trainer.steps == 0:  # a training-free method learns nothing
+        if arm_config(method, spec.control, scale).trainer.steps == 0:  # training-free: nothing to learn
             learnable.update({"pass": None, "why": "training-free (trainer.steps=0): nothing to learn"})
         positive = None
         if spec.oracle is not None:
             o = gains.get(spec.oracle)
             diff = o["final"] - learn["final"] if o and learn else None
-            positive = {"arm": spec.oracle, "gain": diff, "pass": None if diff is None else diff >= spec.margin}
+            passed = None if diff is None else diff >= spec.margin
+            positive = {"arm": spec.oracle, "gain": diff, "pass": passed}
         separation = separation_of(spec, method, scale, cache, work)
         claims[spec.id] = {"learnable": learnable, "positive_control": positive, "separation": separation,
-                           "gate": gate(learnable, positive, separation), "margin": spec.margin, "arms": spec.arms}
+                           "gate": gate(learnable, positive, separation), "margin": spec.margin,
+                           "arms": spec.arms}
     episodes = sum(len(b.episodes) for _, b in cache.values())
     return {"claims": claims, "episodes": episodes, "code": git_state(), "scale": scale, "metric": metric,
             "pilots": gains, "split": "dev"}
@@ -247,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.out) / args.method / "design.json"
     atomic_write_json(path, result)
     for cid, c in result["claims"].items():
-        print(f"[design] {cid}: {c['gate']}  (learnable {c['learnable']['gain']}, separation {c['separation']})")
+        print(f"[design] {cid}: {c['gate']}  (learnable {c['learnable']['gain']}, "
+              f"separation {c['separation']})")
     print(f"[design] wrote {path} in {time.time() - t0:.0f} s")
     return 0
 

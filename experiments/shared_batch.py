@@ -29,7 +29,8 @@ class Batch:
 def arm_config(method: str, arm: str, scale: str, *extra: str) -> Any:
     from experiments.run import compose
 
-    return compose(method, (f"scale={scale}", "seed=0", f"arm={arm}", "eval.split=dev", "eval.at_start=true", *extra))
+    return compose(method, (f"scale={scale}", "seed=0", f"arm={arm}", "eval.split=dev", "eval.at_start=true",
+                            *extra))
 
 
 # ---- the shared batch -----------------------------------------------------------------------------
@@ -64,10 +65,12 @@ def build(method: str, arm: str, scale: str, work: Path) -> Pieces:
     policy = Policy(base, tokenizer, cfg.model, r.env.roles)
     engine = make_engine(cfg, policy)
     t = cfg.trainer
-    max_length = cfg.model.max_length if cfg.model.kind == "tiny" else getattr(base.config, "max_position_embeddings", 4096)
+    max_length = (cfg.model.max_length if cfg.model.kind == "tiny"
+                  else getattr(base.config, "max_position_embeddings", 4096))
     chat = ChatFormat.from_tokenizer(tokenizer) if cfg.model.chat_template else None
     rollout = Rollout(r.env, engine, tokenizer, policy.role_adapter, policy.trainable_adapters,
-                      SamplingParams(t.temperature, 1.0, t.max_new_tokens, tuple(r.env.stop)), max_length, cfg.seed, chat)
+                      SamplingParams(t.temperature, 1.0, t.max_new_tokens, tuple(r.env.stop)), max_length,
+                      cfg.seed, chat)
     return Pieces(cfg, r.method, r.env, policy, rollout)
 
 
@@ -77,12 +80,13 @@ def shared_batch(p: Pieces) -> Batch:
 
     dev = tasks_of(p.env.task_set()["dev"])
     rng = random.Random(f"design/{p.cfg.seed}")
-    tasks = p.method.tasks(dev, 0, rng) + [t for s in range(1, BATCH_STEPS) for t in p.method.tasks(dev, s, rng)]
+    tasks = [t for s in range(BATCH_STEPS) for t in p.method.tasks(dev, s, rng)]
     groups = p.method.play(p.rollout, tasks, 0, mode="train")
     episodes = step_episodes(groups)
     main = {id(e) for g in groups for e in g.episodes}  # the main plays: what every arm credits
     keys = [(i, t) for i, e in enumerate(episodes) if id(e) in main
-            for t, turn in enumerate(e.turns) if turn.trainable and turn.adapter is not None and turn.action_ids]
+            for t, turn in enumerate(e.turns)
+            if turn.trainable and turn.adapter is not None and turn.action_ids]
     return Batch(groups, keys, episodes)
 
 
@@ -109,7 +113,8 @@ def credit_gap(values: np.ndarray, label: np.ndarray) -> float:
     return float(on.mean() - off.mean()) if on.size and off.size else float("nan")
 
 
-def signal_to_noise(values: np.ndarray, label: np.ndarray, batch: Batch, batch_groups: int, seed: int = 0) -> float:
+def signal_to_noise(values: np.ndarray, label: np.ndarray, batch: Batch, batch_groups: int,
+                    seed: int = 0) -> float:
     """The credit gap's mean over its SD across `RESAMPLES` batches of `batch_groups` groups drawn with
     replacement from the shared batch's groups (turns keep their group)."""
     from common.credit import episode_offsets
@@ -140,7 +145,8 @@ def correlation(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def signal_fraction(groups: list[Any], arm_method: Any) -> float:
-    """The share of an arm's own groups that it learns from: whose trained turns do not all get one advantage."""
+    """The share of an arm's own groups that it learns from: those whose trained turns do not all get
+    one advantage."""
     from common.credit import episode_offsets
 
     adv = advantages_of(arm_method, Batch(groups))
@@ -163,7 +169,8 @@ def second_pass(p: Pieces, arm_method: Any, batch: Batch, work: Path) -> dict[st
     from common.records import RunDir
     from common.trainer import RLModule
 
-    module = RLModule(p.cfg, arm_method, p.env, p.policy, p.rollout.engine, RunDir(work / "update", work / "ckpt"))
+    run_dir = RunDir(work / "update", work / "ckpt")
+    module = RLModule(p.cfg, arm_method, p.env, p.policy, p.rollout.engine, run_dir)
     opt = module.configure_optimizers()
     module.optimizers = lambda: opt  # type: ignore[method-assign, misc, assignment]  # outside a Lightning Trainer
     module.manual_backward = lambda loss: loss.backward()  # type: ignore[method-assign, misc]

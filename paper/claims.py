@@ -276,8 +276,7 @@ def evaluate_card(card: Card, results: Results, design: dict[str, Any] | None = 
         committed = (margin_commits or {}).get(cr.claim.id)
         started = first_start(cr.claim, results, card.method)
         cr.preregistered = None if committed is None or started is None else committed < started
-    primary = [cr for cr in out if cr.claim.kind == "replication" and cr.verdict in (HOLDS, OPPOSITE, NO_EFFECT,
-                                                                                     INCONCLUSIVE)]
+    primary = [cr for cr in out if cr.claim.kind == "replication" and cr.verdict in VERDICTS]
     for cr, adjusted in zip(primary, holm([cr.p_value for cr in primary]), strict=True):
         cr.holm_p = adjusted
     return out
@@ -292,7 +291,8 @@ def first_start(claim: Claim, results: Results, method: str) -> float | None:
         for env in claim.envs:
             for run in results.of(method, env, arm):
                 try:
-                    times.append(datetime.strptime(str(run.manifest["started"]), "%Y-%m-%dT%H:%M:%S%z").timestamp())
+                    started = datetime.strptime(str(run.manifest["started"]), "%Y-%m-%dT%H:%M:%S%z")
+                    times.append(started.timestamp())
                 except (KeyError, ValueError):
                     continue
     return min(times) if times else None
@@ -322,7 +322,8 @@ def claim_json(method: str, cr: ClaimResult, card: Card) -> dict[str, Any]:
         "comparisons": [{**_paired_json(p), "seeds_needed": p.needed, "interval_verdict": p.verdict}
                         for p in cr.pairs],
         "margin": c.margin, "margin_why": c.margin_why,
-        "margin_preregistered": cr.preregistered if cr.preregistered is not None else card.margins_preregistered,
+        "margin_preregistered": (cr.preregistered if cr.preregistered is not None
+                                 else card.margins_preregistered),
         "p_value": _num(cr.p_value), "holm_p": _num(cr.holm_p),
         "design": cr.design,
         "seeds_needed": cr.needed,

@@ -2,8 +2,8 @@
 
 A claim is pre-registered when the first commit whose card holds the claim with its current margin
 predates the earliest start of the claim's runs (`paper.claims.first_start`). Older versions of a card
-are read as plain YAML (today's schema may refuse them); outside a git checkout every claim's time is unknown (the card-level
-`margins_preregistered` flag then stands).
+are read as plain YAML (today's schema may refuse them); outside a git checkout every claim's time is
+unknown (the card-level `margins_preregistered` flag then stands).
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ def _git(root: Path, *args: str) -> str | None:
 
 @functools.cache
 def margin_commits(card_path: Path) -> dict[str, float]:
-    """claim id -> author time (POSIX; committer times change when history is replayed) of the first commit whose version of the card holds that claim with
-    the margin the card holds now; claims never committed (a new, uncommitted card) are left out."""
+    """claim id -> author time (POSIX; committer times change when history is replayed) of the first
+    commit whose version of the card holds that claim with the margin the card holds now; claims never
+    committed (a new, uncommitted card) are left out."""
     card_path = card_path.resolve()
     root_out = _git(card_path.parent, "rev-parse", "--show-toplevel")
     if root_out is None:

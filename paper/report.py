@@ -35,16 +35,19 @@ from paper.tables import Table, arms_of, claim_text, context_text, design_text, 
 # config keys that legitimately differ between the seeds of one arm
 SEED_KEYS = {"seed", "sft.seed", "out_dir", "work_dir", "force", "progress", "loggers"}
 VERDICT_RULE = (
-    "Verdicts (rule v3, paper/claims.py `table_verdict`): the runs of two arms are **paired by seed** (a seed "
+    "Verdicts (rule v3, paper/verdicts.py `table_verdict`): the runs of two arms are **paired by seed** "
+    "(a seed "
     "shares the warm start and the task order across arms) and a claim's effect is the mean per-seed "
     "difference with a 95% Student-t interval. Every claim declares a **margin**, the smallest difference "
     f"that matters. With fewer than {SEEDS_FLOOR} pairs a claim is **inconclusive**. Otherwise equivalence "
-    "comes first: an interval inside ±margin is **no effect**, whatever its sign; then **holds** (above 0) or "
+    "comes first: an interval inside ±margin is **no effect**, whatever its sign; then **holds** (above 0) "
+    "or "
     "**opposite** (below 0); else **inconclusive** (an ordering: opposite or no effect if any adjacent pair "
     f"is, holds if all hold). A power calculation (two-sided paired t-test at alpha {ALPHA:g}, {POWER:.0%} "
     "power at the margin, given the SD of the per-seed differences here) only plans seeds: it never "
     "overrides an interval. Beside each primary claim: its p value and Holm's adjustment over the method's "
-    "primary claims. Before any run, the design check (`make design-<method>`, `results/<method>/design.json`) "
+    "primary claims. Before any run, the design check (`make design-<method>`, "
+    "`results/<method>/design.json`) "
     "asks whether the testbed can tell: a claim whose control does not learn on dev, or whose oracle arm "
     "does not beat it, is **void**; one whose arms' credit or updates do not differ on the same episodes is "
     "a **design null**; neither is counted as evidence (the summary counts tested claims only). "
@@ -150,7 +153,8 @@ def verdict_counts(claim_results: list[ClaimResult]) -> Counter[str]:
 def _reproduced(section: MethodSection) -> list[str]:
     lines = []
     for verdict, lead in ((HOLDS, "Holds"), (OPPOSITE, "Opposite"), (NO_EFFECT, "No effect (inside ±margin)"),
-                          (INCONCLUSIVE, "Inconclusive"), (VOID, "Void (the testbed cannot tell; not evidence)"),
+                          (INCONCLUSIVE, "Inconclusive"),
+                          (VOID, "Void (the testbed cannot tell; not evidence)"),
                           (DESIGN_NULL, "Design null (a prediction of the design; not evidence)"),
                           (INVALID, "Could not evaluate")):
         for cr in section.claim_results:

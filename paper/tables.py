@@ -186,11 +186,12 @@ def design_text(cr: ClaimResult) -> str:
     sep = d.get("separation") or {}
     kind = sep.get("kind")
     if kind == "credit":
-        parts.append(f"separation (credit, same episodes): correlation {_figure(sep.get('correlation'), '.3f')}, "
-                     f"signal-to-noise ratio {_figure(sep.get('snr_ratio'), '.2f')}")
+        parts.append("separation (credit, same episodes): correlation "
+                     f"{_figure(sep.get('correlation'), '.3f')}, signal-to-noise ratio "
+                     f"{_figure(sep.get('snr_ratio'), '.2f')}")
     elif kind == "schedule":
-        parts.append(f"separation (update schedule): later passes clip {_figure(sep.get('clip_fraction'), '.4f')}, "
-                     f"KL {_figure(sep.get('kl'), '.2e')}")
+        parts.append("separation (update schedule): later passes clip "
+                     f"{_figure(sep.get('clip_fraction'), '.4f')}, KL {_figure(sep.get('kl'), '.2e')}")
     elif kind == "sampling":
         fractions = sep.get("signal_fraction") or {}
         parts.append("separation (sampling): groups with a signal "
@@ -214,7 +215,8 @@ def claims_table(card: Card, claim_results: list[ClaimResult], k: int | None) ->
             verdict += f"; p {cr.p_value:.3g}, Holm {cr.holm_p:.3g}"
         rows.append([claim_text(c), c.paper or "—", f"{c.predicate} on {', '.join(c.envs)}, "
                      f"{metric_label(c.metric, k, c.window)}", _claim_ours(cr), diffs or "—",
-                     f"±{c.margin:g} ({c.margin_why})", _seeds(cr), verdict, design_text(cr), context_text(cr)])
+                     f"±{c.margin:g} ({c.margin_why})", _seeds(cr), verdict, design_text(cr),
+                     context_text(cr)])
     level = f"{card.confidence:.0%}"
     headers = ["claim", "paper", "tested as", f"ours (mean [{level} t CI])",
                f"difference, paired by seed [{level} t CI]", "margin", "seeds needed / seeds run", "verdict",

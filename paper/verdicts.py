@@ -17,8 +17,9 @@ INVALID = "invalid claim"  # not a verdict: the claim could not be evaluated
 OUTCOMES = (*VERDICTS, VOID, DESIGN_NULL, INVALID)
 ALPHA, POWER = 0.05, 0.8  # the power calculation: two-sided paired t-test at ALPHA, this power at the margin
 SEEDS_FLOOR, SEEDS_FLOOR_SMALL_MARGIN, SMALL_MARGIN = 5, 10, 0.05
-RULE = {"version": 3, "order": "fewer than seeds_floor pairs: inconclusive; inside +-margin: no effect; above 0: holds; "
-        "below 0: opposite; else inconclusive; power plans seeds only; void and design null from design.json",
+RULE = {"version": 3, "order": "fewer than seeds_floor pairs: inconclusive; inside +-margin: no effect; "
+        "above 0: holds; below 0: opposite; else inconclusive; power plans seeds only; void and design "
+        "null from design.json",
         "difference": "mean of per-seed differences (paired by seed), Student-t interval", "alpha": ALPHA,
         "power": POWER, "seeds_floor": SEEDS_FLOOR, "seeds_floor_small_margin": SEEDS_FLOOR_SMALL_MARGIN,
         "small_margin": SMALL_MARGIN, "defined_in": "paper/claims.py"}  # as paper/claims.json states it

@@ -24,7 +24,8 @@ def too_long(root: Path = ROOT) -> list[str]:
     out = []
     for rel in sorted(p for p in listed if p.endswith(".py") and (root / p).is_file()):
         n = len((root / rel).read_text().splitlines())
-        limit = MAX_METHOD_LINES if rel.startswith("replications/") and rel.endswith("/method.py") else MAX_LINES
+        is_method = rel.startswith("replications/") and rel.endswith("/method.py")
+        limit = MAX_METHOD_LINES if is_method else MAX_LINES
         if n > limit:
             out.append(f"{rel}: {n} lines (limit {limit})")
     return out

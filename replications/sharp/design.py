@@ -7,7 +7,8 @@ from common.episode import Episode
 
 
 def worker_right_tool(episode: Episode, turn: int) -> bool | None:
-    """A worker called its slot's right tool (1) or the distractor (0); planner turns and tool errors say nothing."""
+    """A worker called its slot's right tool (1) or the distractor (0); planner turns and tool errors
+    say nothing."""
     record = episode.info.get("record") or {}
     workers = [t for t, tn in enumerate(episode.turns) if tn.role == "worker"]
     if turn not in workers or workers.index(turn) >= len(record.get("tool_kinds", [])):

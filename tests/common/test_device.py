@@ -25,10 +25,11 @@ from common.credit import Advantages
 from common.engines.base import Request, SamplingParams
 from common.engines.fast import FastDecoder, FastScorer
 from common.engines.hf import HFEngine, _HFDecoder
+from common.loss import kl_reward_penalty
 from common.method import Method, MethodConfig, RunView
 from common.records import RunDir
 from common.rollout import Rollout
-from common.trainer import RLModule, kl_reward_penalty
+from common.trainer import RLModule
 from common.warmstart import demonstrations, sft
 from envs.testbeds.arith import ArithConfig, ArithEnv
 
@@ -241,7 +242,7 @@ def test_update_builds_its_tensors_on_the_device_of_logp(policy, rows, tmp_path,
 
 
 def test_kl_in_the_reward_compares_on_the_reference_device(rows, monkeypatch):
-    import common.trainer as trainer
+    import common.loss as loss
 
     reference = [torch.zeros(r.num_action_tokens, device=META) for r in rows]
 
@@ -250,7 +251,7 @@ def test_kl_in_the_reward_compares_on_the_reference_device(rows, monkeypatch):
             raise WrongDevice(f"behaviour log-probs on {logp.device}, reference on {ref.device}")
         return torch.zeros(logp.shape)  # on CPU: meta tensors cannot be summed into Python floats
 
-    monkeypatch.setattr(trainer, "kl_estimate", kl_on_one_device)
+    monkeypatch.setattr(loss, "kl_estimate", kl_on_one_device)
     episodes = [None] * (max(r.episode for r in rows) + 1)
     penalty = kl_reward_penalty(rows, reference, episodes, 0.1, "k3", lambda episode, index: "solver")
     assert penalty(rows[0].episode, "solver") == 0.0

@@ -93,7 +93,7 @@ def test_second_update_is_off_policy_and_clips(module):
 
 
 def test_kl_in_reward_penalizes_each_agents_own_tokens(module):
-    from common.trainer import kl_reward_penalty
+    from common.loss import kl_reward_penalty
 
     env = module.env
     rollout = Rollout(env, module.engine, module.policy.tokenizer, module.policy.role_adapter,

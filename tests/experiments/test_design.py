@@ -42,7 +42,8 @@ def test_credit_gap_and_correlation_by_hand():
 
 
 def _batch(gaps: list[float]) -> tuple[Batch, np.ndarray, np.ndarray]:
-    """One group per entry of `gaps`: a turn labelled 1 with advantage gap, one labelled 0 with advantage 0."""
+    """One group per entry of `gaps`: a turn labelled 1 with advantage `gap`, one labelled 0 with
+    advantage 0."""
     groups, keys, values, label = [], [], [], []
     for g, gap in enumerate(gaps):
         eps = [Episode(f"t{g}", 1, turns=[Turn("a", "policy", [1], [2], [0.0], "x")]) for _ in range(2)]
@@ -55,7 +56,8 @@ def _batch(gaps: list[float]) -> tuple[Batch, np.ndarray, np.ndarray]:
 
 def test_signal_to_noise_over_resampled_batches():
     batch, values, label = _batch([1.0] * 8)
-    assert signal_to_noise(values, label, batch, batch_groups=4) == float("inf")  # the same gap in every batch
+    # the same gap in every resampled batch: no noise at all
+    assert signal_to_noise(values, label, batch, batch_groups=4) == float("inf")
     batch, values, label = _batch([1.0, -1.0] * 4)
     assert abs(signal_to_noise(values, label, batch, batch_groups=4)) < 0.5  # the gap's sign is noise
 

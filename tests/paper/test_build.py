@@ -59,7 +59,8 @@ def test_final_table_numbers(out):
 def test_claims_table(out):
     rows = {r["claim"]: r for r in table(out, "toy-claims")}
     better = rows["TOY beats GRPO on grid"]
-    assert better["verdict"].startswith("inconclusive (fewer than 5 pairs (n=3); the interval alone says holds)")
+    assert better["verdict"].startswith(
+        "inconclusive (fewer than 5 pairs (n=3); the interval alone says holds)")
     assert "Holm" in better["verdict"]  # a primary claim: its p value and Holm's adjustment beside it
     assert better["can this testbed tell?"] == "not checked (make design-<method>)"
     assert better["difference, paired by seed [95% t CI]"] == (
@@ -78,7 +79,8 @@ def test_claims_table(out):
     grpo, *supervised = table(out, "grpo-claims")
     assert [c["verdict"].split(";")[0] for c in supervised] == ["inconclusive (fewer than 5 pairs (n=0))"] * 2
     assert grpo["claim"].startswith("[sanity check] GRPO beats") and "88.2%" in grpo["paper"]
-    assert grpo["verdict"] == "inconclusive (fewer than 5 pairs (n=4); the interval alone says holds)"  # sanity: no Holm
+    # a sanity claim: no Holm
+    assert grpo["verdict"] == "inconclusive (fewer than 5 pairs (n=4); the interval alone says holds)"
     diffs = np.subtract([0.45, 0.41, 0.50, 0.47], [0.30, 0.28, 0.33, 0.31])
     assert grpo["difference, paired by seed [95% t CI]"] == ci_text(diffs, signed=True) + ", 4 pairs"
     assert "confound: mostly mode selection" in grpo["controls and confounds"]

@@ -114,7 +114,8 @@ def test_toy_verdicts_are_inconclusive_under_5_pairs(results, cards):
         "better-beats-base": INCONCLUSIVE, "ordering": INCONCLUSIVE, "both-envs": INCONCLUSIVE,
         "entropy-collapses": INCONCLUSIVE, "few-seeds": INCONCLUSIVE, "reversed": INCONCLUSIVE,
         "warm-start": INCONCLUSIVE, "missing-metric": INVALID}
-    assert by_id["better-beats-base"].note.startswith("fewer than 5 pairs (n=3); the interval alone says holds")
+    assert by_id["better-beats-base"].note.startswith(
+        "fewer than 5 pairs (n=3); the interval alone says holds")
     assert by_id["reversed"].interval_verdict == OPPOSITE
     assert by_id["few-seeds"].note.startswith("fewer than 5 pairs (n=2)")
     assert "nonexistent" in by_id["missing-metric"].note and by_id["missing-metric"].needed is None
@@ -225,7 +226,8 @@ def test_wide_interval_is_inconclusive_and_seeds_needed_come_from_the_pilot(tmp_
     sd = np.std(diffs, ddof=1)
     assert cr.pairs[0].sd == pytest.approx(sd)
     assert cr.needed == stats.paired_seeds_needed(sd, 0.05) > 6
-    assert cr.verdict == INCONCLUSIVE and cr.note == f"the power calculation plans {cr.needed} pairs for the margin"
+    assert cr.verdict == INCONCLUSIVE
+    assert cr.note == f"the power calculation plans {cr.needed} pairs for the margin"
 
 
 def test_the_power_calculation_plans_seeds_and_never_decides(tmp_path, monkeypatch):
@@ -309,7 +311,8 @@ def test_a_training_free_method_draws_no_curves_and_keeps_its_tables(tmp_path, m
 
 # ---- rule v3 by hand: one function decides every verdict from an interval --------------------------
 @pytest.mark.parametrize(("interval", "n", "margin", "expected"), [
-    ((0.093, 0.078, 0.108), 18, 0.015, HOLDS),  # InFlowOp's repair: decisive, the power calculation no longer overrides
+    # InFlowOp's repair: decisive; the power calculation (18 seeds asked) no longer overrides it
+    ((0.093, 0.078, 0.108), 18, 0.015, HOLDS),
     ((0.079, 0.065, 0.093), 5, 0.05, HOLDS),  # above 0 and past the margin
     ((-0.079, -0.093, -0.065), 5, 0.05, OPPOSITE),
     ((0.011, 0.007, 0.016), 10, 0.03, NO_EFFECT),  # COALESCE: above 0 but inside its margin: no effect
