@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from paper import figures
+from paper import figures, readme
 from paper.cards import Card, load_cards
 from paper.claims import INVALID, RULE, claim_json, evaluate_card
 from paper.extras import ExtraTable, build_extra, load_tables, tables_file
@@ -167,6 +167,8 @@ def build(results_root: Path, out_dir: Path, card_dirs: list[Path]) -> tuple[Pat
     report = out_dir / "REPORT.md"
     report.write_text(text)
     write_claims_json(sections, out_dir / "claims.json")
+    if out_dir.resolve() == (REPO / "paper").resolve():  # the committed report: README's table follows it
+        readme.update(REPO / "README.md", sections)
     return report, problems(results, sections, card_errors) + compare_problems
 
 
