@@ -151,6 +151,9 @@ def separation_of(spec: ClaimSpec, method: str, scale: str, cache: dict[str, Any
     """The third gate's figures for one claim (see the module docstring)."""
     if len(spec.arms) < 2:  # a claim about one arm's own gain: nothing to separate it from
         return {"kind": "gain", "correlation": None, "snr_ratio": None, "clip_fraction": None, "pass": None}
+    if arm_config(method, spec.arms[0], scale).trainer.steps == 0:  # training-free: no update to separate
+        return {"kind": "training-free", "correlation": None, "snr_ratio": None, "clip_fraction": None,
+                "pass": None}
     play = spec.play_arm or spec.arms[0]
     if play not in cache:
         pieces = build(method, play, scale, work)

@@ -132,6 +132,29 @@ def play_metrics(groups: list[Group], tiers: Sequence[int]) -> dict[str, float]:
     return out
 
 
+def chain_slots(groups: list[Group]) -> list[tuple[int, int, Literal["solve", "curate"]]]:
+    """(family, position, role) of each group of a training step, read from the groups themselves as
+    `SkillRise.play_chains` lays them out: per chain group, solve 0, curate 0, solve 1, ..., solve K-1
+    (a curate group's task id ends with `/curate`); a solve group that no curate group follows ends its
+    family's chain. No state is kept between the play and the credit, so any instance can credit them.
+
+    >>> g = lambda task_id: Group(task_id, 1, [])
+    >>> chain_slots([g("a2"), g("a2/curate"), g("a3"), g("b2"), g("b2/curate"), g("b3")])
+    [(0, 0, 'solve'), (0, 0, 'curate'), (0, 1, 'solve'), (1, 0, 'solve'), (1, 0, 'curate'), (1, 1, 'solve')]
+    """
+    out: list[tuple[int, int, Literal["solve", "curate"]]] = []
+    family, position = 0, 0
+    for i, group in enumerate(groups):
+        if group.task_id.endswith("/curate"):
+            out.append((family, position, "curate"))
+            position += 1
+            continue
+        out.append((family, position, "solve"))
+        if i + 1 == len(groups) or not groups[i + 1].task_id.endswith("/curate"):
+            family, position = family + 1, 0
+    return out
+
+
 def chain_scores(groups: list[Group], slots: list[list[Slot]],
                  curate_of: Callable[[list[float]], list[float]], excluded: Callable[[Episode], bool],
                  curate_weight: float

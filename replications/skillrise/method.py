@@ -48,6 +48,7 @@ from replications.skillrise.chain import (
     DOC_KINDS,
     Slot,
     chain_scores,
+    chain_slots,
     chain_spec,
     chains_of,
     curate_rewards,
@@ -92,8 +93,6 @@ class SkillRise(Method):
         self.chain_length = len(self.env.tiers)  # K: one task per plan length
         # (the pool, its indices per family)
         self._families: tuple[Sequence[Task], list[list[int]]] | None = None
-        # (family, position, role) per group played
-        self._slots: list[tuple[int, int, Literal["solve", "curate"]]] = []
 
     @property
     def chains(self) -> bool:
@@ -168,9 +167,6 @@ class SkillRise(Method):
             for key, g in curate.items():
                 solve[key].extra["curate"] = g.episodes
             return [solve[key] for key in sorted(solve)]
-        self._slots = [(*key, role)  # type: ignore[misc]
-                       for key in sorted(solve) for role in ("solve", "curate")
-                       if role == "solve" or key in curate]
         return [g for key in sorted(solve) for g in ([solve[key]] + ([curate[key]] if key in curate else []))]
 
     # ---- credit -----------------------------------------------------------------------------------
@@ -181,11 +177,8 @@ class SkillRise(Method):
         metrics = play_metrics(groups, self.env.tiers)
         if not self.chains:
             return Credit.outcome(groups, metrics)
-        if len(self._slots) != len(groups):
-            raise ValueError(f"SkillRise credits the {len(self._slots)} chain groups it played last; "
-                             f"got {len(groups)} groups")
         slots = [[Slot(f, p, role, c) for c in range(len(g.episodes))]
-                 for g, (f, p, role) in zip(groups, self._slots, strict=True)]
+                 for g, (f, p, role) in zip(groups, chain_slots(groups), strict=True)]
         rewards = (functools.partial(curate_rewards, decay=self.cfg.decay) if self.cfg.arm == "skillrise"
                    else current_task_rewards)
         flat, scores, keys, weights = chain_scores(groups, slots, rewards, self.excluded,

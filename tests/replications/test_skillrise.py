@@ -81,18 +81,15 @@ def _method(arm: str = "skillrise", group_size: int = 2, **kw) -> SkillRise:
 
 def _chain_groups(method: SkillRise, solve: list[list[float]], curate_own: list[list[float]]) -> list[Group]:
     """One family, chains c = 0..N-1: solve[c][p] rewards and curate[c][p] own rewards (invalid penalty),
-    laid out as play_chains lays out a training step."""
+    laid out as play_chains lays out a training step (the credit reads the slots from that order)."""
     n, k = len(solve), len(solve[0])
     groups = []
-    method._slots = []
     for p in range(k):
         eps = [Episode(f"t{p}", p + 2, reward=solve[c][p], success=solve[c][p] > 0) for c in range(n)]
         groups.append(Group(f"t{p}", p + 2, eps))
-        method._slots.append((0, p, "solve"))
         if p < k - 1:
             eps = [Episode(f"t{p}/curate", p + 2, reward=curate_own[c][p], tag="curate") for c in range(n)]
             groups.append(Group(f"t{p}/curate", p + 2, eps))
-            method._slots.append((0, p, "curate"))
     return groups
 
 
