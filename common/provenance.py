@@ -72,4 +72,4 @@ def provenance() -> dict[str, Any]:
     """Everything a manifest records about the code and the machine."""
     return {**git_state(), "packages": package_versions(), "python": sys.version.split()[0],
             "host": socket.gethostname(), "platform": platform.platform(), "cpu": cpu_info(),
-            "slurm": slurm_ids()}
+            "slurm": slurm_ids(), "python_hash_seed": os.environ.get("PYTHONHASHSEED")}

@@ -12,8 +12,8 @@ touched), warm starts taken from the cache like any run (keyed by the code they 
 **The verdict per cell.**
 - `identical`: on a machine of the committed run's CPU class (the same architecture, the same
   kernel-relevant instruction-set flags and the same torch, transformers and peft as its manifest
-  records), the rerun's `eval.json` and every metrics row equal the committed ones number for number
-  (timing fields aside). On such a machine anything else is `differs`: a run is bit-identical there.
+  records) and with the same fixed `PYTHONHASHSEED` (make sets 0), the rerun's `eval.json` and every
+  metrics row equal the committed ones number for number (timing fields aside). On such a machine anything else is `differs`: a run is bit-identical there.
 - `statistically equal`: on another CPU class (or a committed manifest that records none), float
   results differ from the first step, so the rerun is one more draw of the arm: its final `mean@k`
   must fall in the 95% prediction interval of the committed seeds of that arm
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -69,19 +70,21 @@ def rerun_cell(cell: Cell, folder: Path) -> Cell:
 
 
 def cpu_class(manifest: dict[str, Any]) -> tuple[Any, ...] | None:
-    """What decides a run's float results: architecture, instruction-set flags, float-relevant packages.
-    None when the manifest does not record the CPU (runs from before it did)."""
+    """What decides a run's float results: architecture, instruction-set flags, float-relevant packages,
+    and Python's string-hash seed (a random one moves floats in the last bits from process to process).
+    None when the manifest does not record the CPU or a fixed hash seed (runs from before it did)."""
     cpu = manifest.get("cpu")
-    if not cpu:
+    if not cpu or manifest.get("python_hash_seed") in (None, "random"):
         return None
     packages = manifest.get("packages", {})
     return (cpu.get("machine"), tuple(sorted(cpu.get("flags", []))),
-            tuple(packages.get(p) for p in CLASS_PACKAGES))
+            tuple(packages.get(p) for p in CLASS_PACKAGES), manifest["python_hash_seed"])
 
 
 def this_class() -> tuple[Any, ...]:
     cpu, packages = cpu_info(), package_versions()
-    return cpu["machine"], tuple(sorted(cpu["flags"])), tuple(packages.get(p) for p in CLASS_PACKAGES)
+    return (cpu["machine"], tuple(sorted(cpu["flags"])), tuple(packages.get(p) for p in CLASS_PACKAGES),
+            os.environ.get("PYTHONHASHSEED"))
 
 
 def without_timing(x: Any) -> Any:
