@@ -13,7 +13,8 @@ touched), warm starts taken from the cache like any run (keyed by the code they 
 - `identical`: on a machine of the committed run's CPU class (the same architecture, the same
   kernel-relevant instruction-set flags and the same torch, transformers and peft as its manifest
   records) and with the same fixed `PYTHONHASHSEED` (make sets 0), the rerun's `eval.json` and every
-  metrics row equal the committed ones number for number (timing fields aside). On such a machine anything else is `differs`: a run is bit-identical there.
+  metrics row equal the committed ones number for number (timing fields aside). On such a machine
+  anything else is `differs`: a run is bit-identical there.
 - `statistically equal`: on another CPU class (or a committed manifest that records none), float
   results differ from the first step, so the rerun is one more draw of the arm: its final `mean@k`
   must fall in the 95% prediction interval of the committed seeds of that arm
