@@ -34,11 +34,24 @@ def _steps(run_dir: Path) -> list[int]:
     return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]
 
 
-def _wait_for(predicate, timeout: float, what: str) -> None:
+def _wait_for(predicate, timeout: float, what: str, detail=lambda: "") -> None:
     end = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < end, f"timed out after {timeout:.0f}s waiting for {what}"
+        assert time.monotonic() < end, f"timed out after {timeout:.0f}s waiting for {what}\n{detail()}"
         time.sleep(0.2)
+
+
+def _state(job: str) -> str:
+    out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def _checkpoint_stamp(run_dir: Path) -> tuple[str, int] | None:
+    ckpt = last_checkpoint(run_dir)
+    try:
+        return (ckpt.name, ckpt.stat().st_mtime_ns) if ckpt is not None else None
+    except OSError:  # replaced between the listing and the stat
+        return None
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +101,8 @@ def test_grpo_smoke_replication_through_slurm(slurm_cluster, tmp_path, warm_cach
 
 
 def test_requeued_cell_resumes_from_its_checkpoint(slurm_cluster, tmp_path, warm_cache):
-    """`scontrol requeue` (from outside), then USR2 (submitit's time-limit path): the cell resumes twice
-    from its last Lightning checkpoint and finishes with one metrics row per step."""
+    """`scontrol requeuehold` then `release` (from outside), then USR2 (submitit's time-limit path): the
+    cell resumes twice from its last Lightning checkpoint and finishes with one metrics row per step."""
     out, work = tmp_path / "out", tmp_path / "work"
     shutil.copytree(warm_cache, work / "warmstart")
     cmd = [*SMOKE, "--no-wait", f"out_dir={out}", f"work_dir={work}", "trainer.steps=16",
@@ -108,22 +121,30 @@ def test_requeued_cell_resumes_from_its_checkpoint(slurm_cluster, tmp_path, warm
 
     _wait_for(lambda: last_checkpoint(run_dir) is not None and len(_steps(run_dir)) >= 3, 300,
               "the first checkpoint")
-    subprocess.run(["scontrol", "requeue", job], check=True)
-    # while it waits to run again (SLURM holds a requeued job >= 10 s here), follow it ...
+    # requeue and hold: attempt 2 starts when the test releases it, not while a slow `twice` below runs
+    # (on a loaded machine attempt 2 could otherwise train to the end before the test looks)
+    subprocess.run(["scontrol", "requeuehold", job], check=True)
+    _wait_for(lambda: _state(job) == "PENDING", 120, "the requeued job to wait")
+    # while it waits to run again, follow it ...
     status = _run([sys.executable, "-m", "slurm", "status", "--work-dir", str(work)])
     assert job in status.stdout and any(s in status.stdout for s in ("REQUEUED", "PENDING", "RUNNING")), \
         status.stdout + status.stderr
     twice = _run(cmd)  # ... and launching again does not submit it twice
     assert "0 done, 1 already queued, 0 to submit" in twice.stdout, twice.stdout + twice.stderr
-    seen: list[float] = []
+    first = _checkpoint_stamp(run_dir)  # attempt 1 is gone: its last checkpoint stays as it is
+    assert attempts() == 1 and first is not None
+    subprocess.run(["scontrol", "release", job], check=True)
 
     def trained_again() -> bool:  # attempt 2 wrote a checkpoint of its own
-        if not seen and attempts() >= 2:
-            seen.append(time.time())
-        ckpt = last_checkpoint(run_dir)
-        return bool(seen) and ckpt is not None and ckpt.stat().st_mtime > seen[0]
+        return attempts() >= 2 and _checkpoint_stamp(run_dir) not in (None, first)
 
-    _wait_for(trained_again, 300, "the second attempt's first checkpoint")
+    def where() -> str:  # what a timeout shows: the job's state, the run's records, the job's log
+        log = entry.paths().stderr
+        return (f"job {job}: {_state(job) or 'not in squeue'}; attempts {attempts()}; steps "
+                f"{_steps(run_dir)}; checkpoint {_checkpoint_stamp(run_dir)} (attempt 1: {first})\n"
+                + (log.read_text()[-3000:] if log.exists() else "no job log"))
+
+    _wait_for(trained_again, 300, "the second attempt's first checkpoint", where)
     subprocess.run(["scancel", "--signal=USR2", job], check=True)
 
     collected = _run([sys.executable, "-m", "slurm", "collect", "--work-dir", str(work)])
