@@ -17,6 +17,32 @@ TEST_WORKERS ?= 2    # make test: pytest-xdist worker processes (1 = one process
 METHODS ?=          # make compare: methods, e.g. METHODS=canopy,sharp (default: all; GRPO always runs)
 METHOD ?=           # make verify: one method (default: all)
 OUT ?=              # replicate, compare, paper: records under this folder instead of results/ (yours, not the committed ones)
+VERBOSE ?=          # 1 = a SLURM dry run prints its sbatch script and each cell's config (default: a summary)
+NAME ?=             # make new-method: the new method's name
+NO_PILOTS ?=        # make design-<m>: 1 = skip the pilot runs
+
+# ---- the variables above are the only ones this Makefile reads: one given on make's command line that is not
+# among them (a typo, SEED=3, or scale=smoke in lower case) stops make with one line before anything runs,
+# naming the nearest known one. Only the command line's are checked: make's own and the environment's pass.
+KNOWN_VARIABLES := SCALE CLUSTER SEEDS FORCE WAIT DRY_RUN PROFILE GRID ARGS VLLM ENVS TEST_WORKERS METHODS \
+  METHOD OUT VERBOSE NAME NO_PILOTS PY
+MAKE_OWN_VARIABLES := MAKEFLAGS MFLAGS GNUMAKEFLAGS MAKEFILES MAKELEVEL MAKE_RESTARTS MAKECMDGOALS SHELL \
+  .SHELLFLAGS .DEFAULT_GOAL .RECIPEPREFIX MAKE MAKEOVERRIDES
+unknown_variables := $(filter-out $(KNOWN_VARIABLES) $(MAKE_OWN_VARIABLES),\
+  $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v))))
+# the nearest known name: its upper-case spelling, else difflib's closest (python3; no guess without it)
+letters := a A b B c C d D e E f F g G h H i I j J k K l L m M \
+  n N o O p P q Q r R s S t T u U v V w W x X y Y z Z
+upper = $(if $(2),$(call upper,$(subst $(word 1,$(2)),$(word 2,$(2)),$(1)),$(wordlist 3,99,$(2))),$(1))
+nearest = $(or $(filter $(call upper,$(1),$(letters)),$(KNOWN_VARIABLES)),$(shell python3 -c \
+  'import difflib,sys; print(*difflib.get_close_matches(sys.argv[1].upper(), sys.argv[2:], 1, 0.6))' \
+  '$(subst ',,$(1))' $(KNOWN_VARIABLES) 2>/dev/null))
+ifneq ($(unknown_variables),)
+unknown_variable := $(firstword $(unknown_variables))
+guess := $(call nearest,$(unknown_variable))
+hint := $(if $(guess),did you mean $(guess)?,its variables are $(KNOWN_VARIABLES))
+$(error $(unknown_variable) is not a variable of this Makefile; $(hint))
+endif
 
 # ---- what the variables may hold: checked before any command runs; a bad value stops make with one line
 # Booleans: 1, true or yes is on; 0, false, no or nothing is off. Normalized: FORCE and DRY_RUN to 1 or
@@ -40,6 +66,10 @@ $(error SEEDS=$(strip $(SEEDS)) is not a comma-separated list of seeds, e.g. SEE
 endif
 $(foreach v,SCALE CLUSTER PROFILE METHOD,$(if $(filter-out 0 1,$(words $($(v))))$(strip $(call without,$($(v)),$(word_chars))),\
   $(error $(v)=$(strip $($(v))) is not one word of letters, digits and _ - . (it reaches the shell unquoted))))
+# SCALE one of the scales (a method without it, or without a paper_<setup>, says so itself)
+ifeq ($(filter smoke cpu small paper paper_%,$(strip $(SCALE))),)
+$(error SCALE=$(strip $(SCALE)) is not a scale: use smoke, cpu, small, paper or a method's paper_<setup>)
+endif
 $(foreach v,GRID ENVS METHODS NAME OUT,$(if $(findstring ',$($(v))),$(error $(v) holds a single quote: it cannot reach the shell intact)))
 
 export HF_HUB_OFFLINE ?= 1

@@ -91,3 +91,43 @@ def test_args_that_move_a_cell_are_refused_through_make(tmp_path):
     assert ("error: seed=7 in the extra overrides (ARGS) is refused: a cell's seed is set by SEEDS (--seeds)"
             in proc.stderr)
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("variable, message", [
+    ("SEED=3", "SEED is not a variable of this Makefile; did you mean SEEDS?"),
+    ("scale=smoke", "scale is not a variable of this Makefile; did you mean SCALE?"),
+    ("Seeds=1", "Seeds is not a variable of this Makefile; did you mean SEEDS?"),
+    ("dry_run=1", "dry_run is not a variable of this Makefile; did you mean DRY_RUN?"),
+    ("DRYRUN=1", "DRYRUN is not a variable of this Makefile; did you mean DRY_RUN?"),
+    ("XYZZY=1", "XYZZY is not a variable of this Makefile; its variables are SCALE CLUSTER SEEDS"),
+])
+def test_a_variable_the_makefile_does_not_know_is_refused_naming_the_nearest(variable, message):
+    """`make replicate-grpo scale=smoke` ran the 35-minute cpu scale: make takes any variable silently."""
+    line = refusal(variable, "SCALE=smoke")
+    assert line.startswith("Makefile:") and f"*** {message}" in line
+    assert refusal(variable, target="help") == line  # before any target, `help` included
+
+
+def test_every_variable_of_the_makefile_is_known_and_the_environments_pass():
+    """The variables the Makefile reads (`NAME ?=` lines) are the ones it accepts; make's own
+    (SHELL given on the command line) and the environment's (scale=smoke exported) are not checked."""
+    text = (ROOT / "Makefile").read_text()
+    declared = {line.split("?=")[0].strip() for line in text.splitlines()
+                if "?=" in line and not line.startswith(("export", "#"))}
+    assert declared, "no `VARIABLE ?=` lines found in the Makefile"
+    proc = make_n("replicate-grpo", *(f"{v}=" for v in sorted(declared) if v != "SCALE"), "SHELL=/bin/bash")
+    assert proc.returncode == 0, proc.stderr
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    proc = subprocess.run(["make", "-n", "-o", "setup", f"PY={sys.executable}", "replicate-grpo"], cwd=ROOT,
+                          env={**env, "scale": "smoke"}, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "--scale cpu" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("scale, ok", [("smoke", True), ("cpu", True), ("small", True), ("paper", True),
+                                       ("paper_v2", True), ("tiny", False), ("Smoke", False)])
+def test_scale_is_one_of_the_scales(scale, ok):
+    if ok:
+        assert f"--scale {scale}" in make_n("replicate-grpo", f"SCALE={scale}").stdout
+    else:
+        assert (f"*** SCALE={scale} is not a scale: use smoke, cpu, small, paper or a method's paper_<setup>"
+                in refusal(f"SCALE={scale}"))
