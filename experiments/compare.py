@@ -249,13 +249,16 @@ def token_cells(p: Plan, scale: str, extra: tuple[str, ...] = ()) -> tuple[list[
 # ---- the comparison as text ----------------------------------------------------------------------
 def compare_tables(method: str, scale: str, cells: list[Any]) -> str:
     """What `make compare` prints at the end (also `python -m slurm collect`): the comparison at `scale`
-    from the cells' out_dir, as `make paper` builds it (`method` is the launcher's label, unused)."""
+    from the cells' out_dir, as `make paper` builds it, with only the cells' methods and env tags (what
+    METHODS= and ENVS= chose: the whole plan's cells are passed, done or not); `method` is the launcher's
+    label, unused."""
     from paper.head_to_head import compare_section
 
     if not cells:
         return "nothing planned"
     root = Path(cells[0].out_dir.split("/compare/")[0])
-    return compare_section(root, scale=scale, out_dir=None)
+    return compare_section(root, scale=scale, out_dir=None, methods={c.method for c in cells},
+                           envs={c.env for c in cells})
 
 
 # ---- command line --------------------------------------------------------------------------------
@@ -334,12 +337,14 @@ def main(argv: list[str] | None = None) -> int:
         from slurm.launch import launch
 
         tokens, _ = token_cells(p, args.scale, extra)
-        todo = [c for c in [*p.cells, *tokens] if not c.done]
-        if not todo:
+        if not args.force and all(c.done for c in [*p.cells, *tokens]):
             print(compare_tables("compare", args.scale, p.cells))
             return 0
-        return launch(todo, args.profile or "slurm", wait=not args.no_wait, dry_run=False, run=run_cell,
-                      validate=validate_cells, aggregate=compare_tables)
+        # every cell, done ones too: the launcher submits those not done (all with FORCE=1, as locally), and
+        # the tables it prints at the end (compare_tables, from the cells it recorded) keep every chosen
+        # method and env
+        return launch([*p.cells, *tokens], args.profile or "slurm", wait=not args.no_wait, dry_run=False,
+                      run=run_cell, validate=validate_cells, aggregate=compare_tables)
     t0, failures = time.time(), []
     work = p.cells[0].work_dir if p.cells else ".cache"
     failures = launch_local(list(p.cells), parallel, work)

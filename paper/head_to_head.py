@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -311,17 +312,38 @@ def matrix_figure(comparisons: list[EnvComparison], scale: str, out_dir: Path,
     return save(fig, out_dir, f"compare-matrix-{scale}")
 
 
-def compare_section(root: Path, scale: str | None = None, out_dir: Path | None = None) -> str:
+def compare_section(root: Path, scale: str | None = None, out_dir: Path | None = None,
+                    methods: Collection[str] | None = None, envs: Collection[str] | None = None) -> str:
     """The head-to-head section of REPORT.md from `root`/compare (every scale present, or `scale`); with
-    `out_dir`, its tables and figure are written there (tables/, figures/) and linked."""
-    text, _ = build_compare(root, out_dir, scale)
+    `out_dir`, its tables and figure are written there (tables/, figures/) and linked. `methods` and
+    `envs` (env tags): only those rows and columns (GRPO, the baseline, always), as `make compare
+    METHODS= ENVS=` ran them; None: all."""
+    text, _ = build_compare(root, out_dir, scale, methods, envs)
     return text
 
 
-def build_compare(root: Path, out_dir: Path | None, scale: str | None = None) -> tuple[str, list[str]]:
+def only(plan: ComparePlan, methods: Collection[str] | None, envs: Collection[str] | None) -> ComparePlan:
+    """The plan's rows and columns that `methods` and `envs` name (None: all); GRPO's row always."""
+    keep_m = [m for m in plan.methods if methods is None or m in methods or m == BASELINE]
+    keep_e = [e for e in plan.envs if envs is None or e in envs]
+    applies = {(m, e): plan.applies[m, e] for m in keep_m for e in keep_e}
+    return ComparePlan(keep_m, keep_e, applies, {e: plan.seeds[e] for e in keep_e})
+
+
+def _runs_of(results: Results, methods: Collection[str] | None, envs: Collection[str] | None) -> Results:
+    runs = [r for r in results.runs if (methods is None or r.method in methods or r.method == BASELINE)
+            and (envs is None or r.env in envs)]
+    return Results(runs, results.problems, results.root)
+
+
+def build_compare(root: Path, out_dir: Path | None, scale: str | None = None,
+                  methods: Collection[str] | None = None,
+                  envs: Collection[str] | None = None) -> tuple[str, list[str]]:
     """The section's text and the problems `--strict` fails on (invalid runs under compare/, a plan
-    that is not one)."""
+    that is not one); only `methods` and `envs` (None: all; see `compare_section`)."""
     steps, tokens = load_compare(root)
+    steps = _runs_of(steps, methods, envs)
+    tokens = {m: _runs_of(r, None, envs) for m, r in tokens.items() if methods is None or m in methods}
     problems = [f"{p.path}: invalid run, not counted: {p.reason}" for r in (steps, *tokens.values())
                 for p in r.problems if p.kind == "invalid"]
     scales = [scale] if scale else sorted({r.config.get("scale", "cpu") for r in steps.runs}) or ["cpu"]
@@ -336,6 +358,7 @@ def build_compare(root: Path, out_dir: Path | None, scale: str | None = None) ->
         comparisons = [compare_env(e, at, tok) for e in sorted({r.env for r in at.runs})]
         out += [f"### Scale {sc}", ""]
         plan, why = _read_plan(root, sc)
+        plan = only(plan, methods, envs) if plan is not None else None
         matrix: Table | None = None
         missing: list[str] = []
         if why:

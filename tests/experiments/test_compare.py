@@ -137,3 +137,21 @@ def test_extra_overrides_that_move_a_cell_are_refused_in_one_line(override, tmp_
 
 def test_compare_file_exists_where_the_module_says():
     assert (Path(__file__).resolve().parents[2] / "experiments" / "compare.yaml").exists()
+
+
+def test_the_printed_comparison_keeps_only_the_chosen_methods_and_envs(tmp_path):
+    """make compare METHODS=canopy ENVS=arith printed 9 methods x 8 envs, nearly all `missing`."""
+    from experiments.compare import compare_tables, write_plan
+    from paper.head_to_head import compare_section
+
+    write_plan(tmp_path, "cpu")
+    everything = compare_section(tmp_path, scale="cpu")
+    header = next(line for line in everything.splitlines() if line.startswith("| method |"))
+    assert header.count("|") - 2 == len(load_settings())  # unfiltered: every env of compare.yaml
+    p = plan("cpu", envs=["arith"], methods=["canopy"], seeds=[0], out_root=str(tmp_path))
+    assert {c.out_dir.split("/compare/")[0] for c in p.cells} == {str(tmp_path)}
+    text = compare_tables("compare", "cpu", list(p.cells))
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    assert rows[0].replace(" ", "") == "|method|arith|"
+    assert sorted(r.split("|")[1].strip() for r in rows[2:]) == ["canopy", "grpo"]  # GRPO always
+    assert "Missing cells: grpo on arith; canopy on arith." in text and "sharp" not in text
