@@ -45,7 +45,7 @@ $(error $(unknown_variable) is not a variable of this Makefile; $(hint))
 endif
 
 # ---- what the variables may hold: checked before any command runs; a bad value stops make with one line
-# Booleans: 1, true or yes is on; 0, false, no or nothing is off. Normalized: FORCE and DRY_RUN to 1 or
+# Booleans: 1, true or yes is on; 0, false, no or nothing is off. Normalized: FORCE, DRY_RUN, VERBOSE to 1 or
 # nothing (recipes test them for a value), WAIT and VLLM to 1 or 0 (recipes test them for 0 or 1).
 bool = $(strip $(if $(filter-out 0 1,$(words $($(1))))$(filter-out 1 true yes 0 false no,$(strip $($(1)))),\
   $(error $(1)=$(strip $($(1))) is not a boolean: use 1, true or yes (on) or 0, false, no or nothing (off)),\
@@ -54,6 +54,7 @@ override FORCE := $(call bool,FORCE)
 override DRY_RUN := $(call bool,DRY_RUN)
 override WAIT := $(if $(call bool,WAIT),1,0)
 override VLLM := $(if $(call bool,VLLM),1,0)
+override VERBOSE := $(call bool,VERBOSE)
 # A value a recipe puts on the shell's command line must stay one argument there: SEEDS digits and commas;
 # SCALE, CLUSTER, PROFILE and METHOD one word of letters, digits, _ - . (they go unquoted); GRID, ENVS, METHODS,
 # NAME and OUT no single quote (they go in single quotes). (A quote in SEEDS once cut --dry-run off the command.)
@@ -140,7 +141,8 @@ replicate-%: setup
 	@$(PY) -m experiments.replicate --method $* --scale $(strip $(SCALE)) --cluster $(strip $(CLUSTER)) \
 	  $(if $(strip $(SEEDS)),--seeds '$(strip $(SEEDS))') $(if $(strip $(FORCE)),--force) \
 	  $(if $(filter 0,$(strip $(WAIT))),--no-wait) $(if $(strip $(DRY_RUN)),--dry-run) \
-	  $(if $(strip $(PROFILE)),--profile $(strip $(PROFILE))) $(if $(strip $(OUT)),--out-dir '$(strip $(OUT))') $(ARGS)
+	  $(if $(strip $(PROFILE)),--profile $(strip $(PROFILE))) $(if $(strip $(OUT)),--out-dir '$(strip $(OUT))') \
+	  $(if $(strip $(VERBOSE)),--verbose) $(ARGS)
 
 # equal tuning: every arm the same sweep on the dev split; replicate-% then runs each arm at its selection
 tune-%: setup

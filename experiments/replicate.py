@@ -305,6 +305,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--force", action="store_true", help="rerun finished cells (overwrites their results)")
     p.add_argument("--no-wait", action="store_true", help="SLURM: submit and return the job ids")
     p.add_argument("--dry-run", action="store_true", help="print what would run; run nothing")
+    p.add_argument("--verbose", action="store_true",
+                   help="SLURM dry run: also the whole sbatch script and every cell's config")
     p.add_argument("--out-dir", default=None,
                    help="write the records under this folder instead of the scale's (results/ at cpu scale)")
     p.add_argument("--profile", default=None, help="cluster profile (slurm/profiles/<name>.yaml)")
@@ -371,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         from slurm.launch import launch
 
         return launch(cells, args.profile or "slurm", wait=not args.no_wait, dry_run=args.dry_run,
-                      run=run_cell, validate=validate_cells, aggregate=collect_tables)
+                      run=run_cell, validate=validate_cells, aggregate=collect_tables, verbose=args.verbose)
     t0 = time.time()
     failures: list[str] = []
     try:

@@ -36,8 +36,8 @@ import yaml
 
 from slurm import monitor
 from slurm.jobs import Entry, Launch, classify, entry_point, launches, load_entry, main_module, sacct
-from slurm.profiles import load_profile
-from slurm.sbatch import job_shape, label, make_executor, sbatch_script, srun_layout
+from slurm.profiles import SlurmProfile, load_profile
+from slurm.sbatch import JobShape, job_shape, label, make_executor, sbatch_script, srun_layout
 
 _FORCE = re.compile(r"^\+{0,2}force=(true|True|1|yes)$")
 
@@ -138,11 +138,12 @@ Aggregate = Callable[[str, str, list[Any]], str]  # (method, scale, cells) -> th
 
 def launch(cells: Sequence[Any], profile_name: str | None, wait: bool, dry_run: bool, *,
            run: Callable[[Any], Any], validate: Callable[[list[Any]], list[Any]], aggregate: Aggregate,
-           profile_overrides: dict[str, Any] | None = None) -> int:
+           profile_overrides: dict[str, Any] | None = None, verbose: bool = False) -> int:
     """Submit `cells` as one job array, each running `run(cell)`; `validate(cells)` returns their
     configs (raises ValueError to refuse); `aggregate(method, scale, cells)` is printed at the end
     and recorded by name for `python -m slurm collect`. 0 = all done, 1 = some failed or missing,
-    2 = refused."""
+    2 = refused. A dry run prints a summary (`dry_run_summary`); `verbose` adds the whole sbatch
+    script and every cell's resolved config."""
     cells = [importable(c) for c in cells]
     run = importable_function(run)
     if not cells:
@@ -152,6 +153,8 @@ def launch(cells: Sequence[Any], profile_name: str | None, wait: bool, dry_run: 
         profile = load_profile(profile_name, profile_overrides)
         configs = validate(cells)
         shape = job_shape(profile, cells, configs)
+        if not dry_run and profile.submit_errors():
+            raise ValueError(profile.submit_errors()[0])
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -176,9 +179,13 @@ def launch(cells: Sequence[Any], profile_name: str | None, wait: bool, dry_run: 
           f"queued, {len(todo)} to submit; {profile.describe()}")
 
     if dry_run:
+        script = sbatch_script(executor, len(todo))
+        print(dry_run_summary(profile, shape, todo, script, record.folder.parent))
+        if not verbose:
+            return 0
         by_label = dict(zip((label(c) for c in cells), configs, strict=True))
         print(f"\n# sbatch script ({len(todo)} cell(s); nothing is submitted in a dry run)\n")
-        print(sbatch_script(executor, len(todo)))
+        print(script)
         print(srun_layout(shape) + "\n")
         for i, cell in enumerate(todo):
             print(f"# [{i}] {label(cell)} -> {cell.run_dir}\n# overrides: {' '.join(cell.overrides)}")
@@ -226,6 +233,31 @@ def launch(cells: Sequence[Any], profile_name: str | None, wait: bool, dry_run: 
               "prints the tables")
         return 0
     return collect(record, aggregate, wait=True)
+
+
+SHOWN_CELLS = 12  # a dry run's summary names this many cells, then counts the rest
+
+
+def dry_run_summary(profile: SlurmProfile, shape: JobShape, todo: Sequence[Any], script: str,
+                    folder: Path) -> str:
+    """What a dry run prints by default: the cells, the array, the resources (the script's #SBATCH lines),
+    where the scripts and logs would go; tens of lines, where the script and the cells' configs are
+    thousands (VERBOSE=1 prints those)."""
+    lines = [f"[slurm] dry run, nothing submitted: {len(todo)} cell(s) to submit"
+             + (f" as one job array of {len(todo)} tasks, at most {profile.array_parallelism} at once"
+                if len(todo) > 1 else "")]
+    lines += [f"  {label(c)}" for c in todo[:SHOWN_CELLS]]
+    if len(todo) > SHOWN_CELLS:
+        lines.append(f"  ... and {len(todo) - SHOWN_CELLS} more")
+    ranks = shape.nodes * shape.tasks_per_node
+    lines.append(f"  each cell: {shape.nodes} node(s) x {shape.tasks_per_node} task(s) = {ranks} rank(s); "
+                 "the job's resources:")
+    lines += ["    " + line for line in script.splitlines()
+              if line.startswith("#SBATCH") and not line.startswith(("#SBATCH --output", "#SBATCH --error"))]
+    lines.append(f"  scripts and logs would go under {folder}")
+    lines += [f"  note: a real launch is refused: {e}" for e in profile.submit_errors()]
+    lines.append("  VERBOSE=1 (--verbose) prints the sbatch script and every cell's config")
+    return "\n".join(lines)
 
 
 def collect(record: Launch, aggregate: Aggregate | None = None, wait: bool = True) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,13 @@ import yaml
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 ENV_PREFIX = "REPLICATE_SLURM_"
 DEFAULT_PROFILE = "slurm"
+WHOLE_NODE = "node"  # mem_gb: node -> sbatch --mem=0 (all the memory of each node)
+GPU_REQUESTS = ("gpus-per-node", "gres")
+# environment variables PyTorch renamed (the old names still work with a deprecation warning): a setup
+# line that exports one is refused, naming the current one
+RENAMED_VARIABLES = {"NCCL_ASYNC_ERROR_HANDLING": "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                     "NCCL_BLOCKING_WAIT": "TORCH_NCCL_BLOCKING_WAIT",
+                     "NCCL_DESYNC_DEBUG": "TORCH_NCCL_DESYNC_DEBUG"}
 
 
 @dataclass(frozen=True)
@@ -38,7 +46,10 @@ class SlurmProfile:
     gpus_per_node: int = 0  # GPUs per node; > 0 must equal trainer.devices (one srun task per GPU)
     # CPUs of each task (one task per rank: per GPU, or per process of trainer.devices on CPU)
     cpus_per_task: int = 2
-    mem_gb: float = 8  # memory per node
+    mem_gb: float | str = 8  # memory per node (sbatch --mem=<n>G); "node": all of each node's (--mem=0)
+    # how the GPUs are asked for: "gpus-per-node" (sbatch --gpus-per-node=N) or "gres" (--gres=gpu:N
+    # alone, for sites whose SLURM schedules GPUs only as generic resources); never both
+    gpu_request: str = "gpus-per-node"
     array_parallelism: int = 64  # cells of one replication that may run at the same time
     max_requeues: int = 3  # time-limit requeues before a cell is given up (submitit's max_num_timeout)
     signal_delay_s: int = 120  # the requeue signal (USR2) comes this long before the time limit
@@ -52,8 +63,22 @@ class SlurmProfile:
         where = " ".join(f"{k}={v}" for k, v in (("partition", self.partition), ("account", self.account),
                                                   ("qos", self.qos)) if v)
         gpus = f" x {self.gpus_per_node} GPU" if self.gpus_per_node else ""
+        mem = "all memory of each node" if self.whole_node_memory else f"{self.mem_gb:g} GB/node"
         return (f"profile {self.name}: {where or 'default partition'}, {self.nodes} node(s){gpus}, "
-                f"{self.cpus_per_task} CPU/task, {self.mem_gb:g} GB/node, {self.time_min} min")
+                f"{self.cpus_per_task} CPU/task, {mem}, {self.time_min} min")
+
+    @property
+    def whole_node_memory(self) -> bool:
+        return self.mem_gb == WHOLE_NODE
+
+    def submit_errors(self) -> list[str]:
+        """What a real submission refuses (a dry run only notes it): GPUs without a partition land on the
+        cluster's default partition, usually CPU-only, where the job pends forever or sbatch refuses it."""
+        if self.gpus_per_node and not self.partition:
+            return [f"profile {self.name} requests {self.gpus_per_node} GPU(s) per node but names no "
+                    "partition: set partition: in the profile or REPLICATE_SLURM_PARTITION=<your GPU "
+                    "partition> (nothing submitted)"]
+        return []
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(SlurmProfile)}
@@ -138,8 +163,12 @@ def _check(p: SlurmProfile) -> None:
             errors.append(f"{name} must be an integer >= 1; got {value!r}")
     if not isinstance(p.gpus_per_node, int) or p.gpus_per_node < 0:
         errors.append(f"gpus_per_node must be an integer >= 0; got {p.gpus_per_node!r}")
-    if not isinstance(p.mem_gb, int | float) or p.mem_gb <= 0:
-        errors.append(f"mem_gb must be a number > 0; got {p.mem_gb!r}")
+    if p.mem_gb != WHOLE_NODE and (isinstance(p.mem_gb, bool) or not isinstance(p.mem_gb, int | float)
+                                   or p.mem_gb <= 0):
+        errors.append(f"mem_gb must be a number > 0 or {WHOLE_NODE!r} (all of each node's memory); "
+                      f"got {p.mem_gb!r}")
+    if p.gpu_request not in GPU_REQUESTS:
+        errors.append(f"gpu_request must be one of {list(GPU_REQUESTS)}; got {p.gpu_request!r}")
     if not isinstance(p.max_requeues, int) or p.max_requeues < 0:
         errors.append(f"max_requeues must be an integer >= 0; got {p.max_requeues!r}")
     limit_s = p.time_min * 60 if isinstance(p.time_min, int) else 0
@@ -148,7 +177,14 @@ def _check(p: SlurmProfile) -> None:
                       f"got {p.signal_delay_s!r}")
     if not isinstance(p.setup, list) or not all(isinstance(s, str) for s in p.setup):
         errors.append(f"setup must be a list of shell lines; got {p.setup!r}")
+    else:
+        for line in p.setup:
+            for old, new in RENAMED_VARIABLES.items():
+                if re.search(rf"(?<![A-Z_]){old}=", line):
+                    errors.append(f"setup line {line!r}: {old} is PyTorch's old name; use {new}")
     if not isinstance(p.sbatch, dict):
         errors.append(f"sbatch must be a mapping of sbatch options; got {p.sbatch!r}")
+    elif p.gpu_request == "gres" and ({"gpus-per-node", "gpus_per_node"} & set(p.sbatch)):
+        errors.append("gpu_request is gres but sbatch also sets gpus-per-node: ask for the GPUs one way")
     if errors:
         raise ValueError(f"cluster profile {p.name} is invalid:\n  - " + "\n  - ".join(errors))

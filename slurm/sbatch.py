@@ -92,7 +92,7 @@ def sbatch_parameters(profile: SlurmProfile, shape: JobShape, job_name: str, cwd
         "nodes": shape.nodes,
         "ntasks_per_node": shape.tasks_per_node,
         "cpus_per_task": profile.cpus_per_task,
-        "mem": f"{profile.mem_gb:g}G",
+        "mem": "0" if profile.whole_node_memory else f"{profile.mem_gb:g}G",  # 0: all of each node's
         "array_parallelism": profile.array_parallelism,
         "signal_delay_s": profile.signal_delay_s,
         "setup": list(profile.setup),
@@ -103,7 +103,9 @@ def sbatch_parameters(profile: SlurmProfile, shape: JobShape, job_name: str, cwd
     for key in ("partition", "account", "qos"):
         if getattr(profile, key):
             params[key] = getattr(profile, key)
-    if shape.gpus_per_node:
+    if shape.gpus_per_node and profile.gpu_request == "gres":  # one way of asking, never both
+        params["gres"] = f"gpu:{shape.gpus_per_node}"
+    elif shape.gpus_per_node:
         params["gpus_per_node"] = shape.gpus_per_node
     return params
 

@@ -131,3 +131,10 @@ def test_scale_is_one_of_the_scales(scale, ok):
     else:
         assert (f"*** SCALE={scale} is not a scale: use smoke, cpu, small, paper or a method's paper_<setup>"
                 in refusal(f"SCALE={scale}"))
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("yes", True), ("0", False), ("", False)])
+def test_verbose_reaches_the_replication(value, on):
+    """VERBOSE=1: a SLURM dry run prints the whole sbatch script and every cell's config."""
+    assert ("--verbose" in flags(f"VERBOSE={value}", "CLUSTER=slurm", "DRY_RUN=1")) == on
+    assert "--verbose" not in flags()

@@ -69,7 +69,7 @@ def login_node(monkeypatch):
 
 def args(method: str, scale: str, model: Path, data: Path, tmp: Path) -> list[str]:
     return ["--method", method, "--scale", scale, "--cluster", "slurm", "--profile", "slurm-gpu", "--dry-run",
-            f"model.path={model}", f"method.paper_data={data}", f"out_dir={tmp / 'out'}",
+            "--verbose", f"model.path={model}", f"method.paper_data={data}", f"out_dir={tmp / 'out'}",
             f"work_dir={tmp / 'work'}"]
 
 

@@ -58,7 +58,7 @@ def test_two_ranks_run_as_one_job_of_two_tasks(slurm_cluster, tmp_path):
 def test_dry_run_shows_a_multi_node_job(tmp_path):
     """trainer.num_nodes > 1: checked against the profile, the batch script asks for every node's
     tasks, and the srun layout says which rank runs where."""
-    args = [*REPLICATE, "--dry-run", "--profile", "slurm-gpu", f"out_dir={tmp_path / 'out'}",
+    args = [*REPLICATE, "--dry-run", "--verbose", "--profile", "slurm-gpu", f"out_dir={tmp_path / 'out'}",
             f"work_dir={tmp_path / 'work'}", "trainer.accelerator=gpu", "trainer.devices=8",
             "trainer.num_nodes=2"]
     refused = _run(args)

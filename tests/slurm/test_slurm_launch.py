@@ -66,7 +66,7 @@ def test_dry_run_of_a_two_node_eight_gpu_paper_cell(paper_args, tmp_path, monkey
 
     monkeypatch.setenv("REPLICATE_SLURM_NODES", "2")
     monkeypatch.setenv("REPLICATE_SLURM_PARTITION", "gpu")
-    rc = main([*paper_args, "trainer.devices=8", "trainer.num_nodes=2"])
+    rc = main(["--verbose", *paper_args, "trainer.devices=8", "trainer.num_nodes=2"])
     out = capsys.readouterr().out
     assert rc == 0, out
     script = out.split("#!/bin/bash", 1)[1].split("# [0]", 1)[0]
@@ -93,6 +93,42 @@ def test_mismatch_is_refused_before_submission(paper_args, tmp_path, capsys, ext
     err = capsys.readouterr().err
     assert rc == 2 and message in err, err
     assert "nothing submitted" in err
+    assert not (tmp_path / "work" / "launches").exists()
+
+
+def test_a_dry_run_prints_a_summary_and_the_script_only_verbose(paper_args, tmp_path, monkeypatch, capsys):
+    """A paper dry run printed thousands of lines (the script and every cell's resolved config)."""
+    from experiments.replicate import main
+
+    monkeypatch.delenv("REPLICATE_SLURM_PARTITION", raising=False)
+    assert main(paper_args) == 0
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) < 50, out
+    assert "#!/bin/bash" not in out and "# overrides:" not in out and "srun " not in out
+    assert "3 cell(s) to submit as one job array of 3 tasks, at most 16 at once" in out
+    assert "grpo/" in out and "each cell: 1 node(s) x 8 task(s) = 8 rank(s)" in out
+    for line in ("    #SBATCH --gpus-per-node=8", "    #SBATCH --mem=0", "    #SBATCH --array=0-2%3"):
+        assert line in out.splitlines(), out
+    assert f"scripts and logs would go under {tmp_path / 'work' / 'launches'}" in out
+    assert "note: a real launch is refused: profile slurm-gpu requests 8 GPU(s) per node but names no " \
+           "partition" in out
+    assert "VERBOSE=1 (--verbose) prints the sbatch script and every cell's config" in out
+    assert main(["--verbose", *paper_args]) == 0
+    verbose = capsys.readouterr().out
+    assert "each cell: 1 node(s) x 8 task(s)" in verbose  # the summary, then the script and the configs
+    assert "#!/bin/bash" in verbose and verbose.count("# overrides:") == 3
+    assert not (tmp_path / "work" / "launches").exists()
+
+
+def test_gpus_without_a_partition_are_refused_before_submission(paper_args, tmp_path, monkeypatch, capsys):
+    from experiments.replicate import main
+
+    monkeypatch.delenv("REPLICATE_SLURM_PARTITION", raising=False)
+    rc = main([a for a in paper_args if a != "--dry-run"] + ["trainer.devices=8"])  # a real launch
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: profile slurm-gpu requests 8 GPU(s) per node but names no partition: set "
+                          "partition: in the profile or REPLICATE_SLURM_PARTITION="), err
     assert not (tmp_path / "work" / "launches").exists()
 
 
