@@ -183,7 +183,9 @@ def method_section(section: MethodSection, results: Results, out_dir: Path) -> s
         card_link = os.path.relpath(card.path, out_dir) if card.path else f"replications/{method}/CARD.md"
         out += [f"Method `{method}`. Paper: {card.paper}. Card: [{card_link}]({card_link}).", ""]
     out += ["### What the paper claims", ""]
-    if section.card_error:
+    if section.card_error and "card not written" in section.card_error:
+        out += [f"Card not written yet: {section.card_error}", ""]
+    elif section.card_error:
         out += [f"The card could not be read: {section.card_error}", ""]
     elif card is None:
         out += [f"No `replications/{method}/CARD.md` yet: no paper numbers or claims to check.", ""]
