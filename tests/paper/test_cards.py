@@ -157,8 +157,8 @@ def test_a_card_left_as_the_template_wrote_it_is_not_written(tmp_path):
     assert "card not written: template placeholders left in title, paper, summary" in errors["foo"]
     assert "claims[0].margin_why" in errors["foo"] and "\n" not in errors["foo"]
     report, problems = build(tmp_path / "no-results", tmp_path / "out", [tmp_path / "cards"])
-    text = report.read_text()
-    assert "Card not written yet:" in text
+    text = report.read_text() + (report.parent / "methods/foo.md").read_text()
+    assert "Card not written yet:" in text and "- **foo**: card not written" in report.read_text()
     template = (REPO / "replications/_template/CARD.md.tmpl").read_text()
     for placeholder in ("<the paper's title>", "<First author>", "<One paragraph", "{{", "<one line: why"):
         assert placeholder in template and placeholder not in text
