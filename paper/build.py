@@ -5,7 +5,9 @@
 Reads only `results/<method>/<env>/<arm>/seed-<k>/` (finished runs: those with a `done` marker),
 the YAML front matter of `replications/<method>/CARD.md` and the extra tables a method declares
 in `tables.py` beside its card, `replications/<method>/tables.py` (paper/extras.py, loaded from its
-path). Writes `<out>/tables/*.{md,tex}`, `<out>/figures/*.{png,pdf}`, `<out>/REPORT.md` and
+path). Writes `<out>/tables/*.{md,tex}`, `<out>/figures/*.{png,pdf}`, `<out>/REPORT.md` (a first page
+of one line per method and its claims in short, then the details), `<out>/methods/<method>.md` (each
+method's full section) and
 `<out>/claims.json` (every claim's verdict, seeds, estimate, interval, margin, seeds needed, controls
 and confounds: paper/claims.py); tables and figures left from an earlier build are removed first,
 so the outputs always match the results. Invalid runs (listed in the report, never counted), cards
@@ -35,7 +37,7 @@ from paper.extras import ExtraTable, build_extra, load_tables, tables_file
 from paper.head_to_head import build_compare
 from paper.load import Results, load_results
 from paper.registration import margin_commits
-from paper.report import MethodSection, method_section, runs_table, summary
+from paper.report import MethodSection, first_page, method_section, runs_table, summary
 from paper.tables import claims_table, eval_k, final_table, matrix_table, reported_table, tiers_table
 
 GENERATED_SUFFIXES = {".md", ".tex", ".png", ".pdf"}
@@ -56,7 +58,7 @@ def method_order(name: str) -> tuple[bool, str]:
 
 
 def clean(out_dir: Path) -> None:
-    for sub in ("tables", "figures"):
+    for sub in ("tables", "figures", "methods"):
         for p in sorted((out_dir / sub).glob("*")):
             if p.is_file() and p.suffix in GENERATED_SUFFIXES:
                 p.unlink()
@@ -159,11 +161,16 @@ def build(results_root: Path, out_dir: Path, card_dirs: list[Path]) -> tuple[Pat
         matrix.write(tables_dir)
         matrix_png = next((p for p in figures.matrix_figure(with_runs, results, cards, figures_dir)
                            if p.suffix == ".png"), None)
-    text = summary(sections, results, results_root, matrix, matrix_png, out_dir)
+    pages_dir = out_dir / "methods"
+    pages_dir.mkdir(parents=True, exist_ok=True)
+    pages = {s.method: f"methods/{s.method}.md" for s in sections}
+    for s in sections:  # each method's full section is a page of its own, linked from the first page
+        (out_dir / pages[s.method]).write_text(
+            "[Back to the report](../REPORT.md)\n\n" + method_section(s, results, pages_dir))
+    text = first_page(sections, results, results_root, pages)
+    text += "\n" + summary(sections, results, results_root, matrix, matrix_png, out_dir)
     compare_text, compare_problems = build_compare(results_root, out_dir)
     text += "\n" + compare_text
-    text += "".join("\n" + method_section(s, results, out_dir) for s in sections)
-    out_dir.mkdir(parents=True, exist_ok=True)
     report = out_dir / "REPORT.md"
     report.write_text(text)
     write_claims_json(sections, out_dir / "claims.json")

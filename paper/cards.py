@@ -42,6 +42,23 @@ class CardError(ValueError):
     """A CARD.md front matter that does not follow the schema."""
 
 
+# what `make new-method` leaves to be written: `{{name}}` (unfilled) and `<what to write here>` text
+PLACEHOLDER = re.compile(r"\{\{[^{}\n]*\}\}|<[A-Za-z][^<>\n]*>")
+
+
+def placeholders(card: Card) -> list[str]:
+    """The fields of `card` the report prints that still hold a template placeholder
+    (replications/_template/CARD.md.tmpl), by name: e.g. ["title", "claims[0].margin_why"]."""
+    fields: list[tuple[str, str]] = [("title", card.title), ("paper", card.paper), ("summary", card.summary)]
+    fields += [(f"arms.{arm}", label) for arm, label in card.arms.items()]
+    fields += [(f"reported[{i}].what", r.what) for i, r in enumerate(card.reported)]
+    for i, c in enumerate(card.claims):
+        fields += [(f"claims[{i}].{key}", value) for key, value in
+                   (("text", c.text), ("paper", c.paper), ("margin_why", c.margin_why))]
+        fields += [(f"claims[{i}].confounds", x) for x in c.confounds]
+    return [name for name, value in fields if PLACEHOLDER.search(value)]
+
+
 @dataclass(frozen=True)
 class Term:
     arm: str
@@ -261,6 +278,11 @@ def load_cards(dirs: list[Path]) -> tuple[dict[str, Card], dict[str, str]]:
                 card = parse_card(path.read_text(), path)
             except CardError as e:
                 errors[method] = f"{path}: {e}"
+                continue
+            unfilled = placeholders(card)
+            if unfilled:  # named by field only: the placeholders' text never reaches the report
+                errors[method] = (f"{path}: card not written: template placeholders left in "
+                                  f"{', '.join(unfilled)} (write them, then make paper)")
                 continue
             if card.method != method:
                 errors[method] = (f"{path}: front matter says method {card.method!r} "

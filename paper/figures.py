@@ -74,6 +74,53 @@ def save(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
     return [png, pdf]
 
 
+def wrap_label(text: str, width: int = 16) -> str:
+    """A tick label broken into lines of at most `width` characters (words are not split)."""
+    return "\n".join(textwrap.wrap(text, width=width, break_long_words=False)) or text
+
+
+def _renderer(fig: Figure) -> Any:
+    fig.canvas.draw()  # runs the constrained layout: the boxes below are the ones saved
+    return fig.canvas.get_renderer()  # type: ignore[attr-defined]
+
+
+def tick_label_boxes(fig: Figure, ax: Axes, axis: str = "x") -> list[Any]:
+    """The drawn bounding boxes (display units) of an axis' visible, non-empty tick labels."""
+    renderer = _renderer(fig)
+    labels = ax.get_xticklabels() if axis == "x" else ax.get_yticklabels()
+    return [t.get_window_extent(renderer) for t in labels if t.get_visible() and t.get_text().strip()]
+
+
+def boxes_overlap(a: Any, b: Any, pad: float = 0.5) -> bool:
+    """Whether two display boxes share more than `pad` pixels in both directions."""
+    return (min(a.x1, b.x1) - max(a.x0, b.x0) > pad) and (min(a.y1, b.y1) - max(a.y0, b.y0) > pad)
+
+
+def any_overlap(boxes: list[Any]) -> bool:
+    return any(boxes_overlap(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
+def declutter(fig: Figure) -> None:
+    """Rotate the x tick labels of every axes whose labels overlap: 30 degrees, then 90 if still needed."""
+    for ax in fig.axes:
+        for angle in (30, 90):
+            if not any_overlap(tick_label_boxes(fig, ax)):
+                break
+            for t in ax.get_xticklabels():
+                t.set_rotation(angle)
+                t.set_horizontalalignment("right" if angle < 90 else "center")
+                t.set_rotation_mode("anchor" if angle < 90 else "default")
+
+
+def interval_words(counts: list[int], what: str = "band") -> str:
+    """What a figure draws over seeds, given each arm's seeds: an interval only where there are 2 or more."""
+    if not counts or max(counts) < 2:
+        return "one seed per arm, no interval"
+    seeds = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
+    lead = f"mean over {seeds} seeds, {what} = 95% t interval"
+    return lead if min(counts) >= 2 else lead + " (none for an arm with one seed)"
+
+
 # ---- curve data --------------------------------------------------------------------------------
 def aligned(points: list[list[dict[str, Any]]], x_key: str, y_key: str) -> tuple[np.ndarray, np.ndarray]:
     """Every seed's curve on one x: (x_T, y_R_T), over the steps that every seed has.
@@ -102,18 +149,20 @@ def _band(ax: Axes, x: np.ndarray, y_R_T: np.ndarray, color: Any, label: str, ma
 
 
 # ---- figures -----------------------------------------------------------------------------------
-def curves_figure(method: str, env: str, results: Results, card: Card | None, out_dir: Path) -> list[Path]:
-    """Rows: each card curve (metrics.jsonl) and the held-out eval; columns: steps, tokens, calls."""
+def curves_plot(method: str, env: str, results: Results, card: Card | None) -> Figure | None:
+    """The figure `curves_figure` saves (None: nothing to draw). Rows: each card curve (metrics.jsonl)
+    and the held-out eval; columns: steps, tokens, calls. A band is drawn only for an arm with 2+ seeds,
+    and the title says which."""
     arms = arms_of(method, results, card)
     colors = palette(arms)
     runs_by_arm = {a: results.of(method, env, a) for a in arms if results.of(method, env, a)}
     if not runs_by_arm or not any(r.metrics for rs in runs_by_arm.values() for r in rs):
-        return []  # no run has a training step (a training-free method): nothing to draw over steps
+        return None  # no run has a training step (a training-free method): nothing to draw over steps
     keys = card.curves if card else ["success_rate"]
     eval_metric = card.eval_metric if card else "mean@k"
     k = eval_k([r for rs in runs_by_arm.values() for r in rs])
     rows: list[tuple[str, str]] = [("train", key) for key in keys] + [("eval", eval_metric)]
-    fig, axes = new_figure(len(rows), 3, (11, 2.3 * len(rows) + 0.8), sharex="col")
+    fig, axes = new_figure(len(rows), 3, (11, 2.3 * len(rows) + 1.2), sharex="col")
     for i, (source, key) in enumerate(rows):
         for j, (x_key, x_label) in enumerate(X_AXES):
             ax = axes[i, j]
@@ -131,27 +180,38 @@ def curves_figure(method: str, env: str, results: Results, card: Card | None, ou
             if x_key != "step":
                 ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    title = f"{card.title if card else method} on {env}: mean over seeds, shaded 95% t CI"
-    fig.suptitle(wrap(title, 11))
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 5), frameon=False)
-    return save(fig, out_dir, f"{method}-{env}-curves")
+    drawn = interval_words([len(rs) for rs in runs_by_arm.values()])
+    fig.suptitle(wrap(f"{card.title if card else method} on {env}: {drawn}", 11))
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4), frameon=False)
+    declutter(fig)
+    return fig
 
 
-def final_figure(method: str, results: Results, card: Card | None, out_dir: Path) -> list[Path]:
-    """Per env: each arm's warm start and final held-out score, mean with 95% CI, seeds as dots."""
+def curves_figure(method: str, env: str, results: Results, card: Card | None, out_dir: Path) -> list[Path]:
+    """`curves_plot`, written as `<method>-<env>-curves.{png,pdf}`."""
+    fig = curves_plot(method, env, results, card)
+    return [] if fig is None else save(fig, out_dir, f"{method}-{env}-curves")
+
+
+def final_plot(method: str, results: Results, card: Card | None) -> Figure | None:
+    """The figure `final_figure` saves (None: no runs). Per env: each arm's warm start and final held-out
+    score, the mean with its 95% t interval (an arm with 2+ seeds), seeds as dots; the arms' names are
+    wrapped (rotated where they still collide) and the legend sits below the panels."""
     envs, arms = envs_of(method, results, card), arms_of(method, results, card)
     if not envs:
-        return []
+        return None
     metric = card.eval_metric if card else "mean@k"
     k = eval_k(results.of(method))
     stage_colors = dict(zip(("initial", "final"), sns.color_palette("colorblind", 2), strict=True))
     n_arms = [max(sum(1 for a in arms if results.of(method, e, a)), 1) for e in envs]
-    width = max(1.4 + 1.7 * sum(max(n, 2) for n in n_arms), 5.5)
-    fig, axes = new_figure(1, len(envs), (width, 3.8), sharey=True, width_ratios=[max(n, 2) for n in n_arms])
+    width = max(1.0 + 1.3 * sum(max(n, 2) for n in n_arms), 5.5)
+    fig, axes = new_figure(1, len(envs), (width, 4.6), sharey=True, width_ratios=[max(n, 2) for n in n_arms])
+    counts: list[int] = []
     for ax, env in zip(axes[0], envs, strict=True):
         present = [a for a in arms if results.of(method, env, a)]
         for xi, arm in enumerate(present):
             runs = results.of(method, env, arm)
+            counts.append(len(runs))
             for si, stage in enumerate(("initial", "final")):
                 values = stage_values(runs, stage, metric)
                 if not values:
@@ -162,22 +222,35 @@ def final_figure(method: str, results: Results, card: Card | None, out_dir: Path
                 ax.scatter(x + jitter, values, s=12, color=stage_colors[stage], alpha=0.45, lw=0, zorder=2)
                 yerr = None if math.isnan(lo) else [[m - lo], [hi - m]]
                 ax.errorbar([x], [m], yerr=yerr, fmt="o", ms=6, capsize=4, color=stage_colors[stage],
-                            zorder=3, label=STAGE_LABELS[stage] if xi == 0 else None)
+                            zorder=3, label=STAGE_LABELS[stage])
         ax.set_xticks(range(len(present)))
-        ax.set_xticklabels([f"{card.label(a) if card else a}\n(n={len(results.of(method, env, a))})"
-                            for a in present])
+        names = [wrap_label(card.label(a) if card else a) for a in present]
+        ax.set_xticklabels([f"{name}\n(n={len(results.of(method, env, a))})"
+                            for name, a in zip(names, present, strict=True)], fontsize=8)
         ax.set_xlim(-0.6, len(present) - 0.4)
         ax.grid(axis="x", visible=False)
         ax.set_title(env)
-        ax.set_xlabel("arm")
     axes[0, 0].set_ylabel(f"held-out {metric_label(metric, k)}\n(fraction of tasks)")
-    axes[0, 0].legend(loc="best", frameon=True, title="mean, 95% CI; dots: seeds")
+    by_label: dict[str, Any] = {}
+    for ax in axes[0]:
+        by_label.update(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
+    fig.legend(handles=list(by_label.values()), labels=list(by_label), loc="outside lower center",
+               ncol=len(by_label) + 1, frameon=False,
+               title=f"dots: seeds; {interval_words(counts, 'error bar')}")
     fig.suptitle(wrap(f"{card.title if card else method}: held-out score before and after RL", width))
-    return save(fig, out_dir, f"{method}-final")
+    declutter(fig)
+    return fig
 
 
-def matrix_figure(methods: list[str], results: Results, cards: dict[str, Card], out_dir: Path) -> list[Path]:
-    """Heat map of methods x envs: each method's own arm, final held-out score (mean [CI])."""
+def final_figure(method: str, results: Results, card: Card | None, out_dir: Path) -> list[Path]:
+    """`final_plot`, written as `<method>-final.{png,pdf}`."""
+    fig = final_plot(method, results, card)
+    return [] if fig is None else save(fig, out_dir, f"{method}-final")
+
+
+def matrix_plot(methods: list[str], results: Results, cards: dict[str, Card]) -> Figure | None:
+    """The figure `matrix_figure` saves (None: no method with an arm): a heat map of methods x envs, each
+    method's own arm, final held-out score (mean [95% t interval], n)."""
     envs = sorted({r.env for r in results.runs if r.method in methods})
     rows, labels, counts = [], [], []
     for method in methods:
@@ -186,7 +259,7 @@ def matrix_figure(methods: list[str], results: Results, cards: dict[str, Card], 
         if arm is None:
             continue
         metric = card.eval_metric if card else "mean@k"
-        labels.append(f"{method}\n({card.label(arm) if card else arm})")
+        labels.append(f"{method}\n({wrap_label(card.label(arm) if card else arm, 24)})")
         cells = []
         counts.append([len(results.of(method, env, arm)) for env in envs])
         for env in envs:
@@ -195,20 +268,64 @@ def matrix_figure(methods: list[str], results: Results, cards: dict[str, Card], 
                          if runs else (math.nan,) * 3)
         rows.append(cells)
     if not rows:
-        return []
+        return None
     means = np.array([[c[0] for c in row] for row in rows])
     annot = np.array([["" if math.isnan(c[0]) else f"{c[0]:.2f}" + ("" if math.isnan(c[1]) else
                        f"\n[{c[1]:.2f}, {c[2]:.2f}]") + f"\nn={n}" for c, n in zip(row, ns, strict=True)]
                       for row, ns in zip(rows, counts, strict=True)])
-    fig, axes = new_figure(1, 1, (2.4 + 1.6 * len(envs), 1.2 + 0.8 * len(rows)))
+    fig, axes = new_figure(1, 1, (3.2 + 1.2 * len(envs), 1.8 + 0.8 * len(rows)))
     ax = axes[0, 0]
     ax.set_facecolor("#eeeeee")  # cells of envs a method was not run on
     sns.heatmap(means, annot=annot, fmt="", cmap="viridis", vmin=0, vmax=1, xticklabels=envs,
                 yticklabels=labels, cbar_kws={"label": "final held-out mean@k (fraction of tasks)"}, ax=ax,
-                linewidths=0.5)
+                linewidths=0.5, annot_kws={"fontsize": 7})
     ax.grid(False)
     ax.tick_params(axis="y", rotation=0)
     ax.set_xlabel("environment")
     ax.set_ylabel("method (arm)")
-    ax.set_title("Final held-out mean@k, mean over seeds [95% CI]")
-    return save(fig, out_dir, "matrix")
+    ax.set_title(wrap("Final held-out mean@k, mean over seeds [95% t interval], n = seeds; grey: not run",
+                      3.2 + 1.2 * len(envs)))
+    declutter(fig)
+    return fig
+
+
+def matrix_figure(methods: list[str], results: Results, cards: dict[str, Card], out_dir: Path) -> list[Path]:
+    """`matrix_plot`, written as `matrix.{png,pdf}`."""
+    fig = matrix_plot(methods, results, cards)
+    return [] if fig is None else save(fig, out_dir, "matrix")
+
+
+# ---- verdicts as categories (the head-to-head matrix, paper/head_to_head.py) ------------------------
+# Okabe-Ito colours (safe for colour-blind readers); every cell also names its category in words.
+CATEGORY_COLORS = {
+    "holds": "#009E73", "opposite": "#D55E00", "no effect": "#56B4E9", "inconclusive": "#F0E442",
+    "void": "#CC79A7", "design null": "#0072B2", "missing": "#FFFFFF", "n/a": "#DDDDDD",
+}
+DARK_CATEGORIES = {"opposite", "design null", "holds"}  # white text on these
+
+
+def category_grid(fig: Figure, ax: Axes, rows: list[str], cols: list[str], category: list[list[str]],
+                  text: list[list[str]], legend_title: str) -> None:
+    """A rows x cols grid of cells coloured by their category (CATEGORY_COLORS), each cell's text written in
+    it, and a legend of the categories present outside the axes (below)."""
+    from matplotlib.patches import Patch, Rectangle
+
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            cat = category[i][j]
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=CATEGORY_COLORS[cat],
+                                   edgecolor="white", lw=1.5, gid=f"cell {i} {j} {cat}",
+                                   hatch="//" if cat == "missing" else None))
+            ax.text(j, i, text[i][j], ha="center", va="center", fontsize=7,
+                    color="white" if cat in DARK_CATEGORIES else "black")
+    ax.set_xlim(-0.5, len(cols) - 0.5)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xticks(range(len(cols)), [wrap_label(c, 14) for c in cols])
+    ax.set_yticks(range(len(rows)), rows)
+    ax.grid(False)
+    present = [c for c in CATEGORY_COLORS if any(c in row for row in category)]
+    handles = [Patch(facecolor=CATEGORY_COLORS[c], edgecolor="#777777", label=c,
+                     hatch="//" if c == "missing" else None) for c in present]
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), frameon=False,
+               title=legend_title)
+    declutter(fig)

@@ -20,8 +20,9 @@ Per environment:
 
 `MARGIN` (0.05 of mean@k, the difference between two methods that the suite calls one that matters)
 was set before any head-to-head run, as a card's margin is. The matrix figure shows every method
-(rows) against every environment of experiments/compare.yaml (columns): the difference to GRPO
-with its interval, grey where the method does not apply, "missing" where it applies and has no run.
+(rows) against every environment of experiments/compare.yaml (columns), each cell coloured by its
+verdict against GRPO (a category, with a legend) with the difference, its interval and the pairs
+written in it; grey where the method does not apply, "missing" where it applies and has no run.
 
 Which methods and environments, where each method applies and how many seeds each environment runs
 are read from `<results>/compare/plan-<scale>.json`, the plan `make compare` leaves there as data
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from matplotlib.figure import Figure
 
 from common import stats
 from paper.claims import INCONCLUSIVE, pair_verdict, seeds_for_margin, table_verdict, verdict_note
@@ -272,44 +274,50 @@ def matrix_table(comparisons: list[EnvComparison], scale: str, plan: ComparePlan
                  f"(scale {scale}); n/a: the method does not apply", ["method", *envs], rows), missing
 
 
-def matrix_figure(comparisons: list[EnvComparison], scale: str, out_dir: Path,
-                  plan: ComparePlan) -> list[Path]:
-    from paper.figures import new_figure, save
-
-    envs, applies = plan.envs, plan.applies
+def matrix_cells(comparisons: list[EnvComparison], plan: ComparePlan) -> tuple[list[str], list[list[str]],
+                                                                              list[list[str]]]:
+    """The figure's cells, methods (GRPO aside) x the plan's envs: each cell's category (its verdict
+    against GRPO at equal steps, "missing" or "n/a") and its text (the estimate [95% t interval], the
+    pairs and the verdict)."""
     methods = [m for m in plan.methods if m != BASELINE]
     by_env = {c.env: c for c in comparisons}
-    est = np.full((len(methods), len(envs)), np.nan)
-    text = [["" for _ in envs] for _ in methods]
+    category = [["n/a" for _ in plan.envs] for _ in methods]
+    text = [["n/a" for _ in plan.envs] for _ in methods]
     for i, m in enumerate(methods):
-        for j, e in enumerate(envs):
+        for j, e in enumerate(plan.envs):
             v = by_env[e].vs_grpo_steps.get(m) if e in by_env else None
-            if not applies[m, e]:
-                text[i][j] = "n/a"
-            elif v is None:
-                text[i][j] = "missing"
-            else:
-                est[i, j] = v.diff[0]
-                ci = "" if math.isnan(v.diff[1]) else f"\n[{v.diff[1]:+.2f}, {v.diff[2]:+.2f}]"
-                text[i][j] = f"{v.diff[0]:+.3f}{ci}\nn={v.n}"
-    fig, axes = new_figure(1, 1, (2.4 + 1.7 * len(envs), 1.2 + 0.7 * len(methods)))
-    ax = axes[0, 0]
-    lim = max(0.05, float(np.nanmax(np.abs(est)))) if np.isfinite(est).any() else 0.05
-    # n/a: light grey
-    grey = np.where(np.array([[applies[m, e] for e in envs] for m in methods]), np.nan, 1.0)
-    ax.imshow(grey, cmap="Greys", vmin=0, vmax=4, aspect="auto")
-    image = ax.imshow(est, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
-    fig.colorbar(image, ax=ax, label=f"method − GRPO, final held-out {METRIC}")
-    for i in range(len(methods)):
-        for j in range(len(envs)):
-            dark = np.isfinite(est[i, j]) and abs(est[i, j]) > 0.6 * lim  # white text on the deepest colours
-            ax.text(j, i, text[i][j], ha="center", va="center", fontsize=7,
-                    color="white" if dark else "black")
-    ax.set_xticks(range(len(envs)), envs, rotation=30, ha="right")
-    ax.set_yticks(range(len(methods)), methods)
-    ax.grid(False)
-    ax.set_title(f"Head to head at equal RL steps (scale {scale}): difference to GRPO [95% CI]")
-    return save(fig, out_dir, f"compare-matrix-{scale}")
+            if not plan.applies[m, e]:
+                continue
+            if v is None:
+                category[i][j] = text[i][j] = "missing"
+                continue
+            category[i][j] = v.verdict
+            ci = "" if math.isnan(v.diff[1]) else f"\n[{v.diff[1]:+.2f}, {v.diff[2]:+.2f}]"
+            text[i][j] = f"{v.diff[0]:+.3f}{ci}\nn={v.n}: {v.verdict}"
+    return methods, category, text
+
+
+def matrix_plot(comparisons: list[EnvComparison], scale: str, plan: ComparePlan) -> Figure:
+    """The figure `matrix_figure` saves: every cell coloured by its verdict (a category, with a legend),
+    the estimate and interval written in it."""
+    from paper.figures import category_grid, new_figure, wrap
+
+    methods, category, text = matrix_cells(comparisons, plan)
+    width = 2.0 + 1.5 * len(plan.envs)
+    fig, axes = new_figure(1, 1, (width, 2.0 + 0.75 * len(methods)))
+    category_grid(fig, axes[0, 0], methods, plan.envs, category, text,
+                  f"verdict against GRPO (margin {MARGIN}, paired by seed)")
+    fig.suptitle(wrap(f"Head to head at equal RL steps (scale {scale}): method − GRPO, final held-out "
+                      f"{METRIC}, estimate [95% t interval], n pairs: verdict", width))
+    return fig
+
+
+def matrix_figure(comparisons: list[EnvComparison], scale: str, out_dir: Path,
+                  plan: ComparePlan) -> list[Path]:
+    """`matrix_plot`, written as `compare-matrix-<scale>.{png,pdf}`."""
+    from paper.figures import save
+
+    return save(matrix_plot(comparisons, scale, plan), out_dir, f"compare-matrix-{scale}")
 
 
 def compare_section(root: Path, scale: str | None = None, out_dir: Path | None = None,

@@ -51,7 +51,7 @@ def table(sections: list[MethodSection]) -> str:
         if s.card is None:
             continue
         tested, untested = _counts(s.claim_results)
-        envs = ", ".join(f"`{e}`" for e in s.card.envs) or "—"
+        envs = ", ".join(f"`{e}`" for e in s.card.envs or []) or "—"
         name = s.card.title.split(":")[0]
         rows.append(f"| {name} | `make replicate-{s.method}` | {envs} | {tested} | {untested} | "
                     f"{_headline(s.claim_results)} |")

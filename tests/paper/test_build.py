@@ -108,7 +108,7 @@ def test_claims_json(out):
 
 
 def test_unfinished_and_invalid_runs_are_listed_not_counted(out):
-    report = (out / "REPORT.md").read_text()
+    report = (out / "methods/grpo.md").read_text()
     assert "grpo/arith/grpo/seed-4`: unfinished, no done marker" in report
     assert "grpo/arith/grpo/seed-5`: invalid, eval.json is not valid JSON" in report
     [runs] = table(out, "grpo-runs")
@@ -116,7 +116,7 @@ def test_unfinished_and_invalid_runs_are_listed_not_counted(out):
 
 
 def test_code_versions_and_dirty_trees_are_flagged(out):
-    report = (out / "REPORT.md").read_text()
+    report = (out / "methods/grpo.md").read_text() + (out / "methods/toy.md").read_text()
     assert "runs come from 2 different code versions" in report
     assert "`bbbbbbbbbb` (1 run: `" in report and "grpo/arith/grpo/seed-3`)" in report
     assert "uncommitted changes (git_dirty): `" in report and "toy/grid/base/seed-2`" in report
@@ -135,9 +135,10 @@ def test_every_output_is_written(out):
     # `best` is the control a claim on `better` names
     assert [r["arm"] for r in toy] == ["TOY", "control: TOY+"]
     assert toy[0]["arith"] == "—" and toy[1]["grid"] == ci_text([0.51, 0.58, 0.53]) + " (n=3)"
+    assert "![grpo-arith-curves](../figures/grpo-arith-curves.png)" in (out / "methods/grpo.md").read_text()
     report = (out / "REPORT.md").read_text()
-    assert "![grpo-arith-curves](figures/grpo-arith-curves.png)" in report
-    assert report.index("## GRPO") < report.index("## nocard") < report.index("## TOY")
+    assert report.index("- **GRPO**") < report.index("- **nocard**") < report.index("- **TOY**")
+    assert "[details](methods/grpo.md)" in report and "## GRPO" in (out / "methods/grpo.md").read_text()
 
 
 def test_rebuild_is_byte_identical(tmp_path):
@@ -156,7 +157,7 @@ def test_empty_results(tmp_path):
     report, errors = build(tmp_path / "missing", tmp_path / "out", [REPO / "replications"])
     text = report.read_text()
     assert "No finished runs under" in text and errors == []
-    assert "fewer than 5 pairs (n=0)" in text
+    assert "fewer than 5 pairs (n=0)" in (tmp_path / "out/methods/grpo.md").read_text()
     assert not list((tmp_path / "out").glob("figures/*"))
 
 
@@ -180,4 +181,39 @@ def test_a_table_that_cannot_be_built_is_reported(tmp_path):
     (tmp_path / "cards/grpo/CARD.md").write_text(text)
     report, errors = build(results, tmp_path / "out", [tmp_path / "cards"])
     assert any("grpo: KeyError" in e for e in errors)
-    assert "Could not build the tables and figures: KeyError" in report.read_text()
+    page = (report.parent / "methods/grpo.md").read_text()
+    assert "Could not build the tables and figures: KeyError" in page
+
+
+def test_the_first_page_is_one_line_per_method_then_short_tables(out):
+    """#44: a first page a reader takes in in a minute; the long sections are the methods' own pages."""
+    report = (out / "REPORT.md").read_text()
+    first = report.split("## Summary")[0]
+    assert max(len(line) for line in first.splitlines()) <= 300
+    glance = [ln for ln in first.split("## Claims per method")[0].splitlines() if ln.startswith("- **")]
+    methods = sorted(p.stem for p in (out / "methods").glob("*.md"))
+    assert len(glance) == len(methods) and "nocard" in methods
+    [toy] = [ln for ln in glance if ln.startswith("- **TOY**")]
+    # the headline: the card's first primary claim, its verdict, interval, pairs and design check
+    assert toy.startswith("- **TOY**: TOY beats GRPO on grid: **inconclusive**, ")
+    assert ci_text([0.20, 0.20, 0.21], signed=True) + ", n=3, seeds needed 5" in toy
+    assert "design check: not checked. [details](methods/toy.md)" in toy
+    assert ("| `better-beats-base` | replication | inconclusive | " + ci_text([0.20, 0.20, 0.21], signed=True)
+            + ", n=3 | 5 / 3 | not checked |") in first
+    for m in methods:  # every page links back and holds its full section
+        page = (out / "methods" / f"{m}.md").read_text()
+        assert page.startswith("[Back to the report](../REPORT.md)") and "### What we ran" in page
+    assert "### What we ran" not in report
+
+
+def test_design_check_says_what_the_testbed_can_tell():
+    from paper.report import design_short
+
+    class Result:
+        def __init__(self, verdict, design):
+            self.verdict, self.design = verdict, design
+
+    assert design_short(Result("holds", None)) == "not checked"
+    assert design_short(Result("void", {"learnable": {}})) == "cannot tell (void)"
+    assert design_short(Result("design null", {"separation": {}})).endswith("(design null)")
+    assert design_short(Result("holds", {"learnable": {"pass": True}})) == "can tell (its gates pass)"

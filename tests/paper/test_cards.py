@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from paper.cards import CardError, Term, load_cards, parse_card, parse_predicate
+from paper.cards import CardError, Term, load_cards, parse_card, parse_predicate, placeholders
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -136,3 +137,44 @@ def test_load_cards_reports_errors_per_method(tmp_path):
     cards, errors = load_cards([tmp_path])
     assert list(cards) == ["good"]
     assert "folder is 'wrong'" in errors["wrong"] and "not valid YAML" in errors["broken"]
+
+
+def scaffold(tmp_path: Path, name: str = "foo") -> Path:
+    """A card as `make new-method NAME=foo` writes it (scripts/new_method.py fills only these two)."""
+    text = (REPO / "replications/_template/CARD.md.tmpl").read_text()
+    path = tmp_path / "cards" / name / "CARD.md"
+    path.parent.mkdir(parents=True)
+    path.write_text(text.replace("{{name}}", name).replace("{{Class}}", name.capitalize()))
+    return path
+
+
+def test_a_card_left_as_the_template_wrote_it_is_not_written(tmp_path):
+    from paper.build import build, main
+
+    path = scaffold(tmp_path)
+    cards, errors = load_cards([tmp_path / "cards"])
+    assert cards == {} and list(errors) == ["foo"]
+    assert "card not written: template placeholders left in title, paper, summary" in errors["foo"]
+    assert "claims[0].margin_why" in errors["foo"] and "\n" not in errors["foo"]
+    report, problems = build(tmp_path / "no-results", tmp_path / "out", [tmp_path / "cards"])
+    text = report.read_text() + (report.parent / "methods/foo.md").read_text()
+    assert "Card not written yet:" in text and "- **foo**: card not written" in report.read_text()
+    template = (REPO / "replications/_template/CARD.md.tmpl").read_text()
+    for placeholder in ("<the paper's title>", "<First author>", "<One paragraph", "{{", "<one line: why"):
+        assert placeholder in template and placeholder not in text
+    assert [p for p in problems if "foo" in p and "card not written" in p]
+    args = ["--results", str(tmp_path / "no-results"), "--out", str(tmp_path / "out2"),
+            "--cards", str(tmp_path / "cards")]
+    assert main(args + ["--strict"]) == 1 and main(args) == 0
+    # written: every placeholder replaced by text, the card is read
+    filled = re.sub(r"<[A-Za-z][^<>\n]*>", "written", path.read_text())
+    path.write_text(filled)
+    cards, errors = load_cards([tmp_path / "cards"])
+    assert errors == {} and cards["foo"].title == "Foo: written"
+
+
+def test_an_unfilled_name_is_a_placeholder_too():
+    c = card('claims: [{id: a, text: "{{Class}} beats GRPO", predicate: "a > b", env: x, margin: 0.1, '
+             'margin_why: "because"}]')
+    assert placeholders(c) == ["claims[0].text"]
+    assert placeholders(card('summary: "a < b and c > d hold"')) == []

@@ -143,3 +143,43 @@ def test_a_plan_that_is_not_one_is_a_problem_not_a_crash(results, content, why):
     text, problems = build_compare(results, None)
     assert [p for p in problems if "plan-cpu.json: not a plan of the comparison" in p and why in p]
     assert "No matrix at scale cpu: `" in text and why in text
+
+
+def test_the_matrix_figure_is_coloured_by_verdict_with_the_estimates_written(results):
+    from matplotlib.colors import to_hex
+    from matplotlib.patches import Rectangle
+
+    from paper import figures
+    from paper.head_to_head import matrix_plot
+
+    plan = load_plan(results, "cpu")
+    assert plan is not None
+    steps, tokens = load_compare(results)
+    comparisons = [compare_env(e, steps, tokens) for e in ("arith", "chain_tasks")]
+    fig = matrix_plot(comparisons, "cpu", plan)
+    ax = fig.axes[0]
+    cells = {(round(p.get_x() + 0.5), round(p.get_y() + 0.5)): p
+             for p in ax.patches if isinstance(p, Rectangle)}
+    texts = {(round(t.get_position()[0]), round(t.get_position()[1])): t.get_text() for t in ax.texts}
+    methods = [m for m in plan.methods if m != "grpo"]
+    assert len(cells) == len(texts) == len(methods) * len(plan.envs)
+    canopy = methods.index("canopy")
+    arith, chain = plan.envs.index("arith"), plan.envs.index("chain_tasks")
+    v = comparisons[0].vs_grpo_steps["canopy"]
+    assert v.verdict == HOLDS
+    assert to_hex(cells[arith, canopy].get_facecolor()) == figures.CATEGORY_COLORS[HOLDS].lower()
+    assert texts[arith, canopy].startswith(f"{v.diff[0]:+.3f}\n[{v.diff[1]:+.2f}, {v.diff[2]:+.2f}]")
+    assert texts[arith, canopy].endswith("n=5: holds")
+    assert texts[chain, canopy] == "missing"  # applies, no run
+    assert to_hex(cells[chain, canopy].get_facecolor()) == figures.CATEGORY_COLORS["missing"].lower()
+    ccpo = methods.index("ccpo")
+    assert texts[arith, ccpo] == "n/a"
+    assert to_hex(cells[arith, ccpo].get_facecolor()) == figures.CATEGORY_COLORS["n/a"].lower()
+    # every cell's colour is its category's, and the legend names exactly the categories drawn
+    colours = {to_hex(c) for c in figures.CATEGORY_COLORS.values()}
+    assert {to_hex(p.get_facecolor()) for p in cells.values()} <= colours
+    [legend] = fig.legends
+    assert {t.get_text() for t in legend.get_texts()} == {HOLDS, "missing", "n/a"}
+    renderer = figures._renderer(fig)
+    assert not figures.boxes_overlap(legend.get_window_extent(renderer), ax.get_window_extent(renderer))
+    assert not figures.any_overlap(figures.tick_label_boxes(fig, ax))

@@ -56,12 +56,12 @@ def test_declared_tables_are_written_and_shown(tmp_path, monkeypatch):
     declared = {"seeds": seeds_table, "broken": broken}
     monkeypatch.setattr(paper.build, "load_tables", lambda method, path: declared if method == "grpo" else {})
     report, errors = build(FIXTURES / "results", tmp_path, CARDS)
-    text = report.read_text()
+    text = (tmp_path / "methods/grpo.md").read_text()  # the method's page: its full section
     assert (tmp_path / "tables/grpo-seeds.md").exists() and (tmp_path / "tables/grpo-seeds.tex").exists()
     assert "### Method-specific tables" in text and "**Seeds per arm.**" in text and "| grpo | 4 |" in text
     assert "Could not build `broken`: KeyError: 'no_such_metric'" in text
     assert "grpo: extra table broken: KeyError: 'no_such_metric'" in errors  # --strict fails on it
-    summary = next(line for line in text.splitlines() if line.startswith("| grpo |"))
+    summary = next(line for line in report.read_text().splitlines() if line.startswith("| grpo |"))
     assert "extra table error" in summary
 
 
@@ -72,7 +72,8 @@ def test_a_tables_module_that_does_not_import_is_the_methods_error(tmp_path, mon
     monkeypatch.setattr(paper.build, "load_tables", fail)
     report, errors = build(FIXTURES / "results", tmp_path, CARDS)
     assert any("replications/grpo/tables.py: does not import: ImportError" in e for e in errors)
-    assert "## GRPO" in report.read_text()  # the rest of the report is still built
+    assert "\n## GRPO" in (tmp_path / "methods/grpo.md").read_text()  # the rest is still built
+    assert "- **GRPO**: " in report.read_text()
 
 
 def test_method_tables_prints_the_tables_make_paper_builds(tmp_path, monkeypatch):
@@ -86,7 +87,8 @@ def test_method_tables_prints_the_tables_make_paper_builds(tmp_path, monkeypatch
             table = path.read_text().split("\n", 1)[1]  # after the <!-- caption --> line
             assert table in text, path.name
         assert "![" not in text  # no figures: nothing is drawn or written
-        section = (tmp_path / "REPORT.md").read_text().split(f"\n## {text.splitlines()[0][3:]}\n", 1)[1]
+        page = (tmp_path / "methods" / f"{method}.md").read_text()
+        section = page.split(f"\n## {text.splitlines()[0][3:]}\n", 1)[1]
         assert text.rsplit("### What did and did not reproduce", 1)[1] in section
 
 

@@ -123,7 +123,8 @@ def test_invalid_runs_are_listed_and_fail_strict(run, tmp_path, capsys):
     report, errors = build(run.parents[3], tmp_path / "out", [REPO / "replications"])
     assert any("seed-0: invalid run, not counted: done, but metrics.jsonl has 1 of trainer.steps=6 rows" in e
                for e in errors), errors
-    assert "seed-0`: invalid, done, but metrics.jsonl has 1 of trainer.steps=6 rows" in report.read_text()
+    page = (report.parent / "methods/grpo.md").read_text()
+    assert "seed-0`: invalid, done, but metrics.jsonl has 1 of trainer.steps=6 rows" in page
     args = ["--results", str(run.parents[3]), "--out", str(tmp_path / "out"),
             "--cards", str(REPO / "replications")]
     assert main(args) == 0

@@ -22,3 +22,29 @@ def test_the_block_is_rewritten_between_its_markers_and_nowhere_else(tmp_path):
 def test_the_committed_readme_has_the_block():
     text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert readme.BEGIN in text and readme.END in text
+
+
+def test_the_headlines_numbers_are_claims_json(tmp_path):
+    """Every figure of the generated table is one claims.json holds for the same claim."""
+    import json
+
+    from paper.build import REPO, section, write_claims_json
+    from paper.cards import load_cards
+    from paper.load import load_results
+    from paper.tables import fmt_ci
+
+    fixtures = Path(__file__).resolve().parent / "fixtures"
+    cards_dirs = [REPO / "replications", fixtures / "cards"]
+    results = load_results(fixtures / "results")
+    cards, _ = load_cards(cards_dirs)
+    sections = [section(m, results, cards.get(m), None, cards_dirs) for m in ("grpo", "toy")]
+    write_claims_json(sections, tmp_path / "claims.json")
+    claims = json.loads((tmp_path / "claims.json").read_text())["claims"]
+    block = readme.table(sections)
+    for s in sections:
+        [row] = [ln for ln in block.splitlines() if f"`make replicate-{s.method}`" in ln]
+        head = next(c for c in claims if c["method"] == s.method and c["kind"] == "replication")
+        assert f"(`{head['id']}`)" in row and f"**{head['verdict']}**" in row
+        if head["estimate"] is not None:
+            shown = fmt_ci((head["estimate"], *head["interval"]), signed=True)
+            assert f"{shown}, {head['pairs']} pairs" in row
