@@ -91,3 +91,24 @@ def test_args_that_move_a_cell_are_refused_through_make(tmp_path):
     assert ("error: seed=7 in the extra overrides (ARGS) is refused: a cell's seed is set by SEEDS (--seeds)"
             in proc.stderr)
     assert not any(tmp_path.iterdir())
+
+
+def test_evaluate_hands_the_run_or_the_adapter_and_the_split_to_the_module():
+    run = make_n("evaluate", "RUN=runs/smoke/grpo/arith/grpo/seed-0", "SPLIT=dev").stdout
+    assert "-m experiments.evaluate --split dev" in run and "--run 'runs/smoke/grpo/arith/grpo/seed-0'" in run
+    adapter = make_n("evaluate", "ADAPTER=my adapters", "ENV=toolhops", "SCALE=smoke", "METHOD=sharp").stdout
+    assert ("--adapter 'my adapters' method=sharp scale=smoke 'env=toolhops'" in adapter
+            and "--split" not in adapter)
+    assert "ENV holds a single quote" in refusal("ENV=a'b", target="evaluate")
+    assert "SPLIT=a b is not one word" in refusal("SPLIT=a b", target="evaluate")
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("yes", True), ("0", False), ("", False)])
+def test_setup_installs_the_loggers_extra_only_when_asked(value, on):
+    """`make -n setup`: the commands printed, nothing installed."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    proc = subprocess.run(["make", "-n", f"PY={sys.executable}", "setup", f"LOGGERS={value}"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert ("-e '.[loggers]'" in proc.stdout) == on
+    assert "LOGGERS=on is not a boolean" in refusal("LOGGERS=on")
