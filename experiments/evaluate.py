@@ -13,7 +13,8 @@ the split it was evaluated on, the same record as eval.json's `final` but for th
 counters (`generated_tokens_total`, `model_calls_total`: the run's, not the evaluation's).
 `--adapter` composes a config from the overrides as `experiments.run` does (the base: that config's
 warm start) and loads the folder as every adapter of its policy (a folder of PEFT's format), or, from a
-folder of such folders (a run's `adapters/`), each adapter by its name; `none` evaluates the base.
+folder of such folders (a run's `adapters/`, with the method's state where it keeps one), each adapter
+by its name; `none` evaluates the base.
 
 The record goes to `--out` (default: <work_dir>/evaluate/<method>/<env>/<arm>/seed-<k>/eval-<split>.json),
 {"evaluated": what was evaluated, "final": the evaluation}; a run folder is never written.
@@ -137,7 +138,9 @@ def evaluate_adapter(adapter: str, method: str, overrides: list[str]) -> tuple[A
 
     cfg = compose(method, overrides)
     cfg.progress, cfg.loggers = False, []
-    final = evaluate_policy(cfg, lambda policy: adapter_folders(policy, adapter))
+    state = Path(adapter) / "method_state.pt"  # a run's adapters/ keeps the method's state beside them
+    final = evaluate_policy(cfg, lambda policy: adapter_folders(policy, adapter),
+                            state if adapter != "none" and state.exists() else None)
     return cfg, {"evaluated": {"adapter": adapter, "method": method, "overrides": overrides,
                                "split": cfg.eval.split}, "final": final}
 
