@@ -36,8 +36,7 @@ override VLLM := $(if $(call bool,VLLM),1,0)
 override LOGGERS := $(if $(call bool,LOGGERS),1,0)
 # A value a recipe puts on the shell's command line must stay one argument there: SEEDS digits and commas;
 # SCALE, CLUSTER, PROFILE, METHOD and SPLIT one word of letters, digits, _ - . (they go unquoted); GRID, ENVS,
-# METHODS, NAME, OUT, RUN, ADAPTER and ENV no single quote (they go in single quotes; ENV is also a shell's
-# variable, so it is not held to one word). (A quote in SEEDS once cut --dry-run off the command.)
+# METHODS, NAME, OUT, RUN, ADAPTER and ENV no single quote (they go in single quotes). (A quote in SEEDS once cut --dry-run off the command.)
 without = $(if $(2),$(call without,$(subst $(firstword $(2)),,$(1)),$(wordlist 2,$(words $(2)),$(2))),$(1))
 digits := 0 1 2 3 4 5 6 7 8 9
 word_chars := $(digits) a b c d e f g h i j k l m n o p q r s t u v w x y z A B C D E F G H I J K L M N O P Q R S T U V W X Y Z _ - .
@@ -47,7 +46,9 @@ $(error SEEDS=$(strip $(SEEDS)) is not a comma-separated list of seeds, e.g. SEE
 endif
 $(foreach v,SCALE CLUSTER PROFILE METHOD SPLIT,$(if $(filter-out 0 1,$(words $($(v))))$(strip $(call without,$($(v)),$(word_chars))),\
   $(error $(v)=$(strip $($(v))) is not one word of letters, digits and _ - . (it reaches the shell unquoted))))
-$(foreach v,GRID ENVS METHODS NAME OUT RUN ADAPTER ENV,$(if $(findstring ',$($(v))),$(error $(v) holds a single quote: it cannot reach the shell intact)))
+$(foreach v,GRID ENVS METHODS NAME OUT RUN ADAPTER $(if $(filter command line,$(origin ENV)),ENV),$(if $(findstring ',$($(v))),$(error $(v) holds a single quote: it cannot reach the shell intact)))
+# ENV is also a shell's variable (sh reads a file it names): make reads it from its command line only
+env_name = $(if $(filter command line,$(origin ENV)),$(strip $(ENV)))
 
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
@@ -151,7 +152,7 @@ new-method: setup
 evaluate: setup
 	@$(PY) -m experiments.evaluate $(if $(strip $(SPLIT)),--split $(strip $(SPLIT))) \
 	  $(if $(strip $(RUN)),--run '$(strip $(RUN))',$(if $(strip $(ADAPTER)),--adapter '$(strip $(ADAPTER))' \
-	  method=$(or $(strip $(METHOD)),grpo) scale=$(strip $(SCALE)) $(if $(strip $(ENV)),'env=$(strip $(ENV))') \
+	  method=$(or $(strip $(METHOD)),grpo) scale=$(strip $(SCALE)) $(if $(env_name),'env=$(env_name)') \
 	  $(ARGS)))
 
 # OUT=<folder>: the report of your own runs, written to <folder>/paper (paper/ keeps the committed one)

@@ -100,6 +100,12 @@ def test_evaluate_hands_the_run_or_the_adapter_and_the_split_to_the_module():
     assert ("--adapter 'my adapters' method=sharp scale=smoke 'env=toolhops'" in adapter
             and "--split" not in adapter)
     assert "ENV holds a single quote" in refusal("ENV=a'b", target="evaluate")
+    # a shell's own ENV (a file sh reads) is no environment name: only make's command line sets it
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    proc = subprocess.run(["make", "-n", "-o", "setup", f"PY={sys.executable}", "evaluate", "ADAPTER=x"],
+                          cwd=ROOT, env={**env, "ENV": "/etc/it's-profile"}, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and "env=" not in proc.stdout, proc.stderr
     assert "SPLIT=a b is not one word" in refusal("SPLIT=a b", target="evaluate")
 
 
