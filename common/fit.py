@@ -18,6 +18,8 @@ from envs.api.base import Environment
 from envs.api.protocols import describe
 from envs.registry import ENVS
 
+ADAPTERS = "adapters"  # in the run folder: the final policy's adapters, one folder each (PEFT's format)
+
 
 @dataclass
 class Resolved:
@@ -72,8 +74,18 @@ def _loggers(cfg: RunConfig, run_dir: RunDir) -> list[Any]:
         elif kind == "tensorboard":
             out.append(TensorBoardLogger(save_dir, name=name, version=0))
         elif kind == "wandb":
-            out.append(WandbLogger(project="llm-agent-rl-suite", name=name, save_dir=save_dir))
+            out.append(WandbLogger(project=wandb_project(cfg), name=run_name(run_dir), save_dir=save_dir))
     return out
+
+
+def wandb_project(cfg: RunConfig) -> str:
+    """The W&B project: `log.wandb_project`, or one per method (llm-agent-rl-<method>)."""
+    return cfg.log.wandb_project or f"llm-agent-rl-{cfg.method['name']}"
+
+
+def run_name(run_dir: RunDir) -> str:
+    """A run's name in a logger, from its identity: method/env/arm/seed-<k> (the run folder's last parts)."""
+    return "/".join(run_dir.path.parts[-4:])
 
 
 # ---- several processes ---------------------------------------------------------------------------
@@ -329,6 +341,14 @@ def _fit_locked(r: Resolved, cfg: RunConfig) -> RunDir:
         same = cfg.trainer.steps == 0 and "initial" in module.evals
         module.evals["final"] = module.evals["initial"] if same else module.run_eval(cfg.trainer.steps)
     r.run_dir.write_eval(module.evals)
+    if r.run_dir.writer:  # the final policy in PEFT's format (what `make evaluate RUN=` reads back)
+        adapters = policy.save_adapters(r.run_dir.building / ADAPTERS)
+        method_state = r.method.state_dict()
+        if method_state:  # what the method's play reads besides the adapters (e.g. running statistics)
+            (r.run_dir.building / ADAPTERS).mkdir(exist_ok=True)
+            torch.save(method_state, r.run_dir.building / ADAPTERS / "method_state.pt")
+        r.run_dir.update_manifest(adapters={a: f"{ADAPTERS}/{a}" for a in adapters},
+                                  role_adapters=policy.role_adapter)
     engine.close()
     r.run_dir.mark_done()
     return r.run_dir

@@ -8,13 +8,17 @@ The base model comes from `common.models` (built offline or loaded from a local 
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 
 from common.config import ModelConfig
+from common.util import umask
 
 
 # ---- the policy with one adapter per role ------------------------------------------------------
@@ -80,6 +84,31 @@ class Policy:
             return
         self.activate(adapter)
         yield self.model
+
+    def save_adapters(self, folder: Path | str) -> dict[str, str]:
+        """Every adapter in PEFT's format (`save_pretrained`), one folder each: `<folder>/<adapter>/`
+        (adapter_config.json, adapter_model.safetensors), loadable with `PeftModel.from_pretrained(base,
+        <folder>/<adapter>)` onto the base they were trained on (the run's warm start). Written beside
+        `folder` and renamed into place, so a folder there is always whole. Returns adapter -> folder.
+
+        Only adapters train here (the base is frozen); a policy without one (every role scripted) writes
+        nothing and returns {}."""
+        if not isinstance(self.model, PeftModel):
+            return {}
+        folder = Path(folder)
+        staging = folder.with_name(folder.name + ".tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        for name in self.adapters:
+            # peft writes an adapter named "default" into the folder itself, any other into <folder>/<name>
+            into = staging / name if name == "default" else staging
+            self.model.save_pretrained(str(into), selected_adapters=[name])
+        mode = 0o666 & ~umask()  # readable by the group, as every record (safetensors writes 0o600)
+        for path in staging.rglob("*"):
+            if path.is_file():
+                path.chmod(mode)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(staging, folder)
+        return {name: str(folder / name) for name in self.adapters}
 
     def adapter_state(self) -> dict[str, torch.Tensor]:
         return {n: p.detach().clone() for n, p in self.model.named_parameters() if "lora_" in n}

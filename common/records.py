@@ -7,7 +7,11 @@
         manifest.json   git sha + dirty flag, package versions, host, SLURM ids, seeds, times,
                         config_hash, the checkpoint folder
         metrics.jsonl   one JSON object per RL step ({"step": s, ...})
+        samples.jsonl   a few groups' texts, rewards and advantages every `log.samples_every` steps
+                        (`common.samples`), one JSON object per group ({"step": s, ...})
         eval.json       {"initial": {...}, "final": {...}, "history": [{...}, ...]}
+        adapters/       the final policy's adapters, <adapter>/ each in PEFT's format (`common.fit`;
+                        ignored by git), and method_state.pt where the method keeps a state
         done            written last; a run without it is unfinished (never aggregated)
     <out_dir>/.forcing/<method>/<env>/<arm>/seed-<k>/
                         a forced rerun of a finished run, swapped in for it when done
@@ -20,9 +24,9 @@ resumed only by the run that wrote it, so two runs of one cell (smoke and cpu sc
 never share one.
 
 Every write is atomic (temp file + rename) and readable by the group (mode 0o666 & ~umask). An
-unfinished run is resumed: metrics of steps at or after the checkpoint's step are dropped and
-recomputed; a torn last metrics line is dropped with a warning; a checkpoint that cannot be loaded
-falls back, with a warning, to the one before. A finished run is never overwritten: asked again
+unfinished run is resumed: metrics (and samples) of steps at or after the checkpoint's step are
+dropped and recomputed; a torn last metrics line is dropped with a warning; a checkpoint that cannot
+be loaded falls back, with a warning, to the one before. A finished run is never overwritten: asked again
 with the same config it is skipped, with another config refused, and under `force` rerun in
 `.forcing/` while the finished records stay in place until the rerun is done.
 """
@@ -304,7 +308,14 @@ class RunDir:
     def read_metrics(self) -> list[dict[str, Any]]:
         """The metric rows so far. A torn last line (a write cut short, by a full disk or a crash) is
         dropped with a warning; any other line that is not a JSON object is an error naming it."""
-        p = self.building / "metrics.jsonl"
+        return self._read_rows("metrics.jsonl", "metrics row")
+
+    def read_samples(self) -> list[dict[str, Any]]:
+        """The sample rows so far (samples.jsonl, `log.samples_every`), read as `read_metrics` reads."""
+        return self._read_rows("samples.jsonl", "sample row")
+
+    def _read_rows(self, name: str, what: str) -> list[dict[str, Any]]:
+        p = self.building / name
         if not p.exists():
             return []
         lines = p.read_text().split("\n")  # after a final newline, the last item is ""
@@ -317,28 +328,40 @@ class RunDir:
             except json.JSONDecodeError as e:
                 if n == len(lines):  # no newline after it: the write of this line never finished
                     warnings.warn(f"{p}: dropped its torn last line {n} ({len(line)} characters, a write cut "
-                                  "short); its step is recomputed", RecordWarning, stacklevel=2)
+                                  "short); its step is recomputed", RecordWarning, stacklevel=3)
                     break
                 raise RunRefused(f"{p} line {n} is not valid JSON ({e.msg}); "
                                  "repair or delete that line") from None
             if not isinstance(row, dict) or not isinstance(row.get("step"), int):
-                raise RunRefused(f"{p} line {n} is not a metrics row (a JSON object with an integer step)")
+                raise RunRefused(f"{p} line {n} is not a {what} (a JSON object with an integer step)")
             rows.append(row)
         return rows
 
     def truncate_metrics(self, before_step: int) -> None:
-        """Keep only rows of steps < before_step (a resumed run recomputes the rest)."""
+        """Keep only rows of steps < before_step (a resumed run recomputes the rest); samples.jsonl, where
+        there is one, likewise, so a killed and resumed run neither repeats nor loses a sample."""
         if not self.writer:
             return
         rows = [r for r in self.read_metrics() if r["step"] < before_step]
         atomic_write_text(self.building / "metrics.jsonl",
                           "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+        if (self.building / "samples.jsonl").exists():
+            samples = [r for r in self.read_samples() if r["step"] < before_step]
+            atomic_write_text(self.building / "samples.jsonl",
+                              "".join(json.dumps(r, sort_keys=True) + "\n" for r in samples))
 
     def append_metrics(self, row: dict[str, Any]) -> None:
-        if not self.writer:
+        self._append_rows("metrics.jsonl", [row])
+
+    def append_samples(self, rows: list[dict[str, Any]]) -> None:
+        """One step's sample rows, appended at once (rank 0 only, as every record)."""
+        self._append_rows("samples.jsonl", rows)
+
+    def _append_rows(self, name: str, rows: list[dict[str, Any]]) -> None:
+        if not self.writer or not rows:
             return
-        with open(self.building / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(row, sort_keys=True, default=float) + "\n")
+        with open(self.building / name, "a") as f:
+            f.write("".join(json.dumps(row, sort_keys=True, default=float) + "\n" for row in rows))
             f.flush()
             os.fsync(f.fileno())
 

@@ -125,6 +125,17 @@ class EvalConfig:
 
 
 @dataclass
+class LogConfig:
+    """What a run records besides its metrics and evaluations; nothing here changes what it computes
+    (these settings are RESUME_IRRELEVANT: a run's identity leaves them out)."""
+
+    # RL steps between sample records in samples.jsonl (at steps 0, N, 2N, ... and the last); 0 = none
+    samples_every: int = 10
+    samples_groups: int = 2  # groups per sample record: the step's first ones (no random draw)
+    wandb_project: str | None = None  # loggers=[wandb]: the W&B project; None = llm-agent-rl-<method>
+
+
+@dataclass
 class RunConfig:
     method: dict[str, Any] = field(default_factory=lambda: {"name": "grpo"})
     env: dict[str, Any] = field(default_factory=lambda: {"name": "arith"})
@@ -139,6 +150,7 @@ class RunConfig:
     out_dir: str = "results"  # run records: <out_dir>/<method>/<env>/<arm>/seed-<k>/
     work_dir: str = ".cache"  # checkpoints, warm starts, logger output (ignored by git)
     loggers: list[str] = field(default_factory=lambda: ["csv"])  # csv | tensorboard | wandb
+    log: LogConfig = field(default_factory=LogConfig)
     force: bool = False  # overwrite a finished run
     progress: bool = True  # progress bar
 

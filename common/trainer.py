@@ -65,6 +65,7 @@ from common.ranks import (
 )
 from common.records import RunDir
 from common.rollout import Rollout, derive_seed
+from common.samples import due, log_text, sample_rows
 from common.step_metrics import outcome_metrics
 from common.util import chunks
 from envs.api.base import Environment
@@ -262,6 +263,11 @@ class RLModule(L.LightningModule):
         if world > 1:
             metrics = combine_rank_metrics(gather((metrics, sum(len(g.episodes) for g in groups))))
         self.run_dir.append_metrics({"step": step, **metrics})
+        if rank == 0 and due(step, self.cfg.trainer.steps, self.cfg.log.samples_every):
+            # the step's first groups (`common.samples`): no random draw, nothing the run computes changes
+            samples = sample_rows(groups, advantages, step, self.cfg.log.samples_groups)
+            self.run_dir.append_samples(samples)
+            log_text(self.trainer.loggers, samples, step)
         if self.trainer.loggers or self.cfg.progress:  # Lightning's logging costs ~1 ms a key
             self.log_dict({k: float(v) for k, v in metrics.items()
                            if isinstance(v, int | float) and "/" not in k},

@@ -65,7 +65,7 @@ SAMPLING_BAND = 0.10
 SCHEDULE_KEYS = ("trainer.ppo_epochs", "trainer.minibatches")
 SAMPLING_KEYS = ("trainer.group_size", "trainer.tasks_per_step", "method.pool", "method.coverage",
                  "method.drop_hardest_tier", "method.min_group", "method.update", "method.demonstrator_env")
-IGNORED_KEYS = ("arm", "seed", "eval.", "out_dir", "work_dir", "progress", "force", "loggers",
+IGNORED_KEYS = ("arm", "seed", "eval.", "out_dir", "work_dir", "progress", "force", "loggers", "log.",
                 "trainer.threads", "trainer.checkpoint_every", "trainer.steps")
 DESIGN_KEYS = ("claims", "episodes", "code")
 

@@ -298,8 +298,7 @@ def matrix_cells(comparisons: list[EnvComparison], plan: ComparePlan) -> tuple[l
 
 
 def matrix_plot(comparisons: list[EnvComparison], scale: str, plan: ComparePlan) -> Figure:
-    """The figure `matrix_figure` saves: every cell coloured by its verdict (a category, with a legend),
-    the estimate and interval written in it."""
+    """`matrix_figure`'s figure: each cell coloured by its verdict (legend), estimate and interval in it."""
     from paper.figures import category_grid, new_figure, wrap
 
     methods, category, text = matrix_cells(comparisons, plan)
@@ -316,18 +315,14 @@ def matrix_figure(comparisons: list[EnvComparison], scale: str, out_dir: Path,
                   plan: ComparePlan) -> list[Path]:
     """`matrix_plot`, written as `compare-matrix-<scale>.{png,pdf}`."""
     from paper.figures import save
-
     return save(matrix_plot(comparisons, scale, plan), out_dir, f"compare-matrix-{scale}")
 
 
 def compare_section(root: Path, scale: str | None = None, out_dir: Path | None = None,
                     methods: Collection[str] | None = None, envs: Collection[str] | None = None) -> str:
-    """The head-to-head section of REPORT.md from `root`/compare (every scale present, or `scale`); with
-    `out_dir`, its tables and figure are written there (tables/, figures/) and linked. `methods` and
-    `envs` (env tags): only those rows and columns (GRPO, the baseline, always), as `make compare
-    METHODS= ENVS=` ran them; None: all."""
-    text, _ = build_compare(root, out_dir, scale, methods, envs)
-    return text
+    """The head-to-head section of REPORT.md from `root`/compare (every scale, or `scale`); with `out_dir`
+    its tables and figure are written there and linked; only `methods`, `envs` (None: all; GRPO always)."""
+    return build_compare(root, out_dir, scale, methods, envs)[0]
 
 
 def only(plan: ComparePlan, methods: Collection[str] | None, envs: Collection[str] | None) -> ComparePlan:

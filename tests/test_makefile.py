@@ -138,3 +138,29 @@ def test_verbose_reaches_the_replication(value, on):
     """VERBOSE=1: a SLURM dry run prints the whole sbatch script and every cell's config."""
     assert ("--verbose" in flags(f"VERBOSE={value}", "CLUSTER=slurm", "DRY_RUN=1")) == on
     assert "--verbose" not in flags()
+
+def test_evaluate_hands_the_run_or_the_adapter_and_the_split_to_the_module():
+    run = make_n("evaluate", "RUN=runs/smoke/grpo/arith/grpo/seed-0", "SPLIT=dev").stdout
+    assert "-m experiments.evaluate --split dev" in run and "--run 'runs/smoke/grpo/arith/grpo/seed-0'" in run
+    adapter = make_n("evaluate", "ADAPTER=my adapters", "ENV=toolhops", "SCALE=smoke", "METHOD=sharp").stdout
+    assert ("--adapter 'my adapters' method=sharp scale=smoke 'env=toolhops'" in adapter
+            and "--split" not in adapter)
+    assert "ENV holds a single quote" in refusal("ENV=a'b", target="evaluate")
+    # a shell's own ENV (a file sh reads) is no environment name: only make's command line sets it
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    proc = subprocess.run(["make", "-n", "-o", "setup", f"PY={sys.executable}", "evaluate", "ADAPTER=x"],
+                          cwd=ROOT, env={**env, "ENV": "/etc/it's-profile"}, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and "env=" not in proc.stdout, proc.stderr
+    assert "SPLIT=a b is not one word" in refusal("SPLIT=a b", target="evaluate")
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("yes", True), ("0", False), ("", False)])
+def test_setup_installs_the_loggers_extra_only_when_asked(value, on):
+    """`make -n setup`: the commands printed, nothing installed."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    proc = subprocess.run(["make", "-n", f"PY={sys.executable}", "setup", f"LOGGERS={value}"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert ("-e '.[loggers]'" in proc.stdout) == on
+    assert "LOGGERS=on is not a boolean" in refusal("LOGGERS=on")

@@ -21,7 +21,7 @@ def run_args(out, work, arm, steps=10):
     # each label is its own out_dir (arm= names only the replication's arms, whose settings it applies)
     return [f"out_dir={Path(out) / arm}", f"work_dir={work}", "scale=smoke", "progress=false",
             "trainer.threads=1", f"trainer.steps={steps}", "trainer.checkpoint_every=2", "eval.max_tasks=8",
-            "sft.steps=20"]
+            "sft.steps=20", "log.samples_every=3"]
 
 
 def run_dir(out, arm):
@@ -31,6 +31,10 @@ def run_dir(out, arm):
 def metrics(path):
     rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+def samples(path):
+    return [json.loads(line) for line in (path / "samples.jsonl").read_text().splitlines()]
 
 
 def evals(path):
@@ -61,6 +65,8 @@ def test_run_directory_is_complete(reference):
     assert {"envs.testbeds.arith", "common.warmstart"} <= set(manifest["warmstart"]["code"])
     rows = metrics(d)
     assert [r["step"] for r in rows] == list(range(10))
+    # every third step and the last, two groups each (log.samples_groups' default)
+    assert [(r["step"], r["group"]) for r in samples(d)] == [(s, g) for s in (0, 3, 6, 9) for g in (0, 1)]
     assert rows[-1]["generated_tokens_total"] == sum(r["generated_tokens"] for r in rows)
     for r in rows:  # strictly on-policy: ratio is exactly 1, so nothing is ever clipped
         assert r["clip_fraction"] == 0.0
@@ -69,7 +75,10 @@ def test_run_directory_is_complete(reference):
 
 def test_same_seed_same_metrics(reference, tmp_path):
     out, work = reference
-    subprocess.run(python(*run_args(out, work, "b")), cwd=ROOT, check=True, capture_output=True, timeout=600)
+    # without the sample log: logging it takes nothing from the run's random streams
+    subprocess.run(python(*run_args(out, work, "b"), "log.samples_every=0"), cwd=ROOT, check=True,
+                   capture_output=True, timeout=600)
+    assert not (run_dir(out, "b") / "samples.jsonl").exists()
     assert metrics(run_dir(out, "b")) == metrics(run_dir(out, "a"))
     assert evals(run_dir(out, "b")) == evals(run_dir(out, "a"))
 
@@ -104,4 +113,5 @@ def test_sigkill_then_resume_gives_the_same_metrics(reference):
     assert (d / "done").exists()
     assert json.loads((d / "manifest.json").read_text())["attempts"] == 2
     assert metrics(d) == metrics(run_dir(out, "a"))
+    assert samples(d) == samples(run_dir(out, "a"))  # none repeated, none lost
     assert evals(d) == evals(run_dir(out, "a"))
