@@ -25,7 +25,8 @@ on the **dev** split, never the held-out one:
      a **design null** (its KL to the sampling policy is reported beside it).
    - arms that differ in what they sample (group size, tasks per step, a task pool): the share of
      groups with a learning signal under each arm's own play; a ratio within 10% is a **design null**.
-   A claim whose gates all pass is `pass`.
+   A claim whose gates all pass is `pass`; with `--no-pilots` (learnable and positive control not
+   measured) one whose separation passes is `partial`, never `pass`.
 
 `results/<method>/design.json` keeps one shape for every method (`DESIGN_KEYS`). Pilots run in
 `<work_dir>/design/` (finished ones are reused; their figures, config hash and code are recorded).
@@ -139,11 +140,15 @@ def pilot_gain(method: str, arm: str, scale: str, metric: str, folder: Path) -> 
 
 # ---- the gates ------------------------------------------------------------------------------------
 def gate(learnable: dict[str, Any], positive: dict[str, Any] | None, separation: dict[str, Any]) -> str:
+    """void, design null, `partial` (no gate failed, but a pilot's gate was not measured: --no-pilots),
+    or pass. A gate that does not apply (training-free: its `why`) is no failure and no gap."""
     if learnable.get("pass") is False or (positive is not None and positive.get("pass") is False):
         return "void"
     if separation.get("pass") is False:
         return "design null"
-    return "pass"
+    unmeasured = (learnable.get("pass") is None and "why" not in learnable) or \
+        (positive is not None and positive.get("pass") is None)
+    return "partial" if unmeasured else "pass"
 
 
 def separation_of(spec: ClaimSpec, method: str, scale: str, cache: dict[str, Any],

@@ -306,6 +306,10 @@ def design_short(cr: ClaimResult) -> str:
         return "cannot tell (void)"
     if cr.verdict == DESIGN_NULL:
         return "no difference by design (design null)"
+    if cr.design.get("gate") == "partial":
+        return "separation only (pilots not run)"
+    if "why" in (cr.design.get("learnable") or {}):
+        return "training-free: no gate applies"
     return "can tell (its gates pass)"
 
 

@@ -179,6 +179,10 @@ def design_text(cr: ClaimResult) -> str:
     if learn.get("gain") is not None:
         parts.append(f"learnable: {learn.get('arm')} gains {_figure(learn['gain'])} on dev "
                      f"({'passes' if learn.get('pass') else 'under'} ±{d.get('margin', cr.claim.margin):g})")
+    elif learn.get("why"):
+        parts.append(f"learnable: n/a, {learn['why']}")
+    else:
+        parts.append("learnable: not measured (pilots not run)")
     pos = d.get("positive_control")
     if pos:
         parts.append(f"positive control: {pos.get('arm')} − control {_figure(pos.get('gain'))} "

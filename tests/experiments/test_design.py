@@ -31,7 +31,12 @@ def test_the_gates():
     assert gate(no, None, yes) == "void"  # the control does not learn: nothing to conclude
     assert gate(yes, no, yes) == "void"  # the oracle does not beat it: the mechanism cannot matter here
     assert gate(yes, yes, no) == "design null"
-    assert gate({"pass": None}, None, {"pass": None}) == "pass"  # not applicable is not a failure
+    free = {"pass": None, "why": "training-free (trainer.steps=0): nothing to learn"}
+    assert gate(free, None, {"pass": None}) == "pass"  # not applicable is not a failure
+    unmeasured = {"arm": "grpo", "gain": None, "pass": None}  # --no-pilots: the pilots did not run
+    assert gate(unmeasured, None, yes) == "partial"  # separation alone is not a pass
+    assert gate(yes, {"arm": "oracle", "gain": None, "pass": None}, yes) == "partial"
+    assert gate(unmeasured, None, no) == "design null"  # a measured failure still decides
 
 
 def test_credit_gap_and_correlation_by_hand():

@@ -217,3 +217,7 @@ def test_design_check_says_what_the_testbed_can_tell():
     assert design_short(Result("void", {"learnable": {}})) == "cannot tell (void)"
     assert design_short(Result("design null", {"separation": {}})).endswith("(design null)")
     assert design_short(Result("holds", {"learnable": {"pass": True}})) == "can tell (its gates pass)"
+    assert design_short(Result("holds", {"gate": "partial", "learnable": {"pass": None}})) == \
+        "separation only (pilots not run)"
+    free = {"gate": "pass", "learnable": {"pass": None, "why": "training-free"}}
+    assert design_short(Result("holds", free)) == "training-free: no gate applies"
