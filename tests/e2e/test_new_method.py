@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from common.method import Method
-from paper.cards import load_cards
+from paper.cards import load_cards, parse_card
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "new_method.py"
@@ -117,10 +117,14 @@ def test_scaffold_writes_a_short_method_and_a_card_that_parses(small_suite):
                            str(folder), str(small_suite / "replications" / "__init__.py")],
                           capture_output=True, text=True, timeout=60)
     assert lint.returncode == 0, lint.stdout + lint.stderr
-    # the card's front matter parses as paper/ reads it; the templates are not a card
+    # the card's front matter parses as paper/ reads it; until its placeholders are written the report
+    # calls it "card not written" (naming the fields, never printing the placeholders); the templates
+    # are not a card
+    card = parse_card((folder / "CARD.md").read_text())
+    assert [c.predicate for c in card.claims] == ["in_flow@final > in_flow@initial"]
     cards, errors = load_cards([small_suite / "replications"])
-    assert errors == {} and list(cards) == ["in_flow"]
-    assert [c.predicate for c in cards["in_flow"].claims] == ["in_flow@final > in_flow@initial"]
+    assert cards == {} and list(errors) == ["in_flow"] and "card not written" in errors["in_flow"]
+    assert "{{" not in errors["in_flow"]
     # a second time: refused, nothing changed
     again = scaffold(small_suite, "in_flow")
     assert again.returncode == 2 and "already exists" in again.stderr
@@ -196,7 +200,9 @@ def test_scaffolded_method_runs_smoke_end_to_end(tmp_path, wall_budget):
     cell = suite / "runs" / "smoke" / "foo" / "arith" / "foo" / "seed-0"  # smoke runs go to runs/smoke/
     assert (cell / "done").exists(), run.stdout[-2000:]
     assert json.loads((cell / "manifest.json").read_text())["method"] == "foo"
-    assert "## Foo:" in run.stdout  # the method's section of the report, built from its card
+    # the method's section of the report: its card still holds the template's placeholders, so it is
+    # named "not written" and none of them is printed
+    assert "## foo\n" in run.stdout and "Card not written yet" in run.stdout and "{{" not in run.stdout
     assert elapsed < wall_budget(BUDGET_S), (f"scaffold + smoke replication took {elapsed:.0f} s "
                                              f"(budget: {wall_budget(BUDGET_S)} s)")
 
