@@ -140,14 +140,16 @@ def pilot_gain(method: str, arm: str, scale: str, metric: str, folder: Path) -> 
 
 # ---- the gates ------------------------------------------------------------------------------------
 def gate(learnable: dict[str, Any], positive: dict[str, Any] | None, separation: dict[str, Any]) -> str:
-    """void, design null, `partial` (no gate failed, but a pilot's gate was not measured: --no-pilots),
-    or pass. A gate that does not apply (training-free: its `why`) is no failure and no gap."""
+    """void, design null, `partial` (no gate failed, but one was not measured: --no-pilots, or a
+    separation figure that came out undefined), or pass. A gate that does not apply (training-free: its
+    `why`; arms that differ in the objective: no same-batch figure) is no failure and no gap."""
     if learnable.get("pass") is False or (positive is not None and positive.get("pass") is False):
         return "void"
     if separation.get("pass") is False:
         return "design null"
     unmeasured = (learnable.get("pass") is None and "why" not in learnable) or \
-        (positive is not None and positive.get("pass") is None)
+        (positive is not None and positive.get("pass") is None) or \
+        (separation.get("pass") is None and separation.get("kind") in ("credit", "schedule", "sampling"))
     return "partial" if unmeasured else "pass"
 
 
@@ -184,7 +186,8 @@ def separation_of(spec: ClaimSpec, method: str, scale: str, cache: dict[str, Any
     elif kind == "schedule":
         treated_pieces = build(method, treated, scale, work)
         out.update(second_pass(treated_pieces, arm_method(method, treated, scale), batch, work))
-        out["pass"] = not out["clip_fraction"] < CLIP_MIN
+        clip = out["clip_fraction"]  # NaN: no later pass was measured, which is no evidence either way
+        out["pass"] = None if clip != clip else not clip < CLIP_MIN
     elif kind == "sampling":
         fractions = {}
         for arm in (treated, control):

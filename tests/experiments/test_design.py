@@ -37,6 +37,9 @@ def test_the_gates():
     assert gate(unmeasured, None, yes) == "partial"  # separation alone is not a pass
     assert gate(yes, {"arm": "oracle", "gain": None, "pass": None}, yes) == "partial"
     assert gate(unmeasured, None, no) == "design null"  # a measured failure still decides
+    undefined = {"kind": "schedule", "clip_fraction": float("nan"), "pass": None}  # no later pass measured
+    assert gate(yes, None, undefined) == "partial"
+    assert gate(yes, None, {"kind": "objective", "pass": None}) == "pass"  # no same-batch figure exists
 
 
 def test_credit_gap_and_correlation_by_hand():
