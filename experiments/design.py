@@ -183,9 +183,11 @@ def separation_of(spec: ClaimSpec, method: str, scale: str, cache: dict[str, Any
         out["snr_ratio"] = snr[treated] / snr[control] if snr[control] not in (0, None) else float("nan")
         close = out["correlation"] > CORRELATION_MAX and abs(out["snr_ratio"] - 1) < SNR_BAND
         out["pass"] = not close
-    elif kind == "schedule":
-        treated_pieces = build(method, treated, scale, work)
-        out.update(second_pass(treated_pieces, arm_method(method, treated, scale), batch, work))
+    elif kind == "schedule":  # the update is made with the multi-pass arm's schedule, whichever side it is on
+        multi = schedule_arm({arm: cfgs[arm] for arm in (treated, control)})
+        out["arm"] = multi
+        multi_pieces = build(method, multi, scale, work)
+        out.update(second_pass(multi_pieces, arm_method(method, multi, scale), batch, work))
         clip = out["clip_fraction"]  # NaN: no later pass was measured, which is no evidence either way
         out["pass"] = None if clip != clip else not clip < CLIP_MIN
     elif kind == "sampling":
@@ -199,6 +201,17 @@ def separation_of(spec: ClaimSpec, method: str, scale: str, cache: dict[str, Any
     else:
         out["pass"] = None  # the arms differ in the objective (KL, aggregation): no same-batch figure
     return out
+
+
+def schedule_arm(cfgs: dict[str, dict[str, Any]]) -> str:
+    """Of two arms that differ in the update schedule, the one with more passes over a batch (PPO epochs
+    x minibatches): the one whose later passes are off-policy. (CANOPY's `full > two-epochs` names the
+    single-pass arm first; updating with it measured one pass and no clip fraction at all.)"""
+    def passes(arm: str) -> int:
+        t = cfgs[arm]["trainer"]
+        return int(t.get("ppo_epochs", 1)) * int(t.get("minibatches", 1))
+
+    return max(cfgs, key=passes)
 
 
 def arm_method(method: str, arm: str, scale: str) -> Any:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from common.episode import Episode, Group, Turn
-from experiments.design import claim_specs, difference_kind, gate
+from experiments.design import claim_specs, difference_kind, gate, schedule_arm
 from experiments.shared_batch import Batch, correlation, credit_gap, signal_to_noise
 
 
@@ -23,6 +23,16 @@ def test_what_two_arms_differ_in():
     assert difference_kind(base, sampling) == "sampling"
     assert difference_kind(base, objective) == "objective"
     assert difference_kind(base, {**base, "arm": "z"}) == "same"
+
+
+def test_the_schedule_arm_is_the_one_with_more_passes():
+    one = {"trainer": {"ppo_epochs": 1, "minibatches": 1}}
+    two_epochs = {"trainer": {"ppo_epochs": 2, "minibatches": 1}}
+    two_updates = {"trainer": {"ppo_epochs": 1, "minibatches": 2}}
+    four = {"trainer": {"ppo_epochs": 2, "minibatches": 2}}
+    assert schedule_arm({"full": one, "two-epochs": two_epochs}) == "two-epochs"  # control named second
+    assert schedule_arm({"two-updates": two_updates, "full": one}) == "two-updates"
+    assert schedule_arm({"two-epochs": two_epochs, "both": four}) == "both"
 
 
 def test_the_gates():
