@@ -173,8 +173,10 @@ def separation_of(spec: ClaimSpec, method: str, scale: str, cache: dict[str, Any
     if kind == "credit":
         label = labels(spec.behaviour, method, batch)
         methods = {arm: arm_method(method, arm, scale) for arm in (treated, control)}
-        values = {arm: np.array([advantages_of(m, batch).scalar(k) for k in batch.keys])
-                  for arm, m in methods.items()}
+        values = {}
+        for arm, m in methods.items():
+            adv = advantages_of(m, batch)  # once per arm (it was once per turn: SHARP's check never ended)
+            values[arm] = np.array([adv.scalar(k) for k in batch.keys])
         n = pieces.cfg.trainer.tasks_per_step
         snr = {arm: signal_to_noise(values[arm], label, batch, n) for arm in values}
         out["correlation"] = correlation(values[treated], values[control])
