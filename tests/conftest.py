@@ -55,6 +55,7 @@ _GROUPS = {"tests/slurm/": "slurm", "tests/common/test_vllm_engine.py": "vllm",
            "tests/e2e/test_ddp.py": "ranks", "tests/common/test_export_base.py": "ranks"}
 
 
+@pytest.hookimpl(trylast=True)  # after xdist's own suffixing (a no-op on pytest 9.2)
 def pytest_collection_modifyitems(config, items):
     root = config.rootpath
     for item in items:
@@ -64,3 +65,27 @@ def pytest_collection_modifyitems(config, items):
             group = "slurm" if item.get_closest_marker("slurm") else "vllm"
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+    if getattr(config.option, "loadgroup", False):  # set on an xdist worker under --dist loadgroup
+        for item in items:
+            _suffix_group(item)
+
+
+def _suffix_group(item) -> None:
+    """What xdist's worker does for `--dist loadgroup` (the scheduler keeps the tests whose id ends in
+    `@<group>` on one worker), done here because it no longer takes effect: xdist 3.8 writes
+    `item._nodeid`, which pytest 9.2 no longer reads (the id lives in `item._id`), so every group was
+    split over the workers (the SLURM tests ran on both, and one worker's cluster teardown killed the
+    other's requeued job). A no-op where xdist's own suffix took effect."""
+    names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")})
+    if not names:
+        return
+    suffix = "@" + "_".join(names)
+    if item.nodeid.endswith(suffix):
+        return
+    if hasattr(item, "_id"):  # pytest >= 9.2
+        from _pytest.nodeid import coerce_node_id
+
+        item._id = coerce_node_id(item.nodeid + suffix)
+    else:
+        item._nodeid = item.nodeid + suffix
