@@ -83,6 +83,7 @@ class ClaimSpec:
     # a labeler of replications/<m>/design.py BEHAVIOURS; None: the turns of successes vs of failures
     behaviour: str | None = None
     play_arm: str | None = None  # the arm whose play makes the shared batch (default: the first arm)
+    envs: list[str] | None = None  # the env tags the claim is about (None: any)
 
 
 # ---- the claims -----------------------------------------------------------------------------------
@@ -104,8 +105,14 @@ def claim_specs(method: str) -> list[ClaimSpec]:
         control = arms[-1]
         d = extra.get(claim.id) or {}
         specs.append(ClaimSpec(claim.id, arms, control, claim.margin, d.get("oracle"), d.get("behaviour"),
-                               d.get("play_arm")))
+                               d.get("play_arm"), list(claim.envs)))
     return specs
+
+
+def env_tag(cfg: Any) -> str:
+    """The env tag a run of `cfg` writes its results under (common.fit: the env's tag, else its name)."""
+    env = cfg.env if isinstance(cfg.env, dict) else vars(cfg.env)
+    return str(env.get("tag") or env["name"])
 
 
 def difference_kind(a: dict[str, Any], b: dict[str, Any]) -> str:
@@ -236,7 +243,14 @@ def design(method: str, scale: str = "cpu", pilots: bool = True) -> dict[str, An
     cache: dict[str, Any] = {}
     gains: dict[str, dict[str, Any]] = {}
     claims: dict[str, Any] = {}
+    other_env: dict[str, str] = {}
     for spec in claim_specs(method):
+        # a claim about another setting than the one its arms play at this scale is not checked here
+        # (CCPO's scales each play one thinker_solver setting; SHARP's arms pick their env themselves)
+        tag = env_tag(arm_config(method, spec.arms[0], scale))
+        if spec.envs is not None and tag not in spec.envs:
+            other_env[spec.id] = f"its arms play {tag} at scale {scale}; the claim is about {spec.envs}"
+            continue
         if pilots:
             for arm in filter(None, (spec.control, spec.oracle)):
                 if arm not in gains:
@@ -258,7 +272,7 @@ def design(method: str, scale: str = "cpu", pilots: bool = True) -> dict[str, An
                            "arms": spec.arms}
     episodes = sum(len(b.episodes) for _, b in cache.values())
     return {"claims": claims, "episodes": episodes, "code": git_state(), "scale": scale, "metric": metric,
-            "pilots": gains, "split": "dev"}
+            "pilots": gains, "split": "dev", "other_env": other_env}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -66,7 +66,8 @@ The Solver can copy a readable hint instead of answering what it knows (the demo
 each Thinker policy's expected team reward per tier against the demonstrator Solver (the algebra, tested);
 `info` adds `needed` (helping beats silence in this tier), `solo_value` (the Solver's expected solo success
 given the hidden draw: 1 if it knows, else 1/num_values: the oracle baseline), `dropped`, `team_reward`,
-`msg_help_needed` / `msg_silent_unneeded` (present only where help is / is not needed) and `solver_copied`
+`msg_help_needed` / `msg_silent_unneeded` (present only where help is / is not needed), `msg_best_response`
+(either: the Thinker did its tier's best response) and `solver_copied`
 (present only where the Solver knows and received a wrong readable hint: whether it answered the hint).
 
 Scripted demonstrator (SFT warm start): the Thinker helps, stays silent or lies with the fixed
@@ -274,6 +275,7 @@ class ThinkerSolverEpisode(EpisodeState):
             kind = classify(self.message, self.asked, self.value)
             wanted = "help" if needed else "silent"
             info["msg_help_needed" if needed else "msg_silent_unneeded"] = kind == wanted
+            info["msg_best_response"] = kind == wanted
         hint = self._hint()
         if self.knows and hint is not None and hint != self.value:
             info["solver_copied"] = answer == hint

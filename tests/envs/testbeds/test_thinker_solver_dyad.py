@@ -89,6 +89,7 @@ def test_dyad_info_labels():
     for seed in range(200):
         ep, _, r = play(env, TASK, seed, " 7")  # fair tier: help needed; a wrong hint
         assert r.info["needed"] and r.info["msg_help_needed"] is False and "msg_silent_unneeded" not in r.info
+        assert r.info["msg_best_response"] is False
         assert r.info["solo_value"] == (1.0 if ep.knows else 0.1)
         assert r.info["team_reward"] == r.reward
         if ep.knows and not ep.dropped:  # a wrong readable hint the Solver did not need: did it copy?
@@ -98,8 +99,11 @@ def test_dyad_info_labels():
     strong = {**TASK, "p_see": 0.9, "cue": "strong"}
     _, _, r = play(env, strong, 0, "")
     assert not r.info["needed"] and r.info["msg_silent_unneeded"] is True and "msg_help_needed" not in r.info
+    assert r.info["msg_best_response"] is True
     _, _, r = play(env, strong, 0, " 2")
-    assert r.info["msg_silent_unneeded"] is False
+    assert r.info["msg_silent_unneeded"] is False and r.info["msg_best_response"] is False
+    _, _, r = play(env, TASK, 0, " 2")  # fair tier: help is the best response
+    assert r.info["msg_help_needed"] is True and r.info["msg_best_response"] is True
 
 
 def test_free_riding_setting_unchanged_without_the_dyad_knobs():
