@@ -98,3 +98,28 @@ def test_design_check_takes_the_claims_of_the_setting_played():
     assert dyad and all(i.startswith("dy-") for i in dyad) and len(dyad) == sum(
         s.id.startswith("dy-") for s in specs)
     assert env_tag(arm_config("ccpo", "grpo-center", "cpu")) == "thinker_solver-freeride"
+
+
+def test_oracle_on_scripted_plays_of_the_dyad():
+    """Through the rollout (scripted roles, no model): the oracle plays no solo episodes, and credits the
+    Thinker with each episode's team reward minus the env's solo_value for that episode's draw."""
+    from common.rollout import Rollout
+    from envs.testbeds.thinker_solver import ThinkerSolverConfig, ThinkerSolverEnv
+    from tests.replications.test_ccpo import _CharTokenizer
+
+    env = ThinkerSolverEnv(ThinkerSolverConfig(
+        train_size=16, heldout_size=4, dev_size=0, question="sum", see_probs=[0.9, 0.5, 0.1], 
+        follow_known=0.3,
+        cost_per_char=0.15, cue_words=["strong", "fair", "weak"], drop=0.4))
+    rollout = Rollout(env, None, _CharTokenizer(), {"thinker": "scripted", "solver": "scripted"}, [], None,
+                      10_000, seed=7)
+    m = CCPO(build_dataclass(CCPOConfig, {"credit": "oracle"}, "method"), run_view(env, group_size=8))
+    m.validate()
+    groups = m.play(rollout, list(env.task_set()["train"])[:6], step=3)
+    assert all("solo" not in g.extra for g in groups)
+    episodes = [e for g in groups for e in g.episodes]
+    assert {e.info["solo_value"] for e in episodes} == {1.0, 0.1}
+    credit = m.credit(groups, 3)
+    thinker = [v["thinker"] for g in credit.values for v in g]
+    assert thinker == pytest.approx([e.reward - e.info["solo_value"] for e in episodes])
+    assert [v["solver"] for g in credit.values for v in g] == pytest.approx([e.reward for e in episodes])
