@@ -28,7 +28,9 @@ on the **dev** split, never the held-out one:
    A claim whose gates all pass is `pass`; with `--no-pilots` (learnable and positive control not
    measured) one whose separation passes is `partial`, never `pass`.
 
-`results/<method>/design.json` keeps one shape for every method (`DESIGN_KEYS`). Pilots run in
+`results/<method>/design.json` keeps one shape for every method (`DESIGN_KEYS`). Claims about another
+setting than the one the arms play at `--scale` are not checked (`other_env`); their entries from the file
+being replaced are kept, marked `checked_at` (scale and code). Pilots run in
 `<work_dir>/design/` (finished ones are reused; their figures, config hash and code are recorded).
 """
 
@@ -275,6 +277,21 @@ def design(method: str, scale: str = "cpu", pilots: bool = True) -> dict[str, An
             "pilots": gains, "split": "dev", "other_env": other_env}
 
 
+def keep_other_settings(result: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+    """`result` with the entries of `previous` (the file it replaces) for the claims this run did not check
+    because they are about another setting (`other_env`: CCPO's scales cpu and dyad play different
+    thinker_solver settings), each marked with the scale and code it was checked at (`checked_at`)."""
+    if not previous:
+        return result
+    claims = dict(result["claims"])
+    for cid in result.get("other_env", {}):
+        entry = previous.get("claims", {}).get(cid)
+        if entry is not None and cid not in claims:
+            at = entry.get("checked_at") or {"scale": previous.get("scale"), "code": previous.get("code")}
+            claims[cid] = {**entry, "checked_at": at}
+    return {**result, "claims": claims}
+
+
 def main(argv: list[str] | None = None) -> int:
     from replications import METHODS
 
@@ -292,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     path = Path(args.out) / args.method / "design.json"
+    result = keep_other_settings(result, json.loads(path.read_text()) if path.exists() else None)
     atomic_write_json(path, result)
     for cid, c in result["claims"].items():
         print(f"[design] {cid}: {c['gate']}  (learnable {c['learnable']['gain']}, "
