@@ -8,7 +8,8 @@ that the resampled signal-to-noise is not one batch's luck. Dev tasks only.
 Joint plays: the demonstrator Thinker (help / silent / slip 60/20/20) and Solver; solo plays paired by
 seed (crn: the same hidden draw) with a solo guess drawn apart, as a sampled Solver's would be. Every
 arm's own credit and advantages (`credit` at step 0, so v1 is not yet normalizing: Δ, then GRPO). The
-label: the Thinker's tier-best response (`replications/ccpo/design.py: thinker_best_response`)."""
+label: the Thinker's tier-best response (`replications/ccpo/design.py: thinker_best_response`; `--label
+solver_copies`: the Solver's copying of a wrong hint, on the Solver's turns)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,8 @@ def main() -> None:
     p.add_argument("--groups", type=int, default=1024, help="groups in the pool (one per task, dev cycled)")
     p.add_argument("--batch", type=int, default=16, help="groups per resampled batch (tasks per step)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--label", default="thinker_best_response",
+                   help="a labeler of replications/ccpo/design.py")
     p.add_argument("overrides", nargs="*")
     a = p.parse_args()
     resolved = {arm: resolve(arm_config("ccpo", arm, a.scale, *a.overrides), METHODS) for arm in ARMS}
@@ -70,10 +73,11 @@ def main() -> None:
                             extra={"solo": [play(env, task, tier, s, "solo", rng) for s in seeds]}))
     episodes = step_episodes(groups)
     main_ids = {id(e) for g in groups for e in g.episodes}
+    role = "solver" if a.label.startswith("solver") else "thinker"
     keys = [(i, t) for i, e in enumerate(episodes) if id(e) in main_ids
-            for t, turn in enumerate(e.turns) if turn.role == "thinker"]
+            for t, turn in enumerate(e.turns) if turn.role == role]
     batch = Batch(groups, keys, episodes)
-    label = labels("thinker_best_response", "ccpo", batch)
+    label = labels(a.label, "ccpo", batch)
     values = {}
     for arm, r in resolved.items():
         adv = advantages_of(r.method, batch)
