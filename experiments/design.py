@@ -28,7 +28,9 @@ on the **dev** split, never the held-out one:
    A claim whose gates all pass is `pass`; with `--no-pilots` (learnable and positive control not
    measured) one whose separation passes is `partial`, never `pass`.
 
-`results/<method>/design.json` keeps one shape for every method (`DESIGN_KEYS`). Pilots run in
+`results/<method>/design.json` keeps one shape for every method (`DESIGN_KEYS`). Claims about another
+setting than the one the arms play at `--scale` are not checked (`other_env`); their entries from the file
+being replaced are kept, marked `checked_at` (scale and code). Pilots run in
 `<work_dir>/design/` (finished ones are reused; their figures, config hash and code are recorded).
 """
 
@@ -83,6 +85,7 @@ class ClaimSpec:
     # a labeler of replications/<m>/design.py BEHAVIOURS; None: the turns of successes vs of failures
     behaviour: str | None = None
     play_arm: str | None = None  # the arm whose play makes the shared batch (default: the first arm)
+    envs: list[str] | None = None  # the env tags the claim is about (None: any)
 
 
 # ---- the claims -----------------------------------------------------------------------------------
@@ -104,8 +107,14 @@ def claim_specs(method: str) -> list[ClaimSpec]:
         control = arms[-1]
         d = extra.get(claim.id) or {}
         specs.append(ClaimSpec(claim.id, arms, control, claim.margin, d.get("oracle"), d.get("behaviour"),
-                               d.get("play_arm")))
+                               d.get("play_arm"), list(claim.envs)))
     return specs
+
+
+def env_tag(cfg: Any) -> str:
+    """The env tag a run of `cfg` writes its results under (common.fit: the env's tag, else its name)."""
+    env = cfg.env if isinstance(cfg.env, dict) else vars(cfg.env)
+    return str(env.get("tag") or env["name"])
 
 
 def difference_kind(a: dict[str, Any], b: dict[str, Any]) -> str:
@@ -236,7 +245,14 @@ def design(method: str, scale: str = "cpu", pilots: bool = True) -> dict[str, An
     cache: dict[str, Any] = {}
     gains: dict[str, dict[str, Any]] = {}
     claims: dict[str, Any] = {}
+    other_env: dict[str, str] = {}
     for spec in claim_specs(method):
+        # a claim about another setting than the one its arms play at this scale is not checked here
+        # (CCPO's scales each play one thinker_solver setting; SHARP's arms pick their env themselves)
+        tag = env_tag(arm_config(method, spec.arms[0], scale))
+        if spec.envs is not None and tag not in spec.envs:
+            other_env[spec.id] = f"its arms play {tag} at scale {scale}; the claim is about {spec.envs}"
+            continue
         if pilots:
             for arm in filter(None, (spec.control, spec.oracle)):
                 if arm not in gains:
@@ -258,7 +274,22 @@ def design(method: str, scale: str = "cpu", pilots: bool = True) -> dict[str, An
                            "arms": spec.arms}
     episodes = sum(len(b.episodes) for _, b in cache.values())
     return {"claims": claims, "episodes": episodes, "code": git_state(), "scale": scale, "metric": metric,
-            "pilots": gains, "split": "dev"}
+            "pilots": gains, "split": "dev", "other_env": other_env}
+
+
+def keep_other_settings(result: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+    """`result` with the entries of `previous` (the file it replaces) for the claims this run did not check
+    because they are about another setting (`other_env`: CCPO's scales cpu and dyad play different
+    thinker_solver settings), each marked with the scale and code it was checked at (`checked_at`)."""
+    if not previous:
+        return result
+    claims = dict(result["claims"])
+    for cid in result.get("other_env", {}):
+        entry = previous.get("claims", {}).get(cid)
+        if entry is not None and cid not in claims:
+            at = entry.get("checked_at") or {"scale": previous.get("scale"), "code": previous.get("code")}
+            claims[cid] = {**entry, "checked_at": at}
+    return {**result, "claims": claims}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -278,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     path = Path(args.out) / args.method / "design.json"
+    result = keep_other_settings(result, json.loads(path.read_text()) if path.exists() else None)
     atomic_write_json(path, result)
     for cid, c in result["claims"].items():
         print(f"[design] {cid}: {c['gate']}  (learnable {c['learnable']['gain']}, "

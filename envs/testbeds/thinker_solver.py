@@ -52,6 +52,24 @@ digits, at most 18 of them (anything else is not a number).
 Because the draws come from the episode's rng, a solo play seeded like a joint play (CCPO's `crn`)
 gets the same hidden draw.
 
+**The dyad setting** (`common/conf/env/thinker_solver_dyad.yaml`, env tag `thinker_solver-dyad`; #38), the
+free-riding setting plus three knobs, so that free-riding pays and a conditional policy exists:
+- `cost_per_char` > 0: speaking costs (a bare value, ` 7`, one character), so under the team reward silence is
+  the Thinker's best response where the Solver usually knows, and costly where it does not;
+- `drop`: the Thinker's message is lost on the way with this probability (drawn per episode; the Solver
+  receives an empty line, the Thinker still pays), so a help does not fix the outcome and the Solver's own
+  draw moves the team reward whatever the Thinker does (the noise a counterfactual can remove);
+- `cue_words`: one word per tier in both prompts (` S:strong`): the Thinker sees how likely the Solver is to
+  know, the Solver sees how much the team leans on the Thinker there.
+The Solver can copy a readable hint instead of answering what it knows (the demonstrator does with
+`follow_known`); under the team reward a copied right hint pays the same as knowing. `expected_rewards` gives
+each Thinker policy's expected team reward per tier against the demonstrator Solver (the algebra, tested);
+`info` adds `needed` (helping beats silence in this tier), `solo_value` (the Solver's expected solo success
+given the hidden draw: 1 if it knows, else 1/num_values: the oracle baseline), `dropped`, `team_reward`,
+`msg_help_needed` / `msg_silent_unneeded` (present only where help is / is not needed), `msg_best_response`
+(either: the Thinker did its tier's best response) and `solver_copied`
+(present only where the Solver knows and received a wrong readable hint: whether it answered the hint).
+
 Scripted demonstrator (SFT warm start): the Thinker helps, stays silent or lies with the fixed
 probabilities `expert_help`, `expert_silent`, `expert_wrong` (drawn once per episode from the
 episode's rng; its message is the bare value, ` 1`), so the warm-started Thinker starts from a mix
@@ -92,6 +110,29 @@ class ThinkerSolverConfig(EnvConfig):
     see_probs: list[float] = field(default_factory=list)
     # see_probs only: P(the demonstrator Solver follows a readable hint although it knows)
     follow_known: float = 0.0
+    # the dyad setting (#38; module docstring; needs see_probs): one cue word per tier in both prompts
+    # ([] = none, the prompts unchanged), in the order of see_probs' tiers (largest p first)
+    cue_words: list[str] = field(default_factory=list)
+    drop: float = 0.0  # P(the Thinker's message is lost: the Solver receives an empty line), per episode
+
+
+def expected_rewards(cfg: ThinkerSolverConfig, p: float) -> dict[str, float]:
+    """Expected team reward (success - cost) of each Thinker policy on a task where the Solver knows with
+    probability `p`, against the demonstrator Solver (answers what it knows, but follows a delivered
+    readable hint with `follow_known`; without knowing, follows a delivered hint, else guesses 1 in V):
+    help (the right bare value), silent, wrong (a wrong bare value). A bare value costs one character.
+        help   = p + (1-p) ((1-drop) + drop/V) - c
+        silent = p + (1-p)/V
+        wrong  = p (1 - (1-drop) f) + (1-p) drop/V - c"""
+    v, c, d, f = cfg.num_values, cfg.cost_per_char, cfg.drop, cfg.follow_known
+    return {"help": p + (1 - p) * ((1 - d) + d / v) - c, "silent": p + (1 - p) / v,
+            "wrong": p * (1 - (1 - d) * f) + (1 - p) * d / v - c}
+
+
+def help_needed(cfg: ThinkerSolverConfig, p: float) -> bool:
+    """Whether helping is the Thinker's best response (beats silence) where the Solver knows with `p`."""
+    r = expected_rewards(cfg, p)
+    return r["help"] > r["silent"]
 
 
 def read_message(message: str) -> tuple[str | None, int] | None:
@@ -142,6 +183,8 @@ class ThinkerSolverEpisode(EpisodeState):
         # the free-riding setting's hidden draws, after the others (the tiers' draws are unchanged)
         self.knows = self.asked in self.shown if self.p_see is None else rng.random() < self.p_see
         self.follows = self.p_see is not None and rng.random() < cfg.follow_known
+        self.dropped = cfg.drop > 0 and rng.random() < cfg.drop  # the dyad setting: the message is lost
+        self.cue: str | None = task.get("cue")  # the dyad setting's tier word
         if self.summed is not None:  # a plausible slip: one addend instead of the sum
             slips = [v for v in (values[self.asked], values[self.summed]) if v != self.value]
             self.expert_wrong_value = slips[0] if slips else self.expert_wrong_value
@@ -156,17 +199,20 @@ class ThinkerSolverEpisode(EpisodeState):
 
     def thinker_prompt(self) -> str:
         facts = " ".join(f"{k}={v}" for k, v in self.facts)
-        return f"Facts: {facts}. {self.question()}\nT:"
+        return f"Facts: {facts}. {self.question()}{self._cue()}\nT:"
+
+    def _cue(self) -> str:
+        return "" if self.cue is None else f" S:{self.cue}"
 
     def solver_prompt(self, guidance: str) -> str:
         facts = " ".join(f"{k}={v if k in self.shown else '?'}" for k, v in self.facts)
         known = "" if self.p_see is None else f" K={self.value if self.knows else '?'}"
-        return f"Facts: {facts}. {self.question()}{known}\nT:{guidance}\nA:"
+        return f"Facts: {facts}. {self.question()}{known}{self._cue()}\nT:{guidance}\nA:"
 
     def guidance(self) -> str:
         """The Thinker line the Solver receives (empty in `solo`, `empty_guidance`, and before the Thinker
         spoke)."""
-        if (self.message is None or self.variant == "empty_guidance"
+        if (self.message is None or self.variant == "empty_guidance" or self.dropped
                 or (self.variant == "paired" and self.phase == 0)):
             return ""
         return self.message.replace("\n", " ")
@@ -186,8 +232,7 @@ class ThinkerSolverEpisode(EpisodeState):
             if self.expert_kind == "silent":
                 return ""
             return f" {self.value if self.expert_kind == 'help' else self.expert_wrong_value}"
-        said = read_message(self.guidance())
-        hint = said[1] if said is not None and said[0] in (None, self.asked) else None
+        hint = self._hint()
         if self.knows and not (self.follows and hint is not None):
             return f" #{self.value}"
         return f" #{hint if hint is not None else self.expert_guess}"
@@ -214,12 +259,34 @@ class ThinkerSolverEpisode(EpisodeState):
             self.solo_correct = correct
             return StepResult(self._observation(), events=events)
         return StepResult(None, reward=float(correct) - self.cost(), success=correct, events=events,
-                          info=self._info(correct))
+                          info=self._info(correct, answer))
 
-    def _info(self, correct: bool) -> dict[str, Any]:
+    def _hint(self) -> int | None:
+        said = read_message(self.guidance())
+        return said[1] if said is not None and said[0] in (None, self.asked) else None
+
+    def _dyad_info(self, correct: bool, answer: int | None) -> dict[str, Any]:
+        assert self.p_see is not None
+        needed = help_needed(self.cfg, self.p_see)
+        info: dict[str, Any] = {"needed": needed, "dropped": self.dropped,
+                                "team_reward": float(correct) - self.cost(),
+                                "solo_value": 1.0 if self.knows else 1.0 / self.cfg.num_values}
+        if self.message is not None:
+            kind = classify(self.message, self.asked, self.value)
+            wanted = "help" if needed else "silent"
+            info["msg_help_needed" if needed else "msg_silent_unneeded"] = kind == wanted
+            info["msg_best_response"] = kind == wanted
+        hint = self._hint()
+        if self.knows and hint is not None and hint != self.value:
+            info["solver_copied"] = answer == hint
+        return info
+
+    def _info(self, correct: bool, answer: int | None = None) -> dict[str, Any]:
         info: dict[str, Any] = {"hard": not self.knows}
         if self.p_see is not None:
             info.update(knows=self.knows, p_see=self.p_see)
+        if self.cue is not None:
+            info.update(self._dyad_info(correct, answer))
         if self.message is not None:
             kind = classify(self.message, self.asked, self.value)
             info.update({f"msg_{k}": kind == k for k in MESSAGE_KINDS})
@@ -256,6 +323,12 @@ class ThinkerSolverEnv(Environment):
                              f"got {cfg.see_probs}")
         if not 0 <= cfg.follow_known <= 1:
             raise ValueError(f"env.follow_known must be a probability; got {cfg.follow_known}")
+        if cfg.cue_words and len(cfg.cue_words) != len(cfg.see_probs):
+            raise ValueError(f"env.cue_words needs one word per tier of env.see_probs "
+                             f"({len(cfg.see_probs)}); got {cfg.cue_words}")
+        if not 0 <= cfg.drop <= 1 or (cfg.drop and not cfg.cue_words):
+            raise ValueError(f"env.drop must be a probability, and is a knob of the dyad setting "
+                             f"(env.cue_words); got {cfg.drop}")
         super().__init__(cfg)
         self.cfg: ThinkerSolverConfig = cfg
 
@@ -274,7 +347,8 @@ class ThinkerSolverEnv(Environment):
         if self.cfg.see_probs:
             p_see = sorted(self.cfg.see_probs, reverse=True)[tier - 1]
             return {"facts": facts, "asked": asked, "shown": [], "p_see": p_see,
-                    **({"summed": letters[1]} if self.cfg.question == "sum" else {})}
+                    **({"summed": letters[1]} if self.cfg.question == "sum" else {}),
+                    **({"cue": self.cfg.cue_words[tier - 1]} if self.cfg.cue_words else {})}
         if tier == 1:
             shown = letters
         elif tier == 2:

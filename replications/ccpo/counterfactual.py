@@ -38,6 +38,25 @@ def v2_rewards(joint: Any, solo: Any, bonus: float = 0.2, baseline: str = "group
     return joint_G + bonus * event_G, joint_G.copy()
 
 
+def oracle_rewards(joint: Any, solo_value: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The positive control's rewards (#38): the Thinker is credited with the joint reward minus the
+    Solver's *true* expected solo outcome given the episode's hidden draw (`solo_value`, from the
+    environment: 1 if the Solver knows, else 1/V), a per-draw baseline no real method can see; the Solver
+    with the joint reward. Returns (Thinker, Solver) rewards, before the estimator (mean-centering).
+    >>> [round(x, 2) for x in oracle_rewards([0.85, -0.15, 1.0], [1.0, 0.1, 1.0])[0]]
+    [-0.15, -0.25, 0.0]
+    """
+    joint_N = np.asarray(joint, dtype=np.float64)
+    value_N = np.asarray(solo_value, dtype=np.float64)
+    if value_N.shape != joint_N.shape:
+        raise ValueError(f"the oracle pairs each joint play with its draw: {joint_N.shape} joint, "
+                         f"{value_N.shape} solo values")
+    if np.isnan(value_N).any():
+        raise ValueError("method.credit=oracle reads the Solver's expected solo outcome from each episode's "
+                         "info['solo_value'] (thinker_solver's dyad setting); some episodes have none")
+    return joint_N - value_N, joint_N.copy()
+
+
 def vote_counterfactuals(correct: Any) -> np.ndarray:
     """Each voter's counterfactual credit in a majority vote, recomputed from the same votes:
     Δ_i = 1[majority of all votes right] − 1[majority of the votes without voter i right].

@@ -26,6 +26,9 @@ Counterfactual pairing (`crn`, #18): when on, solo play k of a task uses the env
 joint play k (common random numbers: the same hidden draws), so Δ_k compares the same episode with
 and without the Thinker; when off, solo plays draw their own episodes (unpaired).
 
+- `credit: oracle` (positive control, #38; not CCPO): Thinker r_T = R^J − E[R^S | the hidden draw], read from
+    the env's `info['solo_value']` (thinker_solver's dyad setting); Solver r_S = R^J; mean-centering, no solo
+    plays: what a perfect per-draw counterfactual baseline would give.
 - `credit: vote` (the paper's majority-vote setting, env `voting`): voter i is credited with
     Δ_i = 1[the majority is right] − 1[the majority without voter i is right], recomputed from the
     same votes (`vote_counterfactuals`: paired by construction, no extra plays); GRPO per voter.
@@ -50,6 +53,7 @@ from common.method import Method, MethodConfig, Mode, RunView
 from common.rollout import Rollout
 from replications.ccpo.counterfactual import (  # noqa: F401  (public API of this module too)
     V1Credit,
+    oracle_rewards,
     v2_rewards,
     vote_counterfactuals,
 )
@@ -58,9 +62,9 @@ from replications.ccpo.counterfactual import (  # noqa: F401  (public API of thi
 @dataclass
 class CCPOConfig(MethodConfig):
     name: str = "ccpo"
-    # shared (GRPO on the team reward, the baseline) | v1 | v2 (CCPO) | vote (voting)
-    credit: Literal["shared", "v1", "v2", "vote"] = "v1"
-    # group normalization: auto = grpo for shared and v1, drgrpo (mean-centering) for v2
+    # shared (GRPO on the team reward, the baseline) | v1 | v2 (CCPO) | oracle (positive control) | vote
+    credit: Literal["shared", "v1", "v2", "oracle", "vote"] = "v1"
+    # group normalization: auto = grpo for shared and v1, drgrpo (mean-centering) for v2 and oracle
     estimator: str = "auto"
     thinker_role: str = "thinker"  # the role credited with the counterfactual difference
     solver_role: str = "solver"  # the role that can also play alone (the `solo` variant)
@@ -89,7 +93,7 @@ class CCPO(Method):
 
     def __init__(self, cfg: CCPOConfig, run: RunView):
         if cfg.estimator == "auto":
-            cfg.estimator = "drgrpo" if cfg.credit == "v2" else "grpo"
+            cfg.estimator = "drgrpo" if cfg.credit in ("v2", "oracle") else "grpo"
         super().__init__(cfg, run)
         self.v1 = V1Credit(cfg.ema_decay, cfg.min_samples, cfg.alpha, cfg.eta, cfg.eps)
 
@@ -136,8 +140,9 @@ class CCPO(Method):
         return {order[(step // n) % 2]}
 
     def credit(self, groups: list[Group], step: int) -> Credit:
-        """Thinker: the counterfactual reward (v1: tanh of the normalized Δ; v2: R^J + λ·event);
-        Solver: v1's gated mix of z_J and z_S, v2's R^J. Both normalized per role by the core."""
+        """Thinker: the counterfactual reward (v1: tanh of the normalized Δ; v2: R^J + λ·event; oracle:
+        R^J − the true expected solo outcome); Solver: v1's gated mix of z_J and z_S, v2's and the oracle's
+        R^J. Both normalized per role by the core."""
         c, roles = self.cfg, self.trainable_roles(step)
         metrics = {**info_means([e for g in groups for e in g.episodes], prefix="info/"),
                    "trains_thinker": float(roles is None or c.thinker_role in roles)}
@@ -154,9 +159,13 @@ class CCPO(Method):
                           [[dict(zip(voters, map(float, d), strict=True)) for d in g] for g in deltas],
                           metrics=metrics)
         joint_N = np.array([e.reward for g in groups for e in g.episodes])
-        solo_N = np.array([e.reward for g in groups for e in g.extra["solo"]])
         bounds = np.cumsum([0] + [len(g.episodes) for g in groups])
         spans = list(zip(bounds[:-1], bounds[1:], strict=True))  # each group's slice of the flat arrays
+        if c.credit == "oracle":  # NaN where the env gives no solo_value: oracle_rewards refuses it
+            values_N = [e.info.get("solo_value", np.nan) for g in groups for e in g.episodes]
+            thinker_N, solver_N = oracle_rewards(joint_N, values_N)
+            return Credit("reward", self._per_group(thinker_N, solver_N, spans), metrics=metrics)
+        solo_N = np.array([e.reward for g in groups for e in g.extra["solo"]])
         if c.credit == "v1":
             thinker_N, solver_N = self.v1.rewards(joint_N, solo_N)
             metrics.update(v1_mu_delta=self.v1.delta.mean, v1_sigma_delta=self.v1.delta.std(self.v1.eps),
@@ -167,15 +176,18 @@ class CCPO(Method):
                      for a, b in spans]
             thinker_N = np.concatenate([p[0] for p in pairs]) if pairs else joint_N
             solver_N = np.concatenate([p[1] for p in pairs]) if pairs else joint_N
-        flat = [{c.thinker_role: float(t), c.solver_role: float(s)}
-                for t, s in zip(thinker_N, solver_N, strict=True)]
-        values = [flat[a:b] for a, b in spans]
+        values = self._per_group(thinker_N, solver_N, spans)
         joint_ok = np.array([e.success for g in groups for e in g.episodes])
         solo_ok = np.array([e.success for g in groups for e in g.extra["solo"]])
         metrics.update(thinker_reward_mean=float(thinker_N.mean()), solver_reward_mean=float(solver_N.mean()),
                        solo_success_rate=float(solo_ok.mean()), help_rate=float((joint_ok & ~solo_ok).mean()),
                        hurt_rate=float((~joint_ok & solo_ok).mean()))
         return Credit("reward", values, metrics=metrics)
+
+    def _per_group(self, thinker_N: np.ndarray, solver_N: np.ndarray, spans: list[Any]) -> list[Any]:
+        flat = [{self.cfg.thinker_role: float(t), self.cfg.solver_role: float(s)}
+                for t, s in zip(thinker_N, solver_N, strict=True)]
+        return [flat[a:b] for a, b in spans]
 
     def state_dict(self) -> dict[str, Any]:
         return {"v1": self.v1.state_dict()}

@@ -84,3 +84,20 @@ def test_every_card_claim_has_a_spec():
     specs = {s.id: s for s in claim_specs("sharp")}
     assert specs["hops-exact-beats-grpo-k2"].behaviour == "worker_right_tool"
     assert specs["hops-exact-beats-grpo-k2"].control == "hops-grpo-k2"
+
+
+def test_claims_about_another_setting_keep_their_previous_entries():
+    from experiments.design import keep_other_settings
+
+    old_c = {"gate": "design null", "checked_at": {"scale": "cpu", "code": {"commit": "old"}}}
+    previous = {"scale": "cpu", "code": {"commit": "abc"},
+                "claims": {"fr-a": {"gate": "pass"}, "dy-b": {"gate": "void"}, "fr-c": old_c}}
+    result = {"scale": "dyad", "code": {"commit": "def"}, "claims": {"dy-b": {"gate": "partial"}},
+              "other_env": {"fr-a": "...", "fr-c": "...", "fr-new": "..."}}
+    merged = keep_other_settings(result, previous)
+    assert merged["claims"] == {
+        "dy-b": {"gate": "partial"},  # checked now: the new entry
+        "fr-a": {"gate": "pass", "checked_at": {"scale": "cpu", "code": {"commit": "abc"}}},
+        "fr-c": {"gate": "design null", "checked_at": {"scale": "cpu", "code": {"commit": "old"}}},
+    }  # fr-new: never checked, nothing to keep
+    assert keep_other_settings(result, None) is result and result["claims"] == {"dy-b": {"gate": "partial"}}
