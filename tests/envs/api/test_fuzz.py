@@ -55,7 +55,8 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
     "paper_math_team": [{"path": sample_data(), "train": ["math"], "heldout": ["math500", "aime24"],
                          "dev_size": 4}],
     "service_desk": [{"delays": [0, 2, 4]},
-                     {"delays": [8], "slack": 0, "demo_trap": 0.9, "demo_repeat": 0.9}],
+                     {"delays": [8], "slack": 0, "demo_trap": 0.9, "demo_repeat": 0.9},
+                     {"setting": "choice", "delays": [0, 8], "human_rate": 0.0}],
     "braid": [{}, {"demo_error": 1.0}],
     # the simulated shell (the real sandbox runs each command in bubblewrap, ~30 ms: its hostile commands
     # are tested one by one in test_terminal.py)
@@ -88,7 +89,8 @@ TURN_CAPS: dict[str, Callable[[Any, dict[str, Any]], int]] = {
     "scienceworld": lambda env, task: env.cfg.max_steps,
     "paper_math": lambda env, task: 1,
     "paper_math_team": lambda env, task: 3,
-    "service_desk": lambda env, task: (2 if task["intent"] == "human" else 4 + task["delay"]) + env.cfg.slack,
+    "service_desk": lambda env, task: env.cfg.slack + (task["delay"] + 3 if task.get("setting") == "choice"
+                                                       else 2 if task["intent"] == "human" else 4 + task["delay"]),
     "braid": lambda env, task: len(task["nodes"]),
     "terminal": lambda env, task: env.cfg.max_turns,
     "skill_families": lambda env, task: task["plan"] + env.cfg.max_misses,
