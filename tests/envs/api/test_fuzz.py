@@ -74,6 +74,12 @@ FULL_PASS_TASKS: dict[str, int] = {"tau2": 1, "scienceworld": 1}
 
 # The most turns an episode of `task` may take (chain_tasks: busy refusals do not count against its
 # call budget but never come twice in a row).
+def service_desk_ideal(task: dict[str, Any]) -> int:
+    if task.get("setting") == "choice":
+        return task["delay"] + 3
+    return 2 if task["intent"] == "human" else 4 + task["delay"]
+
+
 TURN_CAPS: dict[str, Callable[[Any, dict[str, Any]], int]] = {
     "arith": lambda env, task: len(task["steps"]),
     "chain_tasks": lambda env, task: 2 * (len(task_steps(task)) + env.cfg.slack),
@@ -89,8 +95,7 @@ TURN_CAPS: dict[str, Callable[[Any, dict[str, Any]], int]] = {
     "scienceworld": lambda env, task: env.cfg.max_steps,
     "paper_math": lambda env, task: 1,
     "paper_math_team": lambda env, task: 3,
-    "service_desk": lambda env, task: env.cfg.slack + (task["delay"] + 3 if task.get("setting") == "choice"
-                                                       else 2 if task["intent"] == "human" else 4 + task["delay"]),
+    "service_desk": lambda env, task: env.cfg.slack + service_desk_ideal(task),
     "braid": lambda env, task: len(task["nodes"]),
     "terminal": lambda env, task: env.cfg.max_turns,
     "skill_families": lambda env, task: task["plan"] + env.cfg.max_misses,
