@@ -54,6 +54,7 @@ from replications.iapo.graph import (  # noqa: F401  (public API of this module 
     LLMAnnotator,
     action_turns,
     argument_annotator,
+    decision_turns,
     hf_greedy,
     parse_annotation,
     provenance_annotator,
@@ -61,6 +62,7 @@ from replications.iapo.graph import (  # noqa: F401  (public API of this module 
 from replications.iapo.routing import (  # noqa: F401
     features,
     multipliers,
+    oracle_weights,
     routing_weights,
     routing_weights_reference,
 )
@@ -95,26 +97,6 @@ def shuffle_weights(weights: Sequence[float], lengths: Sequence[int], rng: rando
     total = float(sum(lengths))
     mass = sum(x * n for x, n in zip(w, lengths, strict=True))
     return [x * total / mass for x in w]
-
-
-def oracle_weights(lengths: Sequence[int], decisions: Sequence[bool]) -> list[float]:
-    """The oracle arm: w = L / (tokens of the decisions) on the decisions, 0 elsewhere (sum_i L_i w_i = L);
-    w = 1 everywhere when no action is a decision (or the decisions have no tokens).
-
-    >>> oracle_weights([1, 2, 2, 3], [True, False, False, True])  # L = 8 over the 4 decision tokens
-    [2.0, 0.0, 0.0, 2.0]
-    >>> oracle_weights([1, 2], [False, False])
-    [1.0, 1.0]
-    """
-    mass = sum(n for n, d in zip(lengths, decisions, strict=True) if d)
-    if mass == 0:
-        return [1.0] * len(lengths)
-    return [sum(lengths) / mass if d else 0.0 for d in decisions]
-
-
-def decision_turns(episode: Episode) -> set[int]:
-    """Turn indices the environment marked as decisions (`info` events with a `decision` key)."""
-    return {e.turn for e in episode.events if e.kind == "info" and "decision" in e.data}
 
 
 class IAPO(Method):
