@@ -72,6 +72,12 @@ one right call to make there: `ask` (first turn), `lookup` (intent known), `refu
 the lookup), `transfer` (a human asked for) or `end` (after the refund). Reward 1 for exactly that
 call.
 
+**The second setting** (`setting: choice`, `common/conf/env/service_desk_choice.yaml`, results under the
+env tag `service_desk-choice`, #39): an upstream lookup choice decided by one word of the first user
+line, a refund that binds the looked-up id and errors when the lookup was wrong, entropic
+acknowledgements; its episodes, events and demonstrator are `envs/testbeds/service_desk_choice.py`'s.
+The settings above (`classic`, the default) and their results are unchanged.
+
 **Splits** (the base's, all generated from `data_seed`, no task in two splits): `train` (RL), `dev`
 (pilots: design and tuning, `eval.split=dev`), `heldout` (the test split: the replication's final
 evaluation) and `demo` (the warm start's demonstrations, when `demo_size` > 0). Every split mixes
@@ -89,6 +95,7 @@ from typing import Any
 
 from common.episode import Event
 from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from envs.testbeds.service_desk_choice import ChoiceEpisode, generate_choice_task, random_choice_action
 
 METHODS = ("card", "cash", "credit")
 IDS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"  # order ids: one capital letter each
@@ -116,12 +123,16 @@ def ideal_actions(task: dict[str, Any]) -> list[str]:
 @dataclass
 class ServiceDeskConfig(EnvConfig):
     name: str = "service_desk"
+    # classic: the first testbed (this module's docstring) | choice: an upstream lookup choice, a consumer
+    # that errors when it was wrong, entropic acknowledgements (envs/testbeds/service_desk_choice.py, #39)
+    setting: str = "classic"
     # D: the tiers; remarks between lookup and refund
     delays: list[int] = field(default_factory=lambda: [0, 2, 4])
     human_rate: float = 0.2  # share of customers who want a human (transfer), not a refund
     slack: int = 1  # actions allowed beyond the ideal number
     demo_trap: float = 0.2  # the demonstrator first tries the schema's example id (errors, then looks up)
     demo_repeat: float = 0.2  # the demonstrator looks the order up twice (a redundant lookup)
+    demo_right_tool: float = 0.5  # choice: the demonstrator's lookup tool is the right one (a coin)
     train_size: int = 2000
     heldout_size: int = 128  # the test split
 
@@ -303,7 +314,7 @@ class ServiceDeskEnv(Environment):
     roles = ("agent",)
     offers = frozenset({"single_agent", "provenance_events"})  # envs/api/features.py
     config_class = ServiceDeskConfig
-    oracle_settings = {"demo_trap": 0.0, "demo_repeat": 0.0}
+    oracle_settings = {"demo_trap": 0.0, "demo_repeat": 0.0, "demo_right_tool": 1.0}
     stop = ("\n",)
 
     def __init__(self, cfg: ServiceDeskConfig):
@@ -313,6 +324,10 @@ class ServiceDeskEnv(Environment):
         for key in ("human_rate", "demo_trap", "demo_repeat"):
             if not 0.0 <= getattr(cfg, key) < 1.0:
                 raise ValueError(f"env.{key} must be in [0, 1); got {getattr(cfg, key)}")
+        if cfg.setting not in ("classic", "choice"):
+            raise ValueError(f"env.setting must be classic or choice; got {cfg.setting!r}")
+        if not 0.0 <= cfg.demo_right_tool <= 1.0:
+            raise ValueError(f"env.demo_right_tool must be in [0, 1]; got {cfg.demo_right_tool}")
         if cfg.slack < 0:
             raise ValueError(f"env.slack must be >= 0; got {cfg.slack}")
         super().__init__(cfg)
@@ -323,6 +338,8 @@ class ServiceDeskEnv(Environment):
         return tuple(sorted(self.cfg.delays))
 
     def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
+        if self.cfg.setting == "choice":
+            return generate_choice_task(rng, tier, REMARKS)
         order, trap = rng.sample(IDS, 2)
         return {"intent": "human" if rng.random() < self.cfg.human_rate else "refund",
                 "method": rng.choice(METHODS),
@@ -330,7 +347,9 @@ class ServiceDeskEnv(Environment):
                 "probe": rng.choice(PROBES)}
 
     def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
-        if variant == "probe":
+        if self.cfg.setting == "choice" and variant == "main":
+            return ChoiceEpisode(task, self.cfg.slack, self.cfg.demo_right_tool, rng)
+        if variant == "probe" and self.cfg.setting == "classic":
             return ProbeEpisode(task)
         if variant != "main":
             raise ValueError(f"service_desk has no episode variant {variant!r}; "
@@ -338,13 +357,16 @@ class ServiceDeskEnv(Environment):
         return ServiceDeskEpisode(task, self.cfg, rng)
 
     def variants(self) -> tuple[str, ...]:
-        return ("main", "probe")
+        return ("main", "probe") if self.cfg.setting == "classic" else ("main",)
 
     def provenance(self) -> dict[str, Any]:
-        return {**super().provenance(), "delays": list(self.tiers), "human_rate": self.cfg.human_rate}
+        out = {**super().provenance(), "delays": list(self.tiers), "human_rate": self.cfg.human_rate}
+        return out if self.cfg.setting == "classic" else {**out, "setting": self.cfg.setting}
 
     def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
         """A call, the verb uniform (ask, lookup, ok, refund, transfer, end); a refund's method uniform, its
-        id a capital letter, uniform."""
+        id a capital letter, uniform. The choice setting: `random_choice_action`'s."""
+        if self.cfg.setting == "choice":
+            return random_choice_action(rng)
         verb = rng.choice(["ask", "lookup", "ok", "refund", "transfer", "end"])
         return f"refund {rng.choice(METHODS)} {rng.choice(IDS)}" if verb == "refund" else verb

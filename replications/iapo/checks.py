@@ -38,8 +38,8 @@ def check_settings(m: IAPO, defaults: type[IAPOConfig]) -> None:
         raise ValueError("method.beta_plus and method.clip have no effect with method.credit=broadcast "
                          "(GRPO); drop them")
     if c.credit != "broadcast" and run.kl_placement == "reward":
-        raise ValueError("method.credit=iapo/shuffled returns advantages, so trainer.kl.placement=reward has "
-                         "no effect; use trainer.kl.placement=loss or none")
+        raise ValueError("method.credit=iapo/shuffled/oracle returns advantages, so "
+                         "trainer.kl.placement=reward has no effect; use trainer.kl.placement=loss or none")
     if c.annotator == "llm":
         if run.scale not in ("small", "paper"):
             raise ValueError("method.annotator=llm is the paper-scale annotator (a frozen model at "

@@ -215,3 +215,8 @@ def hf_greedy(model_path: str, max_new_tokens: int = 256) -> Callable[[str], str
         return str(tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True))
 
     return generate
+
+
+def decision_turns(episode: Episode) -> set[int]:
+    """Turn indices the environment marked as decisions (`info` events with a `decision` key)."""
+    return {e.turn for e in episode.events if e.kind == "info" and "decision" in e.data}

@@ -25,7 +25,10 @@ without events (tau2, BFCL); the paper's frozen-LLM annotator at the paper scale
 per-token advantages in `Credit.tokens`. Arms (`method.credit`): `broadcast` (GRPO itself), `iapo`,
 and `shuffled` (the control: the same episode's IAPO weights assigned to its actions in a random
 order, rescaled so that sum_i L_i w_i = L still holds: the same weight distribution without the
-graph's information). beta+ = 0 and c = 0.5 are the paper's ablations (`method.beta_plus`,
+graph's information), and `oracle` (the positive control of the second testbed, #39: all of the
+advantage on the actions the environment marks as its decisions, `info` events `{"decision": ...}`:
+service_desk choice's lookup and refund; w = 0 elsewhere, sum_i L_i w_i = L kept; an episode without
+decisions is broadcast). beta+ = 0 and c = 0.5 are the paper's ablations (`method.beta_plus`,
 `method.clip`).
 
 `routing_weights` (and the features, the graph, the annotators) are public and importable here.
@@ -51,6 +54,7 @@ from replications.iapo.graph import (  # noqa: F401  (public API of this module 
     LLMAnnotator,
     action_turns,
     argument_annotator,
+    decision_turns,
     hf_greedy,
     parse_annotation,
     provenance_annotator,
@@ -58,6 +62,7 @@ from replications.iapo.graph import (  # noqa: F401  (public API of this module 
 from replications.iapo.routing import (  # noqa: F401
     features,
     multipliers,
+    oracle_weights,
     routing_weights,
     routing_weights_reference,
 )
@@ -70,8 +75,8 @@ class IAPOConfig(MethodConfig):
     name: str = "iapo"
     # A_tau: group normalization (common.credit.CREDIT), GRPO's (R - mean)/(std + eps) [P]
     estimator: str = "grpo"
-    # broadcast = GRPO | iapo | shuffled (control) [I]
-    credit: Literal["broadcast", "iapo", "shuffled"] = "iapo"
+    # broadcast = GRPO | iapo | shuffled (control) | oracle (positive control: the env's decisions) [I]
+    credit: Literal["broadcast", "iapo", "shuffled", "oracle"] = "iapo"
     # beta+: errors cut an action's share of a positive advantage [P: 0.05; ablation 0]
     beta_plus: float = 0.05
     clip: float = 0.25  # c: z-scores clipped to [-c, c] [P: 0.25; ablations 0.125, 0.5]
@@ -129,6 +134,9 @@ class IAPO(Method):
         lengths = [episode.turns[t].num_action_tokens for t in turns]
         if not turns or sum(lengths) == 0:
             return {t: 1.0 for t in turns}
+        if self.cfg.credit == "oracle":
+            decisions = decision_turns(episode)
+            return dict(zip(turns, oracle_weights(lengths, [t in decisions for t in turns]), strict=True))
         graph = self.annotate(episode)
         w = routing_weights(lengths, *graph.degrees(), advantage, beta_plus=self.cfg.beta_plus,
                             c=self.cfg.clip)

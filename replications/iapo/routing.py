@@ -132,3 +132,18 @@ def routing_weights_reference(lengths: Sequence[int], support_out: Sequence[floa
     raw = [m_p[i] * math.exp(-beta_plus * (phi_m[i] - mean_m)) for i in range(n)]
     denom = sum(lengths[i] * raw[i] for i in range(n))
     return [total * raw[i] / denom for i in range(n)]
+
+
+def oracle_weights(lengths: Sequence[int], decisions: Sequence[bool]) -> list[float]:
+    """The oracle arm: w = L / (tokens of the decisions) on the decisions, 0 elsewhere (sum_i L_i w_i = L);
+    w = 1 everywhere when no action is a decision (or the decisions have no tokens).
+
+    >>> oracle_weights([1, 2, 2, 3], [True, False, False, True])  # L = 8 over the 4 decision tokens
+    [2.0, 0.0, 0.0, 2.0]
+    >>> oracle_weights([1, 2], [False, False])
+    [1.0, 1.0]
+    """
+    mass = sum(n for n, d in zip(lengths, decisions, strict=True) if d)
+    if mass == 0:
+        return [1.0] * len(lengths)
+    return [sum(lengths) / mass if d else 0.0 for d in decisions]

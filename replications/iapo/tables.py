@@ -1,7 +1,9 @@
 """IAPO's own tables (read by paper/, see paper/extras.py), for what the card's claims cannot express.
 
-Arms (grpo, iapo, iapo-b0, iapo-c05, shuffled) train on service_desk's mixture of delays D and are
-evaluated at each D (the task's tier: `per_tier` of eval.json).
+The second testbed's (#39, service_desk choice: `speed.py`): `speed` and `share`. The first testbed's
+(below; only runs of env tag `service_desk`, the classic setting): arms (grpo, iapo, iapo-b0, iapo-c05,
+shuffled) train on service_desk's mixture of delays D and are evaluated at each D (the task's tier:
+`per_tier` of eval.json).
 
 - `behaviour`: per arm, held-out success (mean@k) at the warm start and after RL, per D, the probe
   accuracy (held-out single-turn tool calls), and the trap-use and redundant-lookup rates after RL
@@ -22,8 +24,10 @@ from paper.claims import paired_difference, table_verdict
 from paper.extras import ExtraTable
 from paper.load import Run
 from paper.tables import CI, Table, fmt_ci
+from replications.iapo.speed import share_table, speed_table
 
 ARMS = ("grpo", "iapo", "iapo-b0", "iapo-c05", "shuffled")
+CLASSIC = "service_desk"  # the first testbed's env tag
 MARGIN = 0.05  # the smallest gap of mean@k that matters, as in the card's claims
 SEEDS_FLOOR = 5  # the card's rule: never fewer seeds, whatever the power calculation says
 
@@ -39,7 +43,7 @@ def summarize(runs: list[Run]) -> Summaries:
     """arm -> the numbers of each finished seed (`final_d` / `initial_d`: mean@k at delay D)."""
     out: Summaries = {}
     for run in runs:
-        if run.arm not in ARMS:
+        if run.arm not in ARMS or run.env != CLASSIC:
             continue
         ev, rows = run.evals, run.metrics
         final, initial = ev["final"], ev.get("initial", {})
@@ -133,4 +137,5 @@ def gap_growth_table(runs: list[Run]) -> Table:
                  ["effect", "estimate", "verdict"], rows)
 
 
-EXTRA_TABLES: dict[str, ExtraTable] = {"behaviour": behaviour_table, "gap-growth": gap_growth_table}
+EXTRA_TABLES: dict[str, ExtraTable] = {"behaviour": behaviour_table, "gap-growth": gap_growth_table,
+                                       "speed": speed_table, "share": share_table}

@@ -55,7 +55,8 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
     "paper_math_team": [{"path": sample_data(), "train": ["math"], "heldout": ["math500", "aime24"],
                          "dev_size": 4}],
     "service_desk": [{"delays": [0, 2, 4]},
-                     {"delays": [8], "slack": 0, "demo_trap": 0.9, "demo_repeat": 0.9}],
+                     {"delays": [8], "slack": 0, "demo_trap": 0.9, "demo_repeat": 0.9},
+                     {"setting": "choice", "delays": [0, 8], "human_rate": 0.0}],
     "braid": [{}, {"demo_error": 1.0}],
     # the simulated shell (the real sandbox runs each command in bubblewrap, ~30 ms: its hostile commands
     # are tested one by one in test_terminal.py)
@@ -73,6 +74,12 @@ FULL_PASS_TASKS: dict[str, int] = {"tau2": 1, "scienceworld": 1}
 
 # The most turns an episode of `task` may take (chain_tasks: busy refusals do not count against its
 # call budget but never come twice in a row).
+def service_desk_ideal(task: dict[str, Any]) -> int:
+    if task.get("setting") == "choice":
+        return task["delay"] + 3
+    return 2 if task["intent"] == "human" else 4 + task["delay"]
+
+
 TURN_CAPS: dict[str, Callable[[Any, dict[str, Any]], int]] = {
     "arith": lambda env, task: len(task["steps"]),
     "chain_tasks": lambda env, task: 2 * (len(task_steps(task)) + env.cfg.slack),
@@ -88,7 +95,7 @@ TURN_CAPS: dict[str, Callable[[Any, dict[str, Any]], int]] = {
     "scienceworld": lambda env, task: env.cfg.max_steps,
     "paper_math": lambda env, task: 1,
     "paper_math_team": lambda env, task: 3,
-    "service_desk": lambda env, task: (2 if task["intent"] == "human" else 4 + task["delay"]) + env.cfg.slack,
+    "service_desk": lambda env, task: env.cfg.slack + service_desk_ideal(task),
     "braid": lambda env, task: len(task["nodes"]),
     "terminal": lambda env, task: env.cfg.max_turns,
     "skill_families": lambda env, task: task["plan"] + env.cfg.max_misses,

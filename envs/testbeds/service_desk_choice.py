@@ -1,0 +1,219 @@
+"""`service_desk`'s second setting, `choice` (IAPO's second testbed, #39): an upstream decision to credit.
+
+The first setting's reward-relevant content sat inside the final refund, which both decided and
+consumed; its intervening turns had one right answer (`ok`); a wrong method raised no error. Here the
+decision is upstream and binding, the consumer errors when the decision was wrong, and the turns in
+between carry entropy of their own. One episode, the ideal way, at delay D = 2:
+
+    tools: orders | archive | refund <card|cash|credit> | end; acknowledge with ok, sure, thanks or right
+    user: hello, i am ann, i ordered a lamp last year
+    > archive
+    tool: order K
+    user: it was a gift
+    > sure
+    user: the box was blue
+    > ok
+    user: that is all, please refund cash
+    > refund cash
+    tool: refunded order K
+    > end                                   (episode over; reward 1)
+
+- **The upstream choice.** Two lookup tools; the first user line's one salient word decides which one
+  holds the order: `week` (a recent order) -> `orders`, `year` -> `archive`. The right tool answers
+  `tool: order <id>`; the other answers `tool: no order found` (no error: it has no such order). Only
+  the first lookup counts (a second one errors: `tool: error: one lookup per call`), so the choice binds.
+- **The consumer.** `refund <method>` binds the looked-up id itself. After a wrong lookup it errors
+  (`tool: error: no order id`, an `error` event) and gets a `failed_utilization` edge from the lookup
+  whose invalid output it used: the failure caused upstream is flagged at the consumer. A wrong method
+  errors too (`tool: error: wrong method`; state unchanged, a retry may follow); so does a refund before
+  the customer's request (`tool: error: the customer is still talking`).
+- **The method** is copyable: the customer's last line ends `please refund <method>`, the bigram the
+  action repeats, right after its cue `refund`, in the observation the refund acts on.
+- **Delay D** (the tier): after the lookup the customer makes D remarks; each is acknowledged by any of
+  `ACKS` (four words: real entropy, so a broadcast advantage is noise there). A remark not acknowledged
+  is repeated after the next reply.
+- **Reward** 1 when the episode ends (`end`) after a refund of the right order to the right method,
+  within the ideal D + 3 actions + `slack`; else 0 (running out of budget: `out_of_turns`).
+- **Provenance events** (the graph IAPO builds, `replications/iapo/graph.py`): direct user input
+  (source -1) for an action whose observation carries a customer line; `tool_result` for the lookup
+  that returned the id; `success_utilization` lookup -> refund (the refund used its id) and refund ->
+  end; `failed_utilization` lookup -> refund when the refund used a wrong lookup's (missing) id, and
+  an errored action -> the lookup or refund right after it; `error` / `invalid_action` on erring
+  actions. `info` events `{"decision": "lookup" | "refund"}` mark the decisions (the first lookup and
+  every refund call): hidden ground truth for IAPO's oracle-credit arm (`method.credit=oracle`), never
+  read by IAPO itself.
+- **The demonstrator** (the warm start): picks the right tool with probability `demo_right_tool`
+  (default 0.5: a coin, whatever the word, so the warm start does not know the mapping and RL has to
+  learn it), acknowledges with a uniform one of `ACKS`, and then refunds the customer's method and ends.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from common.episode import Event
+from envs.api.base import EpisodeState, Observation, StepResult
+
+METHODS = ("card", "cash", "credit")
+IDS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+TOOLS = {"week": "orders", "year": "archive"}  # the salient word of the first user line -> the right tool
+ACKS = ("ok", "sure", "thanks", "right")
+# who and what (no effect on the play: they make enough distinct tasks at D = 0 for every split)
+NAMES = ("ann", "bob", "cai", "dev", "eve", "fay", "gus", "hal", "ivy", "joe", "kim", "lee")
+ITEMS = ("lamp", "mug", "chair", "book", "phone", "coat", "bag", "clock", "shoe", "desk", "pen", "cup")
+USER = -1
+SCHEMA = ("tools: orders | archive | refund <card|cash|credit> | end; "
+          "acknowledge with ok, sure, thanks or right")
+
+
+def first_line(task: dict[str, Any]) -> str:
+    return f"user: hello, i am {task['name']}, i ordered a {task['item']} last {task['word']}"
+
+
+def final_line(method: str) -> str:
+    return f"user: that is all, please refund {method}"
+
+
+def ideal_choice(task: dict[str, Any], acks: list[str] | None = None) -> list[str]:
+    """The ideal actions of a `choice` task (acknowledgements `ok` unless given)."""
+    acks = acks if acks is not None else ["ok"] * task["delay"]
+    return [TOOLS[task["word"]], *acks, f"refund {task['method']}", "end"]
+
+
+def generate_choice_task(rng: random.Random, tier: int, remarks: tuple[str, ...]) -> dict[str, Any]:
+    return {"setting": "choice", "word": rng.choice(sorted(TOOLS)), "method": rng.choice(METHODS),
+            "order": rng.choice(IDS), "delay": tier, "remarks": rng.sample(remarks, tier),
+            "name": rng.choice(NAMES), "item": rng.choice(ITEMS)}
+
+
+def random_choice_action(rng: random.Random) -> str:
+    """A call, the verb uniform over the two tools, an acknowledgement, `refund` and `end` (an
+    acknowledgement's word uniform over `ACKS`, a refund's method uniform)."""
+    verb = rng.choice(["orders", "archive", "ack", "refund", "end"])
+    if verb == "ack":
+        return rng.choice(ACKS)
+    return f"refund {rng.choice(METHODS)}" if verb == "refund" else verb
+
+
+class ChoiceEpisode(EpisodeState):
+    """One play of a `choice` task (see the module docstring)."""
+
+    def __init__(self, task: dict[str, Any], slack: int, demo_right_tool: float, rng: random.Random):
+        self.task, self.rng = task, rng
+        self.budget = task["delay"] + 3 + slack
+        self.turn = 0
+        self.looked_up: int | None = None  # the first lookup
+        self.order: str | None = None  # the id it returned (None: the wrong tool, or no lookup yet)
+        self.lookups = 0
+        self.acked = 0
+        self.talking = False  # a remark waits for an acknowledgement
+        self.asked = False  # the customer has made the request (`please refund <method>`)
+        self.refunded_by: int | None = None
+        self.errored: int | None = None
+        self.user_spoke = True
+        self.bad_calls = 0
+        self.refund_errors = 0
+        right = TOOLS[task["word"]]
+        wrong = next(t for t in TOOLS.values() if t != right)
+        self.demo_tool = right if rng.random() < demo_right_tool else wrong
+
+    def start(self) -> Observation:
+        return Observation("agent", f"{SCHEMA}\n{first_line(self.task)}\n> ")
+
+    def _line(self) -> str:
+        """The customer's line after the lookup or an acknowledgement: a remark, or the request."""
+        if self.acked < self.task["delay"]:
+            return f"user: {self.task['remarks'][self.acked]}"
+        return final_line(self.task["method"])
+
+    def expert_action(self) -> str:
+        if self.looked_up is None:
+            return self.demo_tool
+        if self.talking:
+            return self.rng.choice(ACKS)
+        if self.refunded_by is None and self.refund_errors == 0:
+            return f"refund {self.task['method']}"
+        return "end"
+
+    def step(self, action: str) -> StepResult:
+        j, self.turn = self.turn, self.turn + 1
+        events: list[Event] = []
+        if self.user_spoke:
+            events.append(Event("provenance", j, {"source": USER, "kind": "input"}))
+        words = action.split()
+        if self.errored is not None and words[:1] and (words[0] in TOOLS.values() or words[0] == "refund"):
+            events.append(Event("provenance", j, {"source": self.errored, "kind": "failed_utilization"}))
+        reply, error, done = self._apply(words, j, events)
+        self.errored = j if error else None
+        if error:
+            bad = reply == "error: bad call"
+            events.append(Event("invalid_action" if bad else "error", j, {"why": reply}))
+        if done is not None:
+            return StepResult(None, reward=float(done), success=done, events=events, info=self.summary())
+        if self.turn >= self.budget:
+            return StepResult(None, reward=0.0, events=events, info={**self.summary(), "out_of_turns": True})
+        if self.talking and "user:" not in reply:
+            reply = f"{reply}\n{self._line()}"
+        self.user_spoke = "user:" in reply
+        return StepResult(Observation("agent", f"{reply}\n> "), events=events)
+
+    def _apply(self, words: list[str], j: int, events: list[Event]) -> tuple[str, bool, bool | None]:
+        """(reply, errored, None while the episode goes on / whether it succeeded when it ended)."""
+        t = self.task
+        if len(words) == 1 and words[0] in TOOLS.values():
+            self.lookups += 1
+            if self.looked_up is not None:
+                return "tool: error: one lookup per call", True, None
+            self.looked_up = j
+            events.append(Event("info", j, {"decision": "lookup"}))
+            self.talking = t["delay"] > 0
+            if not self.talking:
+                self.asked = True
+            if words[0] == TOOLS[t["word"]]:
+                self.order = t["order"]
+                events.append(Event("tool_result", j, {"tool": words[0], "id": t["order"]}))
+                return f"tool: order {t['order']}\n{self._line()}", False, None
+            return f"tool: no order found\n{self._line()}", False, None
+        if len(words) == 1 and words[0] in ACKS:
+            if not self.talking:
+                return "user: yes?", False, None
+            self.acked += 1
+            self.talking = self.acked < t["delay"]
+            self.asked = not self.talking
+            return self._line(), False, None
+        if len(words) == 2 and words[0] == "refund" and words[1] in METHODS:
+            return self._refund(words[1], j, events)
+        if words == ["end"]:
+            if self.refunded_by is not None:
+                events.append(Event("provenance", j,
+                                    {"source": self.refunded_by, "kind": "success_utilization"}))
+            return "", False, self.refunded_by is not None
+        self.bad_calls += 1
+        return "error: bad call", True, None
+
+    def _refund(self, method: str, j: int, events: list[Event]) -> tuple[str, bool, bool | None]:
+        events.append(Event("info", j, {"decision": "refund"}))
+        error = None
+        if self.refunded_by is not None:
+            error = "tool: error: already refunded"
+        elif not self.asked:
+            error = "tool: error: the customer is still talking"
+        elif self.order is None:
+            error = "tool: error: no order id"
+            if self.looked_up is not None and self.errored != self.looked_up:  # the wrong lookup's output
+                events.append(Event("provenance", j,
+                                    {"source": self.looked_up, "kind": "failed_utilization"}))
+        elif method != self.task["method"]:
+            error = "tool: error: wrong method"
+        if error is not None:
+            self.refund_errors += 1
+            return error, True, None
+        self.refunded_by = j
+        events.append(Event("provenance", j, {"source": self.looked_up, "kind": "success_utilization"}))
+        return f"tool: refunded order {self.order}", False, None
+
+    def summary(self) -> dict[str, Any]:
+        return {"right_tool": self.order is not None, "redundant_lookup": self.lookups > 1,
+                "refund_errors": self.refund_errors, "bad_calls": self.bad_calls, "actions": self.turn,
+                "out_of_turns": False}
