@@ -26,11 +26,18 @@ def _not_done(cells):
             if (c.run_dir / "done").exists() and c.state().state != "done"]
 
 
+# Methods whose cpu replication is a new testbed whose arms have not run yet (declared in the CARD before
+# its runs; its design check decides whether they run): `make replicate-<m>` runs its cells.
+NOT_RUN_YET = {"iapo": "#39's choice setting: claims and arms committed, design check and arms not yet run"}
+
+
 @pytest.mark.parametrize("method", list(METHODS))
 def test_every_committed_cell_of_a_replication_is_done(method, monkeypatch):
     monkeypatch.chdir(ROOT)
     cells = plan(method, "cpu")
-    assert any((c.run_dir / "done").exists() for c in cells), f"{method}: no committed cpu-scale result"
+    finished = any((c.run_dir / "done").exists() for c in cells)
+    assert finished or method in NOT_RUN_YET, f"{method}: no committed cpu-scale result"
+    assert not (finished and method in NOT_RUN_YET), f"{method} has results now: take it off NOT_RUN_YET"
     assert _not_done(cells) == []
 
 
