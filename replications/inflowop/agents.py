@@ -22,6 +22,7 @@ Every choice here is ours [I]; the paper's agents are LLM backbones with role pr
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ class ScriptedAgent:
     card: AgentCard
     error: dict[str, float]  # category -> probability that one operation's output is wrong (hidden)
     garbage: float = 0.5  # share of errors that are malformed values (the rest are plausible)
+    composition: float = COMPOSITION  # the platform's extra factor per operation after the first in a call
 
     @property
     def name(self) -> str:
@@ -58,12 +60,12 @@ class ScriptedAgent:
 
     def attempt(self, op: str, k: int, inputs: Sequence[Value], position: int, rng: random.Random) -> Value:
         """The agent's output for one operation, the `position`-th (0-based) of its call: right with
-        probability (1 - error) * COMPOSITION^[position > 0], else malformed (share `garbage`) or
+        probability (1 - error) * composition^[position > 0], else malformed (share `garbage`) or
         a plausible wrong value. A malformed input gives a malformed output."""
         right = apply_op(op, k, inputs)
         if right is None:
             return None
-        p_right = (1.0 - self.error[OPS[op].category]) * (COMPOSITION if position > 0 else 1.0)
+        p_right = (1.0 - self.error[OPS[op].category]) * (self.composition if position > 0 else 1.0)
         if rng.random() < p_right:
             return right
         return None if rng.random() < self.garbage else perturb(right, rng)
@@ -191,7 +193,11 @@ class Prior:
     strength: float = 4.0
 
 
-def reliability(card: AgentCard, category: str, profile: Profile | None, prior: Prior) -> float:
+OPTIMISM_CAP = 0.999  # an optimistic reliability never reaches 1 (its -log stays a finite cost) [I]
+
+
+def reliability(card: AgentCard, category: str, profile: Profile | None, prior: Prior,
+                explore: float = 0.0) -> float:
     """The estimated probability that `card`'s agent gets one `category` operation right (eq. R, ours [I]):
 
         r(a, c) = (s_{a,c} + m * pi_{a,c}) / (n_{a,c} + m)
@@ -205,7 +211,24 @@ def reliability(card: AgentCard, category: str, profile: Profile | None, prior: 
     >>> p = Profile(); p.record("x", ["num"], True); p.record("x", ["num"], False)
     >>> reliability(card, "num", p, Prior())  # (1 + 4 * 0.5) / (2 + 4)
     0.5
+
+    **Exploration** (`explore` = kappa > 0; ours [I]): the planner reads an optimistic reliability,
+    the posterior mean plus kappa posterior standard deviations of a Beta with n + m pseudo-runs,
+
+        r+(a, c) = min(r + kappa * sqrt(r * (1 - r) / (n + m + 1)), OPTIMISM_CAP)
+
+    so an agent with few own runs of c looks better than its mean and gets tried; the bonus shrinks
+    as its runs accumulate (no lock-in on whoever won a category first). kappa = 0: r itself.
+
+    >>> round(reliability(card, "list", None, Prior(), explore=1.0), 6)  # 0.9 + 0.134 > cap
+    0.999
+    >>> p = Profile(); p.counts[("x", "num")] = [8, 10]
+    >>> round(reliability(card, "num", p, Prior(), explore=1.0), 6)  # 10/14 + sqrt(10/14 * 4/14 / 15)
+    0.830928
     """
     pi = prior.declared if category in card.declares else prior.undeclared
     s, n = profile.get(card.name, category) if profile is not None else (0, 0)
-    return (s + prior.strength * pi) / (n + prior.strength)
+    r = (s + prior.strength * pi) / (n + prior.strength)
+    if explore <= 0:
+        return r
+    return min(r + explore * math.sqrt(r * (1.0 - r) / (n + prior.strength + 1.0)), OPTIMISM_CAP)

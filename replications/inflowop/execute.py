@@ -102,8 +102,11 @@ class Executor:
 
     def __init__(self, task: BraidTask, agents: dict[str, Agent], cards: Sequence[AgentCard],
                  rel: Reliability, w: Weights, rng: random.Random, repair: RepairMode = "local",
-                 max_repairs: int = 4, tau: float = 0.85, profile: Profile | None = None):
+                 max_repairs: int = 4, tau: float = 0.85, profile: Profile | None = None,
+                 handoff: float | None = None):
         self.task, self.agents, self.cards, self.rel, self.w = task, agents, list(cards), rel, w
+        # the platform's: a value crossing a call boundary arrives intact with this probability
+        self.handoff = HANDOFF if handoff is None else handoff
         (self.rng, self.repair, self.max_repairs, self.tau,
          self.profile) = rng, repair, max_repairs, tau, profile
 
@@ -121,7 +124,7 @@ class Executor:
             for a in task.nodes[v].args:
                 if isinstance(a, int) and a not in s.nodes and a not in arrived:
                     val = produced.get(a)
-                    arrived[a] = perturb(val, self.rng) if self.rng.random() > HANDOFF else val
+                    arrived[a] = perturb(val, self.rng) if self.rng.random() > self.handoff else val
         for v in sorted(s.nodes):  # input contracts on what arrived, before the call
             node = task.nodes[v]
             external = [a for a in node.args if isinstance(a, int) and a not in s.nodes]

@@ -92,6 +92,13 @@ class InFlowOpConfig(MethodConfig):
     agent_max_tokens: int = 40  # longest output: a 12-item list of two-digit numbers [I]
     # with policy agents: tasks planned and run side by side (their generations batched) [I]
     play_batch: int = 128
+    # pools drawn from the prior (issue #42; conf/pool/prior.yaml, pools.py, pool_play.py): 0 = the hand-set
+    # pool of agents.py; P > 0: each cell plays P pools (eval.k = P), pool ids seed * P .. seed * P + P - 1
+    pools: int = 0
+    pool_prior: dict[str, Any] = field(default_factory=dict)  # PoolPrior's fields; missing: its defaults
+    # exploration: the planner reads the profile's mean + `explore` posterior sds (agents.reliability)
+    explore: float = 0.0
+    frontier: list[float] = field(default_factory=list)  # betas also played per pool (pool_play.py)
 
 
 class InFlowOp(Method):
@@ -126,7 +133,7 @@ class InFlowOp(Method):
                              f"(got env={self.env.name})")
         if self.run.steps != 0:
             raise ValueError(f"inflowop is training-free: set trainer.steps=0 (got {self.run.steps})")
-        check_settings(self.cfg, self.run.engine)  # method.* in range, the agent pool well named
+        check_settings(self.cfg, self.run.engine, self.run.eval_k)  # method.* in range, the pool well named
 
     def play(self, rollout: Rollout, tasks: list[Task], step: int, mode: Mode = "train",
              variant: str = "main") -> list[Group]:
@@ -135,6 +142,9 @@ class InFlowOp(Method):
         if mode != "eval":
             raise ValueError("inflowop is training-free: it only plays evaluations (trainer.steps=0)")
         seed = self.run.seed
+        if self.cfg.pools:  # pools drawn from the prior (issue #42)
+            from replications.inflowop.pool_play import play_pools
+            return play_pools(self.env, self.cfg, seed, tasks)  # type: ignore[arg-type]  # braid: validate()
         spec = ARMS[self.cfg.arm]
         models = pool_of(self.cfg)
         answer, extra = self._policy_pool(rollout, models) if models else (None, {})

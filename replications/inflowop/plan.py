@@ -48,10 +48,14 @@ class Subtask:
 
 @dataclass(frozen=True)
 class Weights:
-    """The cost's trade-offs (eq. C): beta per second of latency, gamma per created specialist."""
+    """The cost's trade-offs (eq. C): beta per second of latency, gamma per created specialist; and the
+    platform facts the optimizer is told (the hand-set pool's `HANDOFF`, `COMPOSITION` by default; a
+    pool drawn from the prior, `pools.py`, has its own)."""
 
     beta: float
     gamma: float
+    handoff: float = HANDOFF
+    composition: float = COMPOSITION
 
 
 def handoffs_in(task: BraidTask, nodes: Iterable[int]) -> int:
@@ -60,11 +64,12 @@ def handoffs_in(task: BraidTask, nodes: Iterable[int]) -> int:
     return sum(1 for v in inside for a in task.nodes[v].args if isinstance(a, int) and a not in inside)
 
 
-def reliability_cost(task: BraidTask, nodes: Iterable[int], card: AgentCard, rel: Reliability) -> float:
+def reliability_cost(task: BraidTask, nodes: Iterable[int], card: AgentCard, rel: Reliability,
+                     handoff: float = HANDOFF, composition: float = COMPOSITION) -> float:
     """rel(S, a) of eq. C: -log of the probability that S's call and its incoming handoffs go right."""
     nodes = sorted(nodes)
     steps = -sum(math.log(max(rel(card, OPS[task.nodes[v].op].category), 1e-9)) for v in nodes)
-    return steps - (len(nodes) - 1) * math.log(COMPOSITION) - handoffs_in(task, nodes) * math.log(HANDOFF)
+    return steps - (len(nodes) - 1) * math.log(composition) - handoffs_in(task, nodes) * math.log(handoff)
 
 
 def latency(card: AgentCard, size: int) -> float:
@@ -75,7 +80,8 @@ def latency(card: AgentCard, size: int) -> float:
 def cost(task: BraidTask, nodes: Iterable[int], card: AgentCard, rel: Reliability, w: Weights) -> float:
     """cost(S, a) = rel(S, a) + beta * lat(S, a) + gamma * [a is created] (eq. C)."""
     nodes = sorted(nodes)
-    return (reliability_cost(task, nodes, card, rel) + w.beta * latency(card, len(nodes))
+    return (reliability_cost(task, nodes, card, rel, w.handoff, w.composition)
+            + w.beta * latency(card, len(nodes))
             + w.gamma * card.created)
 
 
@@ -179,11 +185,15 @@ def coalesce(task: BraidTask, cards: Sequence[AgentCard], rel: Reliability, w: W
 
 def template_plan(task: BraidTask, cards: Sequence[AgentCard]) -> list[Subtask]:
     """The fixed template: atomic steps, each to the first pool card declaring its category (no cost, no
-    profile)."""
+    profile); none declares it: the first card that does (an on-demand specialist), else the first card."""
     out = []
     for g in split_atomic(task):
         category = OPS[task.nodes[min(g)].op].category
-        out.append(Subtask(g, next(c.name for c in cards if not c.created and category in c.declares)))
+        declared = [c for c in cards if not c.created and category in c.declares]
+        # a drawn pool (pools.py) may have no card declaring it: then the on-demand specialist, or the
+        # first card
+        fallback = [c for c in cards if category in c.declares] or list(cards)
+        out.append(Subtask(g, (declared or fallback)[0].name))
     return out
 
 

@@ -9,26 +9,21 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from envs.testbeds.braid import DOMAINS, BraidTask
-from replications.inflowop.agents import (
-    POOL,
-    AgentCard,
-    ModelAgent,
-    Prior,
-    Profile,
-    agents_by_name,
-    model_agent,
-    reliability,
-)
+from replications.inflowop.agents import AgentCard, ModelAgent, Prior, Profile, model_agent, reliability
 from replications.inflowop.execute import Answer, Executor, RepairMode, Trace, drive
 from replications.inflowop.plan import Subtask, Weights, coalesce, greedy_split, single_plan, template_plan
+from replications.inflowop.pools import HAND_SET, Pool
 
 if TYPE_CHECKING:
     from replications.inflowop.method import InFlowOpConfig
 
-Arm = Literal["single", "template", "rerun-all", "greedy", "no-repair", "no-profile", "inflowop"]
+Arm = Literal["single", "single-retry", "template", "rerun-all", "greedy", "no-repair", "no-profile",
+              "inflowop"]
 
 ARMS: dict[str, dict[str, Any]] = {  # arm -> planner, repair mode, profiles (warm-up and updates)
     "single": {"planner": "single", "repair": "none", "profiles": False},
+    # the single agent re-runs the whole task (at most max_repairs times) when a contract breaks (#42)
+    "single-retry": {"planner": "single", "repair": "rerun", "profiles": False},
     "template": {"planner": "template", "repair": "none", "profiles": False},
     "rerun-all": {"planner": "coalesce", "repair": "rerun", "profiles": True},
     "greedy": {"planner": "greedy", "repair": "local", "profiles": True},
@@ -48,25 +43,31 @@ def pool_of(cfg: InFlowOpConfig) -> list[ModelAgent]:
 
 
 def solve(task: BraidTask, cfg: InFlowOpConfig, profile: Profile | None, rng: random.Random,
-          models: Sequence[ModelAgent] = (), answer: Answer | None = None) -> Trace:
+          models: Sequence[ModelAgent] = (), answer: Answer | None = None, pool: Pool = HAND_SET,
+          single_agent: str | None = None) -> Trace:
     """Plan and run one task under `cfg.arm`; `profile` is read for reliability and, when given,
     updated by the run. `models`: policy agents in the pool, whose operations `answer` computes."""
-    executor, plan = prepare(task, cfg, profile, rng, models)
+    executor, plan = prepare(task, cfg, profile, rng, models, pool, single_agent)
     return executor.run(plan, answer)
 
 
 def prepare(task: BraidTask, cfg: InFlowOpConfig, profile: Profile | None, rng: random.Random,
-            models: Sequence[ModelAgent] = ()) -> tuple[Executor, list[Subtask]]:
-    """The plan of one task under `cfg.arm` (from the profile as it is now) and the executor that runs it."""
+            models: Sequence[ModelAgent] = (), pool: Pool = HAND_SET,
+            single_agent: str | None = None) -> tuple[Executor, list[Subtask]]:
+    """The plan of one task under `cfg.arm` (from the profile as it is now) and the executor that runs it.
+    `pool`: the scripted agents and platform facts (the hand-set table unless a drawn pool);
+    `single_agent`: the single-agent arms' agent (default `cfg.single_agent`). With a profile,
+    `cfg.explore` > 0 plans with optimistic reliabilities (exploration, `agents.reliability`)."""
     spec = ARMS[cfg.arm]
-    agents: dict[str, Any] = {**agents_by_name(with_created=cfg.create), **{m.name: m for m in models}}
+    agents: dict[str, Any] = {**pool.by_name(with_created=cfg.create), **{m.name: m for m in models}}
     cards: list[AgentCard] = [a.card for a in agents.values()]
     prior = Prior(cfg.prior_declared, cfg.prior_undeclared, cfg.prior_strength)
-    rel = (lambda card, c: reliability(card, c, profile, prior))  # noqa: E731
-    w = Weights(cfg.beta, cfg.gamma)
+    explore = cfg.explore if profile is not None else 0.0
+    rel = (lambda card, c: reliability(card, c, profile, prior, explore))  # noqa: E731
+    w = Weights(cfg.beta, cfg.gamma, pool.handoff, pool.composition)
     planner = spec["planner"]
     if planner == "single":
-        plan = single_plan(task, cfg.single_agent)
+        plan = single_plan(task, single_agent or cfg.single_agent)
     elif planner == "template":
         plan = template_plan(task, cards)
     elif planner == "greedy":
@@ -75,24 +76,24 @@ def prepare(task: BraidTask, cfg: InFlowOpConfig, profile: Profile | None, rng: 
         plan = coalesce(task, cards, rel, w)
     repair: RepairMode = spec["repair"]
     return (Executor(task, agents, cards, rel, w, rng, repair=repair, max_repairs=cfg.max_repairs,
-                     tau=cfg.tau, profile=profile), plan)
+                     tau=cfg.tau, profile=profile, handoff=pool.handoff), plan)
 
 
 def warm_up(tasks: list[BraidTask], profile: Profile, rng: random.Random, models: Sequence[ModelAgent] = (),
-            answer: Answer | None = None, batch: int = 1) -> Profile:
-    """Build profiles from exploration runs: every step of every task to a uniformly random pool
-    agent (policy agents included), no repair; the contracts judge each run (no labels). `batch`
+            answer: Answer | None = None, batch: int = 1, pool: Pool = HAND_SET) -> Profile:
+    """Build profiles from exploration runs: every step of every task to a uniformly random agent of
+    `pool` (policy agents included), no repair; the contracts judge each run (no labels). `batch`
     tasks run side by side (their policy agents' operations generated together). Returns `profile`,
     updated."""
-    pool: list[Any] = [*POOL, *models]
-    agents: dict[str, Any] = {**agents_by_name(with_created=False), **{m.name: m for m in models}}
-    cards = [a.card for a in pool]
+    members: list[Any] = [*pool.agents, *models]
+    agents: dict[str, Any] = {**pool.by_name(with_created=False), **{m.name: m for m in models}}
+    cards = [a.card for a in members]
     for start in range(0, len(tasks), batch):
         runs = []
         for task in tasks[start:start + batch]:
-            plan = [Subtask(frozenset({n.index}), rng.choice(pool).name) for n in task.nodes]
+            plan = [Subtask(frozenset({n.index}), rng.choice(members).name) for n in task.nodes]
             runs.append(Executor(task, agents, cards, lambda card, c: 0.5, Weights(0.0, 0.0), rng,
-                                 repair="none", profile=profile).steps(plan))
+                                 repair="none", profile=profile, handoff=pool.handoff).steps(plan))
         drive(runs, answer)
     return profile
 

@@ -333,7 +333,10 @@ def test_every_cpu_cell_composes_and_resolves_and_small_and_paper_refuse():
     from replications import METHODS
 
     cells = plan("inflowop", "cpu")
-    assert len(cells) == 70 and {c.arm for c in cells} == set(ARMS)
+    # the hand-set pool's 7 arms (braid) and the 7 arms over pools drawn from the prior (braid-pools, #42)
+    assert len(cells) == 140 and {c.arm for c in cells if c.env == "braid"} == set(ARMS) - {"single-retry"}
+    pool_arms = ("single", "single-retry", "template", "greedy", "no-repair", "no-profile", "inflowop")
+    assert {c.arm for c in cells if c.env == "braid-pools"} == {f"pools-{a}" for a in pool_arms}
     cfgs = validate_cells(cells)
     assert {c.trainer.steps for c in cfgs} == {0} and {c.env["name"] for c in cfgs} == {"braid"}
     with pytest.raises(ValueError, match="3.9 h, over the hour"):  # the measured SmolLM2 warm start (CARD.md)
