@@ -206,6 +206,8 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
                 errors.append(f"engine.{key}={getattr(e, key)} has no effect with engine=hf{why}; "
                               "it is a vLLM setting (engine=vllm)")
     else:
+        if not e.kv_reuse:
+            errors.append("engine.kv_reuse=false has no effect with engine=vllm; it is an HF engine setting")
         if not 0 < e.gpu_memory_utilization <= 1:
             errors.append(f"engine.gpu_memory_utilization must be in (0, 1]; got {e.gpu_memory_utilization}")
         if e.kv_cache_memory_bytes is not None and e.kv_cache_memory_bytes < 1:

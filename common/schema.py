@@ -67,6 +67,9 @@ class SFTConfig:
 class EngineConfig:
     name: str = "hf"  # hf | vllm
     max_batch: int = 256  # sequences per forward in the HF engine
+    # HF only: a multi-turn episode's keys and values kept between its turns (common/engines/kv_reuse.py);
+    # false re-encodes the whole context every turn (same tokens and log-probs, to float rounding)
+    kv_reuse: bool = True
     # vLLM only
     gpu_memory_utilization: float = 0.5
     kv_cache_memory_bytes: int | None = None  # CPU build: always set (default reserves 14 GiB)
