@@ -7,7 +7,8 @@ generator) with `max_steps` = the number of turns: the untrained model rarely wi
 episode runs its full number of turns (the turns actually played are recorded). The model is
 SmolLM2-135M-Instruct (LoRA rank 16, its chat template). Both engines play the same episodes (the
 same environment seeds and sampling uniforms); `same_actions` says for how many turns the two
-sampled the same tokens (they differ only by float rounding of the prefill).
+sampled the same tokens (they differ only by float rounding of the prefill) and
+`logprob_abs_diff_max` how far apart their log-probabilities were on those turns.
 
     python -m bench.turns --turns 2,4,8,16 --out /tmp/b          # one table; bench.cli --turns runs it too
 """
@@ -101,7 +102,10 @@ def measure_turns(model: str = "smollm2", turns: tuple[int, ...] = (2, 4, 8, 16)
             print(f"[turns] {n} turns, {name}: {wall:.1f} s", flush=True)
         pairs = [(a, b) for ea, eb in zip(played["reuse"], played["reencode"], strict=True)
                  for a, b in zip(ea.turns, eb.turns, strict=False)]
-        row["same_actions"] = sum(a.action_ids == b.action_ids for a, b in pairs) / max(len(pairs), 1)
+        same = [(a, b) for a, b in pairs if a.action_ids == b.action_ids]
+        row["same_actions"] = len(same) / max(len(pairs), 1)
+        row["logprob_abs_diff_max"] = max((abs(x - y) for a, b in same
+                                           for x, y in zip(a.logprobs, b.logprobs, strict=True)), default=0.0)
         row["speedup"] = row["reencode"]["time_s"] / row["reuse"]["time_s"]
         out["rows"].append(row)
     for name in ("reuse", "reencode"):
@@ -116,15 +120,17 @@ def markdown(r: dict[str, Any]) -> list[str]:
                  f"{r['precision']}; our HF engine with key/value reuse across turns and re-encoding every "
                  "context):", "",
              "| turns | context at the last turn | reuse s/episode | re-encode s/episode | speed-up | "
-             "reuse s/turn | re-encode s/turn | reuse tokens/s | re-encode tokens/s | same actions |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "reuse s/turn | re-encode s/turn | reuse tokens/s | re-encode tokens/s | same actions | "
+             "max abs logp diff |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in r["rows"]:
         a, b = row["reuse"], row["reencode"]
         lines.append(f"| {row['turns']} ({a['turns_per_episode']:.1f} played) | "
                      f"{a['context_tokens_last_turn']:.0f} | {a['s_per_episode']:.2f} | "
                      f"{b['s_per_episode']:.2f} | {row['speedup']:.1f}x | "
                      f"{a['s_per_turn']:.3f} | {b['s_per_turn']:.3f} | {a['tokens_per_s']:.0f} | "
-                     f"{b['tokens_per_s']:.0f} | {row['same_actions']:.0%} |")
+                     f"{b['tokens_per_s']:.0f} | {row['same_actions']:.0%} | "
+                     f"{row['logprob_abs_diff_max']:.1e} |")
     lines += ["", "Seconds per turn, largest over smallest across the rows: reuse "
                   f"{r['reuse_per_turn_growth']:.2f}x, re-encoding {r['reencode_per_turn_growth']:.2f}x."]
     return lines
