@@ -96,9 +96,10 @@ class HFEngine(Engine):
         with self.policy.use(adapter) as model, self._autocast(device := next(model.parameters()).device):
             fast = self.fast and FastDecoder.supports(model)
             hits: list[Hit | None] = [None] * len(firsts)
-            if self.store is not None:
-                self.store.enter((weights_key(model), self.bf16, fast, str(device)))
-                hits = [self.store.lookup(adapter, p) for p in firsts]
+            store = self.store if fast or _full_attention(model) else None
+            if store is not None:
+                store.enter((weights_key(model), self.bf16, fast, str(device)))
+                hits = [store.lookup(adapter, p) for p in firsts]
             cut = [0 if h is None else h.n for h in hits]  # cached tokens of each prefilled row
             cached = max(cut)
             suffix = max(len(p) - c for p, c in zip(firsts, cut, strict=True))
@@ -119,7 +120,6 @@ class HFEngine(Engine):
                 rows_n = torch.tensor(of_row, device=device)
                 dec.select(rows_n)
                 logits_B_V, next_pos_B = logits_B_V[rows_n], next_pos_B[rows_n]
-            keep_rows = self.store is not None
             for t in range(params.max_new_tokens):
                 tok_B, lp_B = self._sample(logits_B_V, params, gen)
                 keep: list[int] = []
@@ -137,7 +137,7 @@ class HFEngine(Engine):
                         keep.append(j)
                 if not keep or t == params.max_new_tokens - 1:
                     break
-                if keep_rows and len(keep) < len(alive):  # the finished rows' keys and values, kept
+                if store is not None and len(keep) < len(alive):  # the finished rows' keys and values, kept
                     kept = set(keep)
                     self._keep(dec, adapter, [j for j in range(len(rows)) if j not in kept], rows, prompts,
                                tokens)
@@ -147,9 +147,9 @@ class HFEngine(Engine):
                     alive, tok_B, next_pos_B = alive[keep], tok_B[keep_t], next_pos_B[keep_t]
                 logits_B_V = dec.step(tok_B, next_pos_B)
                 next_pos_B = next_pos_B + 1
-            if keep_rows:
+            if store is not None:
                 self._keep(dec, adapter, list(range(len(alive))), alive.tolist(), prompts, tokens)
-                self.store.discard(adapter, hits)  # type: ignore[union-attr]
+                store.discard(adapter, hits)
         return [self._finish(tokens[r], logps[r], stopped[r], stop_strings) for r in range(n)]
 
     def _keep(self, dec: Any, adapter: str | None, batch_rows: list[int], rows: list[int],
@@ -196,6 +196,16 @@ class HFEngine(Engine):
         if cut >= 0:
             text = text[:cut]
         return Sample(action_ids=ids, logprobs=logps, text=text, stopped=stopped)
+
+
+def _full_attention(model: Any) -> bool:
+    """Every layer attends to the whole context (no sliding window, no recurrent state): the layers a
+    DynamicCache rebuilt from cached keys and values stands for (`_HFDecoder.prefill_after`)."""
+    cfg = model.config
+    types = getattr(cfg, "layer_types", None)
+    if types:
+        return all(t == "full_attention" for t in types)
+    return getattr(cfg, "sliding_window", None) is None
 
 
 class _HFDecoder:

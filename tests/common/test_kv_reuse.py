@@ -182,3 +182,20 @@ def test_rollouts_with_an_adapter_per_role_play_the_same_episodes(tiny_parts, ch
     store = engines[0].store
     assert store is not None and extending > 0 and store.hits >= extending
     assert not store.entries and store.nbytes == 0  # the play ended: its caches were dropped
+
+
+def test_hf_forward_reuses_only_where_every_layer_sees_the_whole_context(policy):
+    """A rebuilt DynamicCache stands for full-attention layers only: a sliding-window or recurrent
+    model re-encodes (the lean decoder supports full attention only)."""
+    from types import SimpleNamespace
+
+    from common.engines.hf import _full_attention
+
+    def model(**cfg: Any) -> Any:
+        return SimpleNamespace(config=SimpleNamespace(**cfg))
+
+    assert _full_attention(policy.model)  # the tiny Qwen3: every layer full attention
+    assert _full_attention(model()) and _full_attention(model(sliding_window=None))  # Llama; Mistral off
+    assert not _full_attention(model(sliding_window=4096))
+    assert not _full_attention(model(layer_types=["full_attention", "sliding_attention"]))
+    assert not _full_attention(model(layer_types=["linear_attention"], sliding_window=None))
