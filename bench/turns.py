@@ -45,7 +45,8 @@ def measure_turns(model: str = "smollm2", turns: tuple[int, ...] = (2, 4, 8, 16)
                   group: int = 2, max_new_tokens: int = 16, precision: str = "bf16", seed: int = 0,
                   work_dir: str = ".cache/bench") -> dict[str, Any]:
     """For each number of turns: `tasks` x `group` episodes played with reuse and without; seconds
-    per episode, per turn, generated tokens per second, prompt tokens prefilled."""
+    per episode and per round (a turn of every live episode: `s_per_turn`), generated tokens per
+    second, the context at the last turn."""
     from common.chat import ChatFormat
     from common.config import SFTConfig
     from common.engines.hf import HFEngine
@@ -120,7 +121,7 @@ def markdown(r: dict[str, Any]) -> list[str]:
                  f"{r['precision']}; our HF engine with key/value reuse across turns and re-encoding every "
                  "context):", "",
              "| turns | context at the last turn | reuse s/episode | re-encode s/episode | speed-up | "
-             "reuse s/turn | re-encode s/turn | reuse tokens/s | re-encode tokens/s | same actions | "
+             "reuse s/round | re-encode s/round | reuse tokens/s | re-encode tokens/s | same actions | "
              "max abs logp diff |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in r["rows"]:
@@ -131,7 +132,8 @@ def markdown(r: dict[str, Any]) -> list[str]:
                      f"{a['s_per_turn']:.3f} | {b['s_per_turn']:.3f} | {a['tokens_per_s']:.0f} | "
                      f"{b['tokens_per_s']:.0f} | {row['same_actions']:.0%} | "
                      f"{row['logprob_abs_diff_max']:.1e} |")
-    lines += ["", "Seconds per turn, largest over smallest across the rows: reuse "
+    lines += ["", "A round is one turn of every live episode (one engine call). Seconds per round, largest "
+                  "over smallest across the rows: reuse "
                   f"{r['reuse_per_turn_growth']:.2f}x, re-encoding {r['reencode_per_turn_growth']:.2f}x."]
     return lines
 
