@@ -34,6 +34,9 @@ class OneAtATimeEngine(Engine):
     def generate(self, requests: list[Request], params: SamplingParams, seed: int) -> list[Sample]:
         return [self.inner.generate([r], params, derive_seed(seed, i))[0] for i, r in enumerate(requests)]
 
+    def forget(self) -> None:
+        self.inner.forget()
+
 
 def multi_role_env() -> Any:
     """The first multi-role environment of ENVS (built from its config file), else arith stepwise."""

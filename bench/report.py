@@ -151,6 +151,10 @@ def markdown(r: dict[str, Any]) -> str:
                          f"ways): |logp error| mean {acc['logprob_abs_err_mean']:.1e}, "
                          f"max {acc['logprob_abs_err_max']:.1e}; LoRA gradient cosine "
                          f"{acc['grad_cosine']:.4f}, relative error {acc['grad_rel_err']:.3f}.")
+    if r.get("turns"):
+        from bench.turns import markdown as turns_markdown
+
+        lines += turns_markdown(r["turns"])
     mt = r.get("multiturn")
     if mt is None:
         return "\n".join([*lines, "", _wall(r), ""])

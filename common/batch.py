@@ -96,6 +96,24 @@ def build_rows(episodes: list[Episode], roles: set[str] | None,
     return rows
 
 
+def micro_batches(rows: Sequence[Row], max_rows: int = 0, max_tokens: int = 0) -> list[list[int]]:
+    """`rows` cut, in order, into chunks of at most `max_rows` rows whose padded size (rows x longest
+    row, the positions one forward runs) is at most `max_tokens` (0: no limit); a row longer than
+    `max_tokens` is a chunk of its own. Lists of indices into `rows`."""
+    out: list[list[int]] = []
+    chunk: list[int] = []
+    longest = 0
+    for i, row in enumerate(rows):
+        grown = max(longest, len(row.ids))
+        full = (max_rows and len(chunk) >= max_rows) or (max_tokens and (len(chunk) + 1) * grown > max_tokens)
+        if chunk and full:
+            out.append(chunk)
+            chunk, grown = [], len(row.ids)
+        chunk.append(i)
+        longest = grown
+    return out + [chunk] if chunk else out
+
+
 @dataclass
 class Scored:
     logp_B_T: torch.Tensor  # log-probabilities of the action tokens, padded with 0

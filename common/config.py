@@ -126,7 +126,7 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
     if t.group_size < 1 or t.tasks_per_step < 1 or t.steps < 0 or t.ppo_epochs < 1 or t.minibatches < 1:
         errors.append("trainer.group_size, tasks_per_step, ppo_epochs and minibatches must be >= 1, "
                       "steps >= 0")
-    for key in ("micro_batch_rows", "checkpoint_every", "threads"):
+    for key in ("micro_batch_rows", "micro_batch_tokens", "checkpoint_every", "threads"):
         if getattr(t, key) < 0:
             errors.append(f"trainer.{key} must be >= 0 (0: {_ZERO_MEANS[key]}); got {getattr(t, key)}")
     if t.precision not in ("32", "bf16"):
@@ -206,6 +206,8 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
                 errors.append(f"engine.{key}={getattr(e, key)} has no effect with engine=hf{why}; "
                               "it is a vLLM setting (engine=vllm)")
     else:
+        if not e.kv_reuse:
+            errors.append("engine.kv_reuse=false has no effect with engine=vllm; it is an HF engine setting")
         if not 0 < e.gpu_memory_utilization <= 1:
             errors.append(f"engine.gpu_memory_utilization must be in (0, 1]; got {e.gpu_memory_utilization}")
         if e.kv_cache_memory_bytes is not None and e.kv_cache_memory_bytes < 1:
@@ -277,7 +279,8 @@ def _seed_errors(cfg: RunConfig) -> list[str]:
             for key, value in seeds.items() if value is not None and not 0 <= value < SEED_LIMIT]
 
 
-_ZERO_MEANS = {"micro_batch_rows": "the whole minibatch at once", "checkpoint_every": "only at the end",
+_ZERO_MEANS = {"micro_batch_rows": "the whole minibatch at once", "micro_batch_tokens": "no token limit",
+               "checkpoint_every": "only at the end",
                "threads": "all cores", "max_tasks": "the whole held-out split",
                "every": "only at start and end"}
 

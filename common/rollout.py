@@ -140,9 +140,17 @@ class Rollout:
             episode = Episode(task.id, task.tier, tag=spec.tag, counts_for_training=spec.trainable)
             live.append(_Live(state, episode, state.start(), {}, env.cfg.step_cpu_s))
         episodes = [slot.episode for slot in live]
+        try:
+            self._rounds(live, step, salt, params, demonstrator, stop)
+        finally:
+            self.engine.forget()  # these episodes send no more requests: what the engine kept for them goes
+        return episodes
+
+    def _rounds(self, live: list[_Live], step: int, salt: str, params: SamplingParams,
+                demonstrator: Environment | None, stop: str) -> None:
         for round_idx in range(MAX_ROUNDS):
             if not live:
-                return episodes
+                return
             requests, owners = [], []
             eos = getattr(self.tokenizer, "eos_token_id", None)
             texts = [observation_text(self.chat, slot.obs.text,

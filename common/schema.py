@@ -67,6 +67,9 @@ class SFTConfig:
 class EngineConfig:
     name: str = "hf"  # hf | vllm
     max_batch: int = 256  # sequences per forward in the HF engine
+    # HF only: a multi-turn episode's keys and values kept between its turns (common/engines/kv_reuse.py);
+    # false re-encodes the whole context every turn (same tokens and log-probs, to float rounding)
+    kv_reuse: bool = True
     # vLLM only
     gpu_memory_utilization: float = 0.5
     kv_cache_memory_bytes: int | None = None  # CPU build: always set (default reserves 14 GiB)
@@ -100,6 +103,9 @@ class TrainerConfig:
     temperature: float = 1.0  # rollout temperature
     max_new_tokens: int = 32  # per turn
     micro_batch_rows: int = 0  # rows per forward/backward chunk; 0 = the whole minibatch at once
+    # padded tokens (rows x longest row) per forward/backward chunk, gradients accumulated: bounds the
+    # update's memory where rows are long (multi-turn); 0 = no limit. Short rows stay in one chunk.
+    micro_batch_tokens: int = 8192
     checkpoint_every: int = 10  # RL steps between checkpoints (and at the end)
     threads: int = 0  # torch threads; 0 = all cores
     precision: str = "32"  # 32 | bf16 (autocast for forward passes where the CPU supports it)

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from common.batch import Row, build_rows, padded, score_rows
+from common.batch import Row, build_rows, micro_batches, padded, score_rows
 from common.chat import ChatFormat
 from common.config import RunConfig
 from common.credit import Advantages, to_advantages
@@ -67,7 +67,6 @@ from common.records import RunDir
 from common.rollout import Rollout, derive_seed
 from common.samples import due, log_text, sample_rows
 from common.step_metrics import outcome_metrics
-from common.util import chunks
 from envs.api.base import Environment
 
 
@@ -300,7 +299,9 @@ class RLModule(L.LightningModule):
         pad = self.policy.tokenizer.pad_token_id
         out: list[torch.Tensor] = []
         with self.policy.use(None) as model, self._autocast():
-            for chunk in chunks(rows, self.cfg.trainer.micro_batch_rows):
+            t = self.cfg.trainer
+            for idx in micro_batches(rows, t.micro_batch_rows, t.micro_batch_tokens):
+                chunk = [rows[i] for i in idx]
                 scored = score_rows(model, chunk, pad, with_entropy=False,
                                     temperature=self.cfg.trainer.temperature,
                                     fast=self.cfg.trainer.fast_forward)
@@ -344,8 +345,10 @@ class RLModule(L.LightningModule):
                 total = 0.0
                 for adapter in dict.fromkeys(r.adapter for r in mb):
                     with self.policy.use(adapter) as model:
-                        for idx in chunks([i for i in mb_idx if rows[i].adapter == adapter],
-                                          t.micro_batch_rows):
+                        mine = [int(i) for i in mb_idx if rows[i].adapter == adapter]
+                        for part in micro_batches([rows[i] for i in mine], t.micro_batch_rows,
+                                                  t.micro_batch_tokens):
+                            idx = [mine[j] for j in part]
                             chunk = [rows[i] for i in idx]
                             with self._autocast():
                                 scored = score_rows(model, chunk, pad, with_entropy=True,

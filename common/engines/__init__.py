@@ -12,7 +12,8 @@ def make_engine(cfg: RunConfig, policy: Any) -> Engine:
     if cfg.engine.name == "hf":
         from common.engines.hf import HFEngine
 
-        return HFEngine(policy, max_batch=cfg.engine.max_batch, bf16=cfg.trainer.precision == "bf16")
+        return HFEngine(policy, max_batch=cfg.engine.max_batch, bf16=cfg.trainer.precision == "bf16",
+                        kv_reuse=cfg.engine.kv_reuse)
     if cfg.engine.name == "vllm":
         try:
             from common.engines.vllm import VLLMEngine

@@ -46,5 +46,9 @@ class Engine(ABC):
     def sync(self) -> None:  # noqa: B027 (optional hook: engines sampling from the module itself need nothing)
         """Serve the policy's current weights (called after every optimizer step)."""
 
+    def forget(self) -> None:  # noqa: B027 (optional hook: engines that keep nothing between calls)
+        """Drop what was kept for later calls (the HF engine's cached keys and values of finished turns):
+        called when a play ends, whose episodes will send no more requests."""
+
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Free resources."""

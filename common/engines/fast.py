@@ -45,6 +45,7 @@ from common.engines.fast_weights import (
     _stack,
     _stack_bias,
 )
+from common.engines.kv_reuse import place_prefixes
 
 SUPPORTED = ("Qwen3ForCausalLM", "LlamaForCausalLM")
 
@@ -238,6 +239,28 @@ class FastDecoder(_FastModel):
         n = ids_B_L.size(1)
         self.keys_B_L[:, :n] = mask_B_L.bool()
         return self._last_logits(ids_B_L, pos_B_L, self._prompt_mask(self.keys_B_L[:, :n]))
+
+    def prefill_after(self, hits: list[Any], width: int, ids_B_S: torch.Tensor, mask_B_S: torch.Tensor,
+                      pos_B_S: torch.Tensor) -> torch.Tensor:
+        """Logits (float32) of the next token after cached prefixes and left-padded suffixes.
+
+        Row b's cached keys and values (`hits[b]`, a `kv_reuse.Hit`, or None) fill the first `width`
+        columns right-aligned; its suffix tokens (at positions `pos_B_S`, after its prefix) attend
+        to them and, causally, to each other: per token the arithmetic of a whole-prompt prefill.
+        """
+        self.keys_B_L[:, :width] = place_prefixes(hits, self.k_cache, self.v_cache, width)
+        self.length = width
+        s = ids_B_S.size(1)
+        self.keys_B_L[:, width : width + s] = mask_B_S.bool()
+        cached_B_1_S_C = self.keys_B_L[:, None, None, :width].expand(-1, 1, s, -1)
+        mask = torch.cat((cached_B_1_S_C, self._prompt_mask(self.keys_B_L[:, width : width + s])), dim=-1)
+        return self._last_logits(ids_B_S, pos_B_S, mask)
+
+    def export(self, row: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Row `row`'s keys and values over the columns that hold its tokens (copies, in order)."""
+        cols = self.keys_B_L[row, : self.length].nonzero().squeeze(-1)
+        return ([k[row].index_select(1, cols) for k in self.k_cache],
+                [v[row].index_select(1, cols) for v in self.v_cache])
 
     def step(self, tok_B: torch.Tensor, pos_B: torch.Tensor) -> torch.Tensor:
         """Logits (float32) after appending one token to every row."""

@@ -4,7 +4,11 @@ Requests are grouped by adapter (one peft adapter is active per forward), sorted
 to keep left padding small, and decoded together; finished rows leave the batch (their KV cache
 rows are dropped), so a long straggler does not make the whole batch pay. A prompt sent several
 times (a GRPO group's completions of one task) is prefilled once and its KV cache rows copied to
-each of its rows (`share_prefill`). Log-probabilities are
+each of its rows (`share_prefill`). With `kv_reuse` (the default) a row's keys and values are kept
+when it finishes, and a later prompt that extends them (the episode's next turn: the same context,
+the action, the observation) prefills only its new tokens on top of them
+(common/engines/kv_reuse.py): multi-turn rollouts cost what their new tokens cost, not the whole
+context every turn. Log-probabilities are
 those of softmax(logits / T), the distribution sampled from, in float32.
 
 Every tensor handed to the model is on the model's device (the trainer's module, which Lightning
@@ -22,12 +26,15 @@ from transformers import DynamicCache
 
 from common.engines.base import Engine, Request, Sample, SamplingParams
 from common.engines.fast import FastDecoder
+from common.engines.kv_reuse import Hit, PrefixStore, place_prefixes, weights_key
 
 
 class HFEngine(Engine):
     def __init__(self, policy: Any, max_batch: int = 256, bf16: bool = False, fast: bool = True,
-                 share_prefill: bool = True):
+                 share_prefill: bool = True, kv_reuse: bool = True, kv_reuse_bytes: int = 4 << 30):
         self.policy = policy
+        # keys and values of finished turns, reused by the episode's next turn (common/engines/kv_reuse.py)
+        self.store = PrefixStore(kv_reuse_bytes) if kv_reuse else None
         self.fast = fast  # the lean decode path (common/engines/fast.py) where the model supports it
         self.share_prefill = share_prefill  # prefill each distinct prompt once
         self.tokenizer = policy.tokenizer
@@ -58,6 +65,13 @@ class HFEngine(Engine):
                     out[i] = s
         return [s for s in out if s is not None]
 
+    def sync(self) -> None:
+        self.forget()  # new weights: every cached key and value is stale (the weights key says so too)
+
+    def forget(self) -> None:
+        if self.store is not None:
+            self.store.clear()
+
     def _autocast(self, device: torch.device) -> contextlib.AbstractContextManager[Any]:
         """bf16 autocast on the model's device type ('cuda', 'cpu'), or nothing at full precision."""
         return torch.autocast(device.type, dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
@@ -66,18 +80,12 @@ class HFEngine(Engine):
     def _generate_batch(self, prompts: list[list[int]], adapter: str | None, params: SamplingParams,
                         gen: torch.Generator) -> list[Sample]:
         n = len(prompts)
-        width = max(map(len, prompts))
         firsts: list[Any] = prompts  # the prompts prefilled, and the one each row continues
         of_row = list(range(n))
         if self.share_prefill:
             distinct: dict[tuple[int, ...], int] = {}
             of_row = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
             firsts = list(distinct)
-        ids_B_L = torch.full((len(firsts), width), self.pad_id, dtype=torch.long)  # B: the prefilled rows
-        mask_B_L = torch.zeros((len(firsts), width), dtype=torch.long)
-        for r, p in enumerate(firsts):
-            ids_B_L[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask_B_L[r, width - len(p) :] = 1
         tokens: list[list[int]] = [[] for _ in range(n)]
         logps: list[list[float]] = [[] for _ in range(n)]
         tails = [""] * n
@@ -86,12 +94,27 @@ class HFEngine(Engine):
         stop_strings = params.stop
         tail_keep = max((len(s) for s in stop_strings), default=1)
         with self.policy.use(adapter) as model, self._autocast(device := next(model.parameters()).device):
-            ids_B_L, mask_B_L = ids_B_L.to(device), mask_B_L.to(device)
-            pos_B_L = (mask_B_L.cumsum(-1) - 1).clamp(min=0)
             fast = self.fast and FastDecoder.supports(model)
-            dec = (FastDecoder(model, adapter, len(firsts), width + params.max_new_tokens) if fast
+            hits: list[Hit | None] = [None] * len(firsts)
+            store = self.store if fast or _full_attention(model) else None
+            if store is not None:
+                store.enter((weights_key(model), self.bf16, fast, str(device)))
+                hits = [store.lookup(adapter, p) for p in firsts]
+            cut = [0 if h is None else h.n for h in hits]  # cached tokens of each prefilled row
+            cached = max(cut)
+            suffix = max(len(p) - c for p, c in zip(firsts, cut, strict=True))
+            # B: the prefilled rows, each the part of its prompt after its cached prefix (left-padded)
+            ids_B_L = torch.full((len(firsts), suffix), self.pad_id, dtype=torch.long)
+            mask_B_L = torch.zeros((len(firsts), suffix), dtype=torch.long)
+            for r, (p, c) in enumerate(zip(firsts, cut, strict=True)):
+                ids_B_L[r, suffix - len(p) + c :] = torch.tensor(p[c:], dtype=torch.long)
+                mask_B_L[r, suffix - len(p) + c :] = 1
+            ids_B_L, mask_B_L = ids_B_L.to(device), mask_B_L.to(device)
+            pos_B_L = (mask_B_L.cumsum(-1) - 1).clamp(min=0) + torch.tensor(cut, device=device)[:, None]
+            dec = (FastDecoder(model, adapter, len(firsts), cached + suffix + params.max_new_tokens) if fast
                    else _HFDecoder(model))
-            logits_B_V = dec.prefill(ids_B_L, mask_B_L, pos_B_L)
+            logits_B_V = (dec.prefill_after(hits, cached, ids_B_L, mask_B_L, pos_B_L) if cached
+                          else dec.prefill(ids_B_L, mask_B_L, pos_B_L))
             next_pos_B = pos_B_L[:, -1] + 1
             if len(firsts) < n:  # copy each shared prompt's cache and logits to all of its rows
                 rows_n = torch.tensor(of_row, device=device)
@@ -114,13 +137,32 @@ class HFEngine(Engine):
                         keep.append(j)
                 if not keep or t == params.max_new_tokens - 1:
                     break
+                if store is not None and len(keep) < len(alive):  # the finished rows' keys and values, kept
+                    kept = set(keep)
+                    self._keep(dec, adapter, [j for j in range(len(rows)) if j not in kept], rows, prompts,
+                               tokens)
                 if len(keep) < len(alive):
                     keep_t = torch.tensor(keep, device=device)
                     dec.select(keep_t)
                     alive, tok_B, next_pos_B = alive[keep], tok_B[keep_t], next_pos_B[keep_t]
                 logits_B_V = dec.step(tok_B, next_pos_B)
                 next_pos_B = next_pos_B + 1
+            if store is not None:
+                self._keep(dec, adapter, list(range(len(alive))), alive.tolist(), prompts, tokens)
+                store.discard(adapter, hits)
         return [self._finish(tokens[r], logps[r], stopped[r], stop_strings) for r in range(n)]
+
+    def _keep(self, dec: Any, adapter: str | None, batch_rows: list[int], rows: list[int],
+              prompts: list[list[int]], tokens: list[list[int]]) -> None:
+        """Store the keys and values of these rows (their positions `batch_rows` in the decoder's
+        batch): the prompt and every sampled token but the last, which was never fed."""
+        assert self.store is not None
+        for j in batch_rows:
+            row = rows[j]
+            keys, values = dec.export(j)
+            ids = (*prompts[row], *tokens[row][:-1])
+            if keys[0].size(1) == len(ids):  # always, unless a decoder's bookkeeping is off: then not kept
+                self.store.put(adapter, ids, keys, values)
 
     @staticmethod
     def _sample(logits_B_V: torch.Tensor, params: SamplingParams,
@@ -156,6 +198,16 @@ class HFEngine(Engine):
         return Sample(action_ids=ids, logprobs=logps, text=text, stopped=stopped)
 
 
+def _full_attention(model: Any) -> bool:
+    """Every layer attends to the whole context (no sliding window, no recurrent state): the layers a
+    DynamicCache rebuilt from cached keys and values stands for (`_HFDecoder.prefill_after`)."""
+    cfg = model.config
+    types = getattr(cfg, "layer_types", None)
+    if types:
+        return all(t == "full_attention" for t in types)
+    return getattr(cfg, "sliding_window", None) is None
+
+
 class _HFDecoder:
     """HF's own forward with a DynamicCache (models the fast path does not support)."""
 
@@ -168,6 +220,22 @@ class _HFDecoder:
         self.mask_B_L = mask_B_L
         return self.model(input_ids=ids_B_L, attention_mask=mask_B_L, position_ids=pos_B_L,
                           past_key_values=self.cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()
+
+    def prefill_after(self, hits: list[Hit | None], width: int, ids_B_S: torch.Tensor, mask_B_S: torch.Tensor,
+                      pos_B_S: torch.Tensor) -> torch.Tensor:
+        """`FastDecoder.prefill_after` with HF's forward: the cached prefixes become a DynamicCache."""
+        like = next(h for h in hits if h is not None).entry.keys
+        keys = [k.new_zeros(len(hits), k.size(0), width, k.size(-1)) for k in like]
+        values = [k.new_zeros(len(hits), k.size(0), width, k.size(-1)) for k in like]
+        cached_B_C = place_prefixes(hits, keys, values, width)
+        self.cache = DynamicCache(ddp_cache_data=list(zip(keys, values, strict=True)))
+        return self.prefill(ids_B_S, torch.cat((cached_B_C.to(mask_B_S.dtype), mask_B_S), dim=1), pos_B_S)
+
+    def export(self, row: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        cols = self.mask_B_L[row].nonzero().squeeze(-1)
+        layers: list[Any] = list(self.cache.layers)
+        return ([layer.keys[row].index_select(1, cols) for layer in layers],
+                [layer.values[row].index_select(1, cols) for layer in layers])
 
     def step(self, tok_B: torch.Tensor, pos_B: torch.Tensor) -> torch.Tensor:
         self.mask_B_L = torch.cat([self.mask_B_L, self.mask_B_L.new_ones((len(tok_B), 1))], dim=1)
