@@ -101,3 +101,20 @@ def test_reversal_share_by_hand():
     assert reversal_share(a, b, ["A", "A", "A", "B", "B"]) == pytest.approx(0.5)
     assert reversal_share(b, b, ["A"] * 5) == 0.0
     assert np.isnan(reversal_share(a, np.zeros(5), ["A"] * 5))
+
+
+def test_oracle_share_by_hand():
+    """GRPO 0.1, 0.2, 0.3; local +0.2 each; exact +0.1 each: share 0.5 and every resample gives 0.5.
+    With exact +0.0, +0.1, +0.2 and local +0.2, +0.2, +0.2: share 0.1 / 0.2 = 0.5, interval inside [0, 1]."""
+    from replications.sharp.tables import oracle_share
+
+    def runs(exact_gain):
+        grpo = [0.1, 0.2, 0.3]
+        arms = {"grpo": grpo, "local": [g + 0.2 for g in grpo],
+                "sharp-exact": [g + d for g, d in zip(grpo, exact_gain, strict=True)]}
+        return {("v", 4, a): [{"seed": s, "success_auc": x} for s, x in enumerate(xs)]
+                for a, xs in arms.items()}
+
+    assert oracle_share(runs([0.1, 0.1, 0.1]), "v", 4, "sharp-exact") == pytest.approx((0.5, 0.5, 0.5, 3))
+    share, lo, hi, n = oracle_share(runs([0.0, 0.1, 0.2]), "v", 4, "sharp-exact")
+    assert (share, n) == (pytest.approx(0.5), 3) and 0.0 <= lo < 0.5 < hi <= 1.0
