@@ -314,13 +314,14 @@ class ToolHopsEpisode(PlannerWorkersEpisode):
             "blocked_rate": kinds.count("blocked") / calls,
             "distractor_first": float(bool(kinds) and kinds[0] == "distractor"),  # the most upstream worker's
             # for counterfactual replays and the local arm (not a metric: evaluation averages numbers only)
-            "record": {"mode": self.cfg.mode, "value": self.cfg.value, "classes": self.cfg.classes,
-                       "world": self.task["world"],
+            "record": {"mode": self.cfg.mode, "classes": self.cfg.classes, "world": self.task["world"],
                        "start": self.task.get("start"), "entities": list(self.entities),
                        "plan": list(self.plan),
                        "slots": list(self.slots), "tools": list(self.tools), "truth": list(self.truth),
                        "results": list(self.results), "answer": answer, "tool_kinds": list(kinds),
-                       "worker_truth": [self.truth[s] for s in self.slots[:len(self.results)]]},
+                       "worker_truth": [self.truth[s] for s in self.slots[:len(self.results)]],
+                       # the default (soft) is left out: #17's records and demonstrations stay byte-identical
+                       **({"value": self.cfg.value} if self.cfg.value != "soft" else {})},
         }
 
 
@@ -356,8 +357,9 @@ class ToolHopsEnv(PlannerWorkersEnv):
         return ToolHopsEpisode(task, self.cfg, rng)
 
     def provenance(self) -> dict[str, Any]:
+        value = {"value": self.cfg.value} if self.cfg.value != "soft" else {}  # #17's provenance unchanged
         return {**super().provenance(), "mode": self.cfg.mode, "k": self.cfg.k,
-                "extra_workers": self.cfg.extra_workers, "value": self.cfg.value,
+                "extra_workers": self.cfg.extra_workers, **value,
                 "contexts": len(ATTRIBUTES) * self.cfg.classes, "table_seed": TABLE_SEED}
 
     def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
