@@ -20,6 +20,9 @@ on the **dev** split, never the held-out one:
      it minus of the turns that do not; by default the turns of successful against failed episodes),
      its mean over its standard deviation across `RESAMPLES` batches resampled from the groups. A
      correlation above 0.95 with a signal-to-noise within 10% of the control's is a **design null**.
+     Beside them (figures, not gates): the share of one group's rollout pairs of one agent that the
+     treated arm orders against the control (`reversals`), and where the oracle arm differs in credit
+     too, the same two figures against the oracle (`oracle_correlation`, `oracle_reversals`; #37).
    - arms that differ in the update schedule (`trainer.ppo_epochs`, `trainer.minibatches`): one real
      update of the shared batch with that schedule; a second pass that clips under 1% of its tokens is
      a **design null** (its KL to the sampling policy is reported beside it).
@@ -52,9 +55,11 @@ from experiments.shared_batch import (
     advantages_of,
     arm_config,
     build,
+    cells_of,
     correlation,
     credit_gap,
     labels,
+    reversal_share,
     second_pass,
     shared_batch,
     signal_fraction,
@@ -181,7 +186,10 @@ def separation_of(spec: ClaimSpec, method: str, scale: str, cache: dict[str, Any
     out: dict[str, Any] = {"kind": kind, "correlation": None, "snr_ratio": None, "clip_fraction": None}
     if kind == "credit":
         label = labels(spec.behaviour, method, batch)
-        methods = {arm: arm_method(method, arm, scale) for arm in (treated, control)}
+        compared, oracle = [treated, control], spec.oracle
+        if oracle and difference_kind(cfgs[treated], asdict(arm_config(method, oracle, scale))) == "credit":
+            compared.append(oracle)  # figures only: is the treated credit more than the oracle's signal?
+        methods = {arm: arm_method(method, arm, scale) for arm in compared}
         values = {}
         for arm, m in methods.items():
             adv = advantages_of(m, batch)  # once per arm (it was once per turn: SHARP's check never ended)
@@ -189,6 +197,11 @@ def separation_of(spec: ClaimSpec, method: str, scale: str, cache: dict[str, Any
         n = pieces.cfg.trainer.tasks_per_step
         snr = {arm: signal_to_noise(values[arm], label, batch, n) for arm in values}
         out["correlation"] = correlation(values[treated], values[control])
+        cells = cells_of(batch, methods[treated].agent_of)  # a pair: one group's rollouts of one agent
+        out["reversals"] = reversal_share(values[treated], values[control], cells)
+        if oracle in values:
+            out["oracle_correlation"] = correlation(values[treated], values[oracle])
+            out["oracle_reversals"] = reversal_share(values[treated], values[oracle], cells)
         out["credit_gap"] = {arm: credit_gap(values[arm], label) for arm in values}
         out["snr"] = snr
         out["snr_ratio"] = snr[treated] / snr[control] if snr[control] not in (0, None) else float("nan")

@@ -144,6 +144,35 @@ def correlation(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(a, b)[0, 1])
 
 
+def cells_of(batch: Batch, agent_of: Any) -> list[tuple[int, Any]]:
+    """Each compared turn's cell for `reversal_share`: (its group, its agent under `agent_of`)."""
+    from common.credit import episode_offsets
+
+    group_of = {}
+    for g, (offset, group) in enumerate(zip(episode_offsets(batch.groups), batch.groups, strict=True)):
+        for i in range(len(group.episodes)):
+            group_of[offset + i] = g
+    return [(group_of[i], agent_of(batch.episodes[i], t)) for i, t in batch.keys]
+
+
+def reversal_share(a: np.ndarray, b: np.ndarray, cells: list[Any], tol: float = 1e-9) -> float:
+    """Of the pairs of turns in one cell (e.g. one group's rollouts of one agent) that `b` orders strictly,
+    the share that `a` orders the other way (a tie under `a` is no reversal). NaN with no such pair."""
+    by_cell: dict[Any, list[int]] = {}
+    for n, c in enumerate(cells):
+        by_cell.setdefault(c, []).append(n)
+    ordered = reversed_ = 0
+    for idx in by_cell.values():
+        for x in range(len(idx)):
+            for y in range(x + 1, len(idx)):
+                i, j = idx[x], idx[y]
+                db = b[i] - b[j]
+                if abs(db) > tol:
+                    ordered += 1
+                    reversed_ += bool((a[i] - a[j]) * db < 0 and abs(a[i] - a[j]) > tol)
+    return reversed_ / ordered if ordered else float("nan")
+
+
 def signal_fraction(groups: list[Any], arm_method: Any) -> float:
     """The share of an arm's own groups that it learns from: those whose trained turns do not all get
     one advantage."""

@@ -138,6 +138,10 @@ class ToolHopsConfig(PlannerWorkersConfig):
     classes: int = 4  # entity classes: the hidden table has 8 attributes x classes contexts (1..8)
     demo_distractor: float = 0.3  # the demonstrator calls the distractor with this probability
     demo_wrong: float = 0.1  # ... and another tool (ERR) with this probability
+    # the coalition value v(S) of the replay (#37; the outcome R^b is exact match in every setting):
+    # soft = 1/2 share of right slots + 1/2 exact match; exact = the final answer alone (no per-slot truth);
+    # harm = soft, less 1/(2K) per wrong slot (a wrong result used costs more than a missing one)
+    value: str = "soft"
 
 
 def _valid(result: str) -> bool:
@@ -171,7 +175,29 @@ def replay(record: dict[str, Any], masked: frozenset[int] | set[int]) -> Replay:
             composed.append(answer[j])
         else:
             composed.append(next((results[m] for m in mine if _valid(results[m])), PLACEHOLDER))
-    return Replay(results, composed, match(composed, truth))
+    return Replay(results, composed, coalition_value(composed, truth, record.get("value", "soft")))
+
+
+VALUES = ("soft", "exact", "harm")
+
+
+def coalition_value(answer: list[str], truth: list[str], value: str = "soft") -> float:
+    """v of a replayed composition (#37). `soft`: `match` (1/2 share of right slots + 1/2 exact);
+    `exact`: 1 iff every slot is right (the final answer alone); `harm`: `match` less 1/(2K) per slot
+    answered with a wrong value (a placeholder slot, the answer of a masked fact, costs nothing).
+
+    >>> [coalition_value(["a", "x"], ["a", "b"], v) for v in VALUES]
+    [0.25, 0.0, 0.0]
+    >>> coalition_value(["a", "?"], ["a", "b"], "harm"), coalition_value(["a", "b"], ["a", "b"], "exact")
+    (0.25, 1.0)
+    """
+    if value == "exact":
+        return float(len(answer) == len(truth) and all(a == t for a, t in zip(answer, truth, strict=True)))
+    soft = match(answer, truth)
+    if value == "harm":
+        wrong = sum(a != t and a != PLACEHOLDER for a, t in zip(answer, truth, strict=False))
+        return soft - wrong / (2 * len(truth))
+    return soft
 
 
 class ToolHopsEpisode(PlannerWorkersEpisode):
@@ -293,7 +319,9 @@ class ToolHopsEpisode(PlannerWorkersEpisode):
                        "plan": list(self.plan),
                        "slots": list(self.slots), "tools": list(self.tools), "truth": list(self.truth),
                        "results": list(self.results), "answer": answer, "tool_kinds": list(kinds),
-                       "worker_truth": [self.truth[s] for s in self.slots[:len(self.results)]]},
+                       "worker_truth": [self.truth[s] for s in self.slots[:len(self.results)]],
+                       # the default (soft) is left out: #17's records and demonstrations stay byte-identical
+                       **({"value": self.cfg.value} if self.cfg.value != "soft" else {})},
         }
 
 
@@ -309,6 +337,8 @@ class ToolHopsEnv(PlannerWorkersEnv):
             raise ValueError("env.extra_workers needs env.mode=parallel (a chain has one worker per hop)")
         if not 0 <= cfg.extra_workers <= cfg.k:
             raise ValueError(f"env.extra_workers must be in 0..k ({cfg.k}); got {cfg.extra_workers}")
+        if cfg.value not in VALUES:
+            raise ValueError(f"env.value must be one of {', '.join(VALUES)}; got {cfg.value!r}")
         if not 1 <= cfg.classes <= len(CLASSES):
             raise ValueError(f"env.classes must be in 1..{len(CLASSES)}; got {cfg.classes}")
         super().__init__(cfg)  # checks k and the demonstrator's rates
@@ -327,8 +357,9 @@ class ToolHopsEnv(PlannerWorkersEnv):
         return ToolHopsEpisode(task, self.cfg, rng)
 
     def provenance(self) -> dict[str, Any]:
+        value = {"value": self.cfg.value} if self.cfg.value != "soft" else {}  # #17's provenance unchanged
         return {**super().provenance(), "mode": self.cfg.mode, "k": self.cfg.k,
-                "extra_workers": self.cfg.extra_workers,
+                "extra_workers": self.cfg.extra_workers, **value,
                 "contexts": len(ATTRIBUTES) * self.cfg.classes, "table_seed": TABLE_SEED}
 
     def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:

@@ -43,6 +43,7 @@ from envs.api.protocols import CounterfactualReplay
 from replications.sharp.shapley import (  # noqa: F401  (the formulas are public API of this module too)
     agent_rewards,
     leave_one_out,
+    matched_credit,
     own_slot,
     per_agent_advantages,
     shapley_values,
@@ -59,6 +60,9 @@ class SHARPConfig(MethodConfig):
     lambda_s: float = 0.9  # weight of the Shapley (or leave-one-out, or own-slot) term [S: 0.9]
     lambda_p: float = 0.1  # weight of the tool-process reward [S: 0.1]
     permutations: int = 32  # credit=mc only: orderings sampled per episode (>= 2, for the standard error)
+    # raw: phi as it comes (#16, #17); matched (#37): each worker's credit standardized over the step's
+    # batch (unit SD per worker, `matched_credit`), so lambda_s sets every arm's per-worker weight alike
+    weights: Literal["raw", "matched"] = "raw"
 
 
 def worker_key(m: int) -> str:
@@ -122,15 +126,23 @@ class SHARP(Method):
             return Credit.outcome(groups, {"rescores": 0.0, "rescores_total": float(self.rescores_total),
                                            "rescores_per_episode": 0.0,
                                            "time_credit_s": time.perf_counter() - t0})
-        values, rescores, stderrs = [], 0, []
+        rescores, stderrs = 0, []
+        phis: list[list[dict[int, float]]] = []
         for gi, group in enumerate(groups):
-            rewards_G = []
+            phis.append([])
             for ei, ep in enumerate(group.episodes):
-                record = ep.info.get("record")
-                phi, n, se = self.contributions(record, len(ep.turns_of("worker")),
+                phi, n, se = self.contributions(ep.info.get("record"), len(ep.turns_of("worker")),
                                                 salt=step * 1_000_003 + gi * 1009 + ei)
                 rescores += n
                 stderrs.append(se)
+                phis[-1].append(phi)
+        if self.cfg.weights == "matched":
+            phis = matched_credit(phis)
+        values = []
+        for group, phis_G in zip(groups, phis, strict=True):
+            rewards_G = []
+            for ep, phi in zip(group.episodes, phis_G, strict=True):
+                record = ep.info.get("record")
                 kinds = record["tool_kinds"] if record else []
                 tool = {m: float(kinds[m] in ("value", "distractor")) if m < len(kinds) else 0.0 for m in phi}
                 r = agent_rewards(ep.reward, phi, tool, self.cfg.lambda_s, self.cfg.lambda_p)

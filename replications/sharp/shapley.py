@@ -101,6 +101,22 @@ def own_slot(record: dict[str, Any], n_workers: int) -> dict[int, float]:
             for m in range(n_workers)}
 
 
+def matched_credit(credits: list[list[dict[int, float]]]) -> list[list[dict[int, float]]]:
+    """Weights matched (#37): each worker m's credit standardized over one step's batch (every group's
+    episodes pooled), c'_{i,m} = (c_{i,m} - mean_m) / sd_m (population SD), so that every credit (exact,
+    MC, leave-one-out, own-slot) enters R_m with the same per-worker variance and lambda_s is the same
+    weight in every arm. A worker whose credit does not vary over the batch gets 0 (no signal).
+    `credits[g][i]`: worker -> credit of episode i of group g; the same shape comes back."""
+    pooled: dict[int, list[float]] = {}
+    for group in credits:
+        for episode in group:
+            for m, c in episode.items():
+                pooled.setdefault(m, []).append(c)
+    stats = {m: (float(np.mean(c)), float(np.std(c))) for m, c in pooled.items()}
+    return [[{m: (c - stats[m][0]) / stats[m][1] if stats[m][1] > 1e-12 else 0.0 for m, c in episode.items()}
+             for episode in group] for group in credits]
+
+
 def agent_rewards(outcome: float, contribution: dict[Player, float], tool: dict[Player, float],
                   lambda_s: float, lambda_p: float) -> dict[Player, float]:
     """R_m = R^b + lambda_s * phi_m + lambda_p * R^tool_m for every player m (the card's sum)."""

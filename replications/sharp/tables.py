@@ -14,6 +14,9 @@ without its variant prefix and `-k<K>`: `grpo`, `local`, `sharp-loo`, `sharp-exa
   at each K, paired by seed, on final mean@k, on the success curve's area and on steps to 0.5 (fewer
   is better: GRPO - SHARP), and for SHARP - GRPO the difference of differences between the largest
   and the smallest K (does the gap grow with K?), every verdict as in paper/claims.py.
+- `oracle-share` (#37): where a variant has GRPO, the own-slot oracle (`local`) and a SHARP credit, the
+  share of the oracle's gain over GRPO that the credit recovers, (credit - GRPO) / (local - GRPO) on the
+  mean over paired seeds, with a percentile bootstrap interval over seeds (`oracle_share`).
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ from paper.extras import ExtraTable
 from paper.load import Run
 from paper.tables import CI, Table, fmt_ci
 
-ARMS = ("grpo", "local", "sharp-loo", "sharp-exact")
+ARMS = ("grpo", "local", "sharp-loo", "sharp-mc", "sharp-exact")
 _ENV = re.compile(r"^(?P<variant>.+)-k(?P<k>\d+)$")
-_ARM = re.compile(r"^(?:(?P<prefix>[a-z]+)-)??(?P<base>grpo|local|sharp-loo|sharp-exact)-k(?P<k>\d+)$")
+_ARM = re.compile(r"^(?:(?P<prefix>[a-z]+)-)??(?P<base>grpo|local|sharp-loo|sharp-mc|sharp-exact)"
+                  r"-k(?P<k>\d+)$")
 HALF = 0.5  # the success level of "steps to 0.5"
 SMOOTH = 3  # steps to 0.5: the first step whose mean success over the last SMOOTH steps reaches HALF
 
@@ -156,7 +160,9 @@ def compute_table(runs: list[Run]) -> Table:
 CONTRASTS = (("sharp-exact", "grpo", "SHARP (exact) - GRPO"),
              ("sharp-exact", "local", "SHARP (exact) - local (own slot)"),
              ("sharp-exact", "sharp-loo", "SHARP exact - leave-one-out"),
-             ("sharp-loo", "grpo", "SHARP (loo) - GRPO"))
+             ("sharp-exact", "sharp-mc", "SHARP exact - Monte-Carlo"),
+             ("sharp-loo", "grpo", "SHARP (loo) - GRPO"),
+             ("local", "grpo", "oracle (own slot) - GRPO"))
 
 
 def gap_growth_table(runs: list[Run]) -> Table:
@@ -196,4 +202,47 @@ def gap_growth_table(runs: list[Run]) -> Table:
                  ["variant", "effect", "metric", "estimate", "verdict"], rows)
 
 
-EXTRA_TABLES: dict[str, ExtraTable] = {"compute": compute_table, "gap-growth": gap_growth_table}
+BOOT = 2000  # bootstrap resamples of the seeds for the oracle share's interval
+
+
+def oracle_share(runs: Summaries, variant: str, k: int, arm: str, field: str = "success_auc",
+                 seed: int = 0) -> tuple[float, float, float, int]:
+    """(arm - grpo) / (local - grpo) on the means over the seeds all three share: (share, lo, hi, seeds),
+    lo and hi the 2.5% and 97.5% quantiles over `BOOT` resamples of those seeds with replacement (a resample
+    whose oracle gain is 0 is dropped). NaN where the oracle gains nothing."""
+    cells = [_by_seed(runs, (variant, k, a), field) for a in (arm, "grpo", "local")]
+    seeds = sorted(set.intersection(*(set(c) for c in cells)))
+    if not seeds:
+        return NAN, NAN, NAN, 0
+    gain = np.array([cells[0][s] - cells[1][s] for s in seeds])
+    oracle = np.array([cells[2][s] - cells[1][s] for s in seeds])
+    share = float(gain.mean() / oracle.mean()) if oracle.mean() else NAN
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(seeds), size=(BOOT, len(seeds)))
+    num, den = gain[picks].mean(axis=1), oracle[picks].mean(axis=1)
+    boot = num[den != 0] / den[den != 0]
+    lo, hi = (float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975))) if boot.size else (NAN, NAN)
+    return share, lo, hi, len(seeds)
+
+
+def oracle_share_table(runs: list[Run]) -> Table:
+    summaries = summarize(runs)
+    rows = []
+    for variant, k in sorted({(v, k) for v, k, _ in summaries}):
+        if not all((variant, k, a) in summaries for a in ("grpo", "local")):
+            continue
+        for arm in ("sharp-exact", "sharp-mc", "sharp-loo"):
+            if (variant, k, arm) not in summaries:
+                continue
+            for field, label in (("success_auc", "training success, mean over steps"),
+                                 ("final", "held-out mean@k")):
+                share, lo, hi, n = oracle_share(summaries, variant, k, arm, field)
+                rows.append([variant, str(k), arm, label, f"{share:.2f} [{lo:.2f}, {hi:.2f}], {n} seeds"])
+    return Table("sharp-oracle-share", "SHARP: the share of the own-slot oracle's gain over GRPO that each "
+                 "credit recovers, (credit - GRPO) / (oracle - GRPO) on seed means "
+                 "[95% bootstrap over seeds]",
+                 ["variant", "K", "credit", "metric", "share of the oracle's gain"], rows)
+
+
+EXTRA_TABLES: dict[str, ExtraTable] = {"compute": compute_table, "gap-growth": gap_growth_table,
+                                       "oracle-share": oracle_share_table}

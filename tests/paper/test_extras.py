@@ -22,7 +22,7 @@ CARDS = [REPO / "replications", FIXTURES / "cards"]
 def test_extra_tables_are_found_beside_the_cards():
     assert set(extra_tables("ccpo", CARDS)) == {"thinker", "compute"}
     assert set(extra_tables("canopy", CARDS)) == {"ablations", "training", "ordering"}
-    assert set(extra_tables("sharp", CARDS)) == {"compute", "gap-growth"}
+    assert set(extra_tables("sharp", CARDS)) == {"compute", "gap-growth", "oracle-share"}
     assert set(extra_tables("grpo", CARDS)) == {"mode-selection"}
     assert extra_tables("toy", CARDS) == {}  # a card without tables.py
     assert extra_tables("ccpo", [FIXTURES / "cards"]) == {}  # no card of its own there

@@ -237,7 +237,8 @@ def test_every_cpu_cell_composes_and_resolves():
     from experiments.replicate import load_replication, plan, validate_cells
 
     cells = plan("sharp", "cpu", seeds=[0])
-    envs = {"toolplan-k2", "toolplan-k4", "toolhops-chain-k2", "toolhops-chain-k5", "toolhops-redundant-k2"}
+    envs = {"toolplan-k2", "toolplan-k4", "toolhops-chain-k2", "toolhops-chain-k5", "toolhops-redundant-k2",
+            "toolhops-subst-k4"}
     assert {c.env for c in cells} == envs
     cfgs = validate_cells(cells)
     budgets = {(c.trainer.steps, c.trainer.tasks_per_step, c.trainer.group_size, c.trainer.lr, c.sft.steps)
@@ -248,6 +249,11 @@ def test_every_cpu_cell_composes_and_resolves():
         assert len({(repr(cfg.env), cfg.eval.k, cfg.eval.split) for cfg in mine}) == 1, env
     hops = [cfg for c, cfg in zip(cells, cfgs, strict=True) if c.env.startswith("toolhops")]
     assert all(cfg.env["heldout_size"] >= 512 for cfg in hops)
+    subst = [cfg for c, cfg in zip(cells, cfgs, strict=True) if c.env == "toolhops-subst-k4"]
+    # #37: weights matched, no tool reward, so the arms differ in the credit's signal only
+    assert {(cfg.method["weights"], cfg.method["lambda_s"], cfg.method["lambda_p"]) for cfg in subst} == \
+        {("matched", 1.0, 0.0)}
+    assert sorted(cfg.method["credit"] for cfg in subst) == ["broadcast", "exact", "local", "loo", "mc"]
     assert len(load_replication("sharp").seeds["cpu"]) >= 5
 
 
