@@ -143,7 +143,8 @@ class Rollout:
         try:
             self._rounds(live, step, salt, params, demonstrator, stop)
         finally:
-            self.engine.forget()  # these episodes send no more requests: what the engine kept for them goes
+            if self.engine is not None:  # None: a scripted play (the demonstrator answers every turn)
+                self.engine.forget()  # these episodes send no more requests: what it kept goes
         return episodes
 
     def _rounds(self, live: list[_Live], step: int, salt: str, params: SamplingParams,
