@@ -35,9 +35,11 @@ RESUME_IRRELEVANT = {"progress", "force", "trainer.threads", "loggers", "out_dir
 # method's own Config class), so a key added there is listed here with the value that computes exactly
 # what earlier runs computed (the dev split is generated after every other split; the default evaluation
 # is still the held-out split; every run before #16's supervised arms was RL; the paper scale's data paths
-# are read only at the paper scale).
+# are read only at the paper scale; River's #40 settings: terminal's planted defect at share 0, its empty
+# tag, River's dynamic sampling off).
 ADDED_SETTINGS = {"env.dev_size": 64, "eval.split": "heldout", "method.update": "rl",
-                  "method.paper_data": None, "method.paper_datasets": []}
+                  "method.paper_data": None, "method.paper_datasets": [], "env.share_planted": 0.0,
+                  "env.tag": "", "method.dynamic": False, "method.dynamic_rounds": 4}
 
 
 def _settings(config: dict[str, Any] | None) -> dict[str, str]:

@@ -28,6 +28,9 @@ on the **dev** split, never the held-out one:
      a **design null** (its KL to the sampling policy is reported beside it).
    - arms that differ in what they sample (group size, tasks per step, a task pool): the share of
      groups with a learning signal under each arm's own play; a ratio within 10% is a **design null**.
+4. *the method's own check*, where `conf/design.yaml` names one for the claim (`check: {name, arm}`): a
+   function of `replications/<m>/design.py` CHECKS on that arm's pilot (e.g. River: hacking under the
+   full set, loops for the penalty to act on). Fails: **void**.
    A claim whose gates all pass is `pass`; with `--no-pilots` (learnable and positive control not
    measured) one whose separation passes is `partial`, never `pass`.
 
@@ -72,7 +75,8 @@ CLIP_MIN = 0.01  # a second pass that clips less: a design null
 SAMPLING_BAND = 0.10
 SCHEDULE_KEYS = ("trainer.ppo_epochs", "trainer.minibatches")
 SAMPLING_KEYS = ("trainer.group_size", "trainer.tasks_per_step", "method.pool", "method.coverage",
-                 "method.drop_hardest_tier", "method.min_group", "method.update", "method.demonstrator_env")
+                 "method.drop_hardest_tier", "method.min_group", "method.update", "method.demonstrator_env",
+                 "method.dynamic")
 IGNORED_KEYS = ("arm", "seed", "eval.", "out_dir", "work_dir", "progress", "force", "loggers", "log.",
                 "trainer.threads", "trainer.checkpoint_every", "trainer.steps")
 DESIGN_KEYS = ("claims", "episodes", "code")
@@ -91,12 +95,20 @@ class ClaimSpec:
     behaviour: str | None = None
     play_arm: str | None = None  # the arm whose play makes the shared batch (default: the first arm)
     envs: list[str] | None = None  # the env tags the claim is about (None: any)
+    # the metric the learnable gate reads (default: the card's eval_metric); `curve:<key>` reads the pilot's
+    # training curve (first against last `CURVE_WINDOW` steps): a claim that an arm's held-out metric
+    # falls needs the arm to learn its training reward, not its held-out metric
+    learn_metric: str | None = None
+    # a method's own gate (`replications/<m>/design.py` CHECKS[name], on the pilot of `arm`): what the
+    # claim needs of the testbed beyond learning (e.g. that hacking happens where a filter should stop it)
+    check: dict[str, Any] | None = None
 
 
 # ---- the claims -----------------------------------------------------------------------------------
 def claim_specs(method: str) -> list[ClaimSpec]:
     """Every claim of the method's card, with the design settings of `conf/design.yaml` (optional:
-    `claims: {<id>: {oracle: <arm>, behaviour: <name>, play_arm: <arm>}}`)."""
+    `claims: {<id>: {oracle: <arm>, behaviour: <name>, play_arm: <arm>, learn_metric: <metric>,
+    check: {name: <CHECKS key>, arm: <arm>, ...}}}`)."""
     from experiments.run import conf_dir
     from paper.cards import parse_card
 
@@ -112,7 +124,7 @@ def claim_specs(method: str) -> list[ClaimSpec]:
         control = arms[-1]
         d = extra.get(claim.id) or {}
         specs.append(ClaimSpec(claim.id, arms, control, claim.margin, d.get("oracle"), d.get("behaviour"),
-                               d.get("play_arm"), list(claim.envs)))
+                               d.get("play_arm"), list(claim.envs), d.get("learn_metric"), d.get("check")))
     return specs
 
 
@@ -152,17 +164,59 @@ def pilot_gain(method: str, arm: str, scale: str, metric: str, folder: Path) -> 
             "run": str(cells[0].run_dir)}
 
 
+CURVE_WINDOW = 5  # a curve metric's gain: its mean over the last this many steps minus over the first
+
+
+def metric_gain(pilot: dict[str, Any], metric: str) -> dict[str, float]:
+    """A finished pilot's initial, final and gain of `metric`: an eval metric (dev, initial and final
+    evaluations) or `curve:<key>` (the training curve's first and last `CURVE_WINDOW` steps)."""
+    from paper.cards import CURVE_PREFIX
+    from paper.claims import eval_value
+
+    run = Path(pilot["run"])
+    if metric.startswith(CURVE_PREFIX):
+        key = metric[len(CURVE_PREFIX):]
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        values = [float(r[key]) for r in rows if r.get(key) is not None]
+        if not values:
+            raise KeyError(f"{run}/metrics.jsonl has no {key!r}")
+        initial = float(np.mean(values[:CURVE_WINDOW]))
+        final = float(np.mean(values[-CURVE_WINDOW:]))
+    else:
+        evals = json.loads((run / "eval.json").read_text())
+        initial, final = eval_value(evals["initial"], metric), eval_value(evals["final"], metric)
+    return {"initial": initial, "final": final, "gain": final - initial}
+
+
+def method_check(method: str, spec: ClaimSpec, pilots: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The claim's own gate (`ClaimSpec.check`) on its arm's pilot; None where the claim has none,
+    `pass: None` where the pilot was not run (--no-pilots)."""
+    if spec.check is None:
+        return None
+    import importlib
+
+    settings = dict(spec.check)
+    name, arm = settings.pop("name"), settings.pop("arm", spec.control)
+    if arm not in pilots:
+        return {"name": name, "arm": arm, "pass": None}
+    checker = importlib.import_module(f"replications.{method}.design").CHECKS[name]
+    return {"name": name, "arm": arm, **checker(pilots[arm], spec.margin, **settings)}
+
+
 # ---- the gates ------------------------------------------------------------------------------------
-def gate(learnable: dict[str, Any], positive: dict[str, Any] | None, separation: dict[str, Any]) -> str:
+def gate(learnable: dict[str, Any], positive: dict[str, Any] | None, separation: dict[str, Any],
+         check: dict[str, Any] | None = None) -> str:
     """void, design null, `partial` (no gate failed, but one was not measured: --no-pilots, or a
     separation figure that came out undefined), or pass. A gate that does not apply (training-free: its
     `why`; arms that differ in the objective: no same-batch figure) is no failure and no gap."""
-    if learnable.get("pass") is False or (positive is not None and positive.get("pass") is False):
+    if learnable.get("pass") is False or (positive is not None and positive.get("pass") is False) or \
+            (check is not None and check.get("pass") is False):
         return "void"
     if separation.get("pass") is False:
         return "design null"
     unmeasured = (learnable.get("pass") is None and "why" not in learnable) or \
         (positive is not None and positive.get("pass") is None) or \
+        (check is not None and check.get("pass") is None) or \
         (separation.get("pass") is None and separation.get("kind") in ("credit", "schedule", "sampling"))
     return "partial" if unmeasured else "pass"
 
@@ -267,11 +321,15 @@ def design(method: str, scale: str = "cpu", pilots: bool = True) -> dict[str, An
             other_env[spec.id] = f"its arms play {tag} at scale {scale}; the claim is about {spec.envs}"
             continue
         if pilots:
-            for arm in filter(None, (spec.control, spec.oracle)):
+            check_arm = (spec.check or {}).get("arm", spec.control) if spec.check else None
+            for arm in filter(None, (spec.control, spec.oracle, check_arm)):
                 if arm not in gains:
                     gains[arm] = pilot_gain(method, arm, scale, metric, work / "pilots")
         learn = gains.get(spec.control)
+        if learn and spec.learn_metric:
+            learn = {**learn, **metric_gain(learn, spec.learn_metric)}
         learnable = {"arm": spec.control, "gain": learn["gain"] if learn else None,
+                     "metric": spec.learn_metric or metric,
                      "pass": (learn["gain"] >= spec.margin) if learn else None}
         if arm_config(method, spec.control, scale).trainer.steps == 0:  # training-free: nothing to learn
             learnable.update({"pass": None, "why": "training-free (trainer.steps=0): nothing to learn"})
@@ -282,9 +340,10 @@ def design(method: str, scale: str = "cpu", pilots: bool = True) -> dict[str, An
             passed = None if diff is None else diff >= spec.margin
             positive = {"arm": spec.oracle, "gain": diff, "pass": passed}
         separation = separation_of(spec, method, scale, cache, work)
+        check = method_check(method, spec, gains)
         claims[spec.id] = {"learnable": learnable, "positive_control": positive, "separation": separation,
-                           "gate": gate(learnable, positive, separation), "margin": spec.margin,
-                           "arms": spec.arms}
+                           "gate": gate(learnable, positive, separation, check), "margin": spec.margin,
+                           "arms": spec.arms, "check": check}
     episodes = sum(len(b.episodes) for _, b in cache.values())
     return {"claims": claims, "episodes": episodes, "code": git_state(), "scale": scale, "metric": metric,
             "pilots": gains, "split": "dev", "other_env": other_env}

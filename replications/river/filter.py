@@ -29,6 +29,7 @@ import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -145,3 +146,21 @@ def random_subset(n_pool: int, size: int, seed: int) -> list[int]:
     """The control: `size` train indices drawn uniformly without replacement (sorted)."""
     return sorted(random.Random(seed).sample(range(n_pool), size))
 
+
+
+def cached_filter(env: Any, audit: tuple[float, float, float], tries: int, seed: int,
+                  work_dir: str) -> FilterReport:
+    """`river_filter` over `env`'s train split with the audit's (agreement, flag precision, Clean
+    precision), computed once and cached under `work_dir` (it plays the oracle: tens of seconds in the
+    sandbox), keyed by everything it depends on."""
+    from common.episode import tasks_of
+    from common.util import atomic_write_text
+
+    key = json.dumps([dataclasses.asdict(env.cfg), *audit, tries, seed], sort_keys=True, default=str)
+    path = Path(work_dir) / "river" / f"filter-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    if path.exists():
+        return FilterReport(**json.loads(path.read_text()))
+    tasks = [t.data for t in tasks_of(env.task_set()["train"])]
+    report = river_filter(tasks, scripted_oracle(env, seed), audit_rates(*audit), seed, tries)
+    atomic_write_text(path, json.dumps(report.to_json(), sort_keys=True))
+    return report

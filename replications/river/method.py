@@ -18,31 +18,34 @@ shortcuts, which then carry over to clean tasks. River
    applied to that turn's tokens only (the `credit` hook returns advantages, the penalized turns'
    through `Credit.tokens`).
 
-Arms (`method.pool`, `method.penalty`): GRPO on the full train set (`full`), GRPO on a random
-subset of the filtered set's size (`random`), River's filter (`river`), River's filter with the
-penalty. Every arm is this class, so they share everything else.
+Arms (`method.pool`, `method.penalty`, `method.dynamic`): GRPO on the full train set (`full`), with
+dynamic sampling (`dynamic.py`), on a random subset of the filtered set's size (`random`), River's filter
+(`river`), with the penalty. Every arm is this class, so they share everything else.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from common.credit import BROADCAST, Credit
 from common.episode import Group, Task, tasks_of
-from common.method import Method, MethodConfig, RunView
-from common.util import atomic_write_text
+from common.method import Method, MethodConfig, Mode, RunView
+from common.rollout import derive_seed
 from replications.river.behaviour import behaviour
-from replications.river.filter import FilterReport, audit_rates, random_subset, river_filter, scripted_oracle
+from replications.river.dynamic import resample
+from replications.river.filter import FilterReport, audit_rates, cached_filter, random_subset
 from replications.river.penalty import jaccard, repeated_turns, repetition_penalty
+
+if TYPE_CHECKING:
+    from common.rollout import Rollout
+
+SHORTCUT_PAYS = ("leak", "weak", "planted")  # the defects on which `cp memo out` passes the verifier
 
 __all__ = ["River", "RiverConfig", "jaccard", "repeated_turns", "repetition_penalty"]
 
@@ -65,8 +68,13 @@ class RiverConfig(MethodConfig):
     audit_flag_precision: float = 0.895
     audit_clean_precision: float = 0.40
     oracle_tries: int = 2  # the oracle's attempts per task (pass@2) [S]
-    # the audit's draws and the random subset: fixed, so every RL seed sees the same pool [I]
-    filter_seed: int = 0
+    # the audit's draws, the oracle's tries and the random subset: an int fixes one draw for every RL seed
+    # (the first setting); None draws them per seed (filter_seed = the run's seed; the second setting) [I]
+    filter_seed: int | None = 0
+    # dynamic sampling (DAPO's; dynamic.py): zero-signal train groups dropped and tasks drawn again, up to
+    # `dynamic_rounds` more plays; the update trains on as many groups as every other arm's [I]
+    dynamic: bool = False
+    dynamic_rounds: int = 4
 
 
 class River(Method):
@@ -83,12 +91,15 @@ class River(Method):
         self._pool: list[int] | None = None
         self.report: FilterReport | None = None
         self.pool_stats: dict[str, float] = {}
+        self.dynamic_stats: dict[str, float] = {}
 
     def validate(self) -> None:
         super().validate()
         if not 0 <= self.cfg.threshold <= 1 or self.cfg.delta < 0 or self.cfg.cap < 0:
             raise ValueError(f"method.threshold in [0, 1], method.delta >= 0 and method.cap >= 0; got "
                              f"{self.cfg.threshold}, {self.cfg.delta}, {self.cfg.cap}")
+        if self.cfg.dynamic_rounds < 0:
+            raise ValueError(f"method.dynamic_rounds must be >= 0; got {self.cfg.dynamic_rounds}")
         if self.cfg.oracle_tries < 1:
             raise ValueError(f"method.oracle_tries must be >= 1; got {self.cfg.oracle_tries}")
         if self.cfg.pool != "full" and self.env.name != "terminal":
@@ -100,25 +111,18 @@ class River(Method):
                              f"environment is in envs yet): {self.paper_data_hint}")
 
     # ---- the filter -------------------------------------------------------------------------------
+    @property
+    def filter_seed(self) -> int:
+        """The seed of the audit, the oracle and the random subset: `method.filter_seed`, or the run's."""
+        return self.run.seed if self.cfg.filter_seed is None else self.cfg.filter_seed
+
     def filter_report(self) -> FilterReport:
         """River's filter over the train split, computed once and cached under work_dir (it plays the
         oracle in the real sandbox: tens of seconds), keyed by everything it depends on."""
         if self.report is None:
-            key = json.dumps([dataclasses.asdict(self.env.cfg), self.cfg.audit_agreement,
-                              self.cfg.audit_flag_precision, self.cfg.audit_clean_precision,
-                              self.cfg.oracle_tries, self.cfg.filter_seed],
-                             sort_keys=True, default=str)
-            path = (Path(self.run.work_dir) / "river"
-                    / f"filter-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json")
-            if path.exists():
-                self.report = FilterReport(**json.loads(path.read_text()))
-            else:
-                tasks = [t.data for t in tasks_of(self.env.task_set()["train"])]
-                rates = audit_rates(self.cfg.audit_agreement, self.cfg.audit_flag_precision,
-                                    self.cfg.audit_clean_precision)
-                self.report = river_filter(tasks, scripted_oracle(self.env, self.cfg.filter_seed), rates,
-                                           self.cfg.filter_seed, self.cfg.oracle_tries)
-                atomic_write_text(path, json.dumps(self.report.to_json(), sort_keys=True))
+            self.report = cached_filter(self.env, (self.cfg.audit_agreement, self.cfg.audit_flag_precision,
+                                                   self.cfg.audit_clean_precision),
+                                        self.cfg.oracle_tries, self.filter_seed, self.run.work_dir)
         return self.report
 
     def pool(self, n_train: int) -> list[int]:
@@ -131,23 +135,38 @@ class River(Method):
                 if not kept:
                     raise ValueError("River's filter kept no train task: raise env.train_size")
                 self._pool = (kept if self.cfg.pool == "river"
-                              else random_subset(n_train, len(kept), self.cfg.filter_seed))
+                              else random_subset(n_train, len(kept), self.filter_seed))
             train = tasks_of(self.env.task_set()["train"])
             defects = [train[i].data["defect"] for i in self._pool]
             self.pool_stats = {"pool_size": float(len(defects)),
                                "pool_defective": float(np.mean([d != "clean" for d in defects])),
-                               "pool_shortcut": float(np.mean([d in ("leak", "weak") for d in defects]))}
+                               "pool_shortcut": float(np.mean([d in SHORTCUT_PAYS for d in defects]))}
         return self._pool
 
     def tasks(self, pool: Sequence[Task], step: int, rng: random.Random) -> list[Task]:
-        """`trainer.tasks_per_step` tasks drawn uniformly, with replacement, from this arm's pool."""
-        indices = self.pool(len(pool))
-        return [pool[indices[rng.randrange(len(indices))]] for _ in range(self.run.tasks_per_step)]
+        """`trainer.tasks_per_step` tasks drawn uniformly, with replacement, from this arm's pool: a subset of
+        the train split, whatever `pool` is given (the design check passes dev tasks; River's arms differ
+        in which train tasks they sample, so its shared batch plays each arm's own train tasks)."""
+        train = tasks_of(self.env.task_set()["train"])
+        indices = self.pool(len(train))
+        return [train[indices[rng.randrange(len(indices))]] for _ in range(self.run.tasks_per_step)]
+
+    def play(self, rollout: Rollout, tasks: list[Task], step: int, mode: Mode = "train",
+             variant: str = "main") -> list[Group]:
+        """GRPO's play; with `dynamic` (training only), zero-signal groups replaced (`dynamic.py`)."""
+        groups = super().play(rollout, tasks, step, mode, variant)
+        if mode != "train" or not self.cfg.dynamic:
+            return groups
+        rng = random.Random(derive_seed(self.run.seed, step, "dynamic"))
+        groups, self.dynamic_stats = resample(rollout, groups, len(tasks), lambda r: self.tasks([], step, r),
+                                              lambda t: self.group_size(t, mode), rng, step,
+                                              self.cfg.dynamic_rounds, variant, self.excluded)
+        return groups
 
     # ---- credit -----------------------------------------------------------------------------------
     def credit(self, groups: list[Group], step: int) -> Credit:
-        """GRPO's group-normalized outcome A_i broadcast to every turn, plus, with `penalty`, s_{i,t} on the
-        tokens of each repeated turn (Ã_{i,t} = A_i + s_{i,t}); and the behaviour metrics of the step."""
+        """GRPO's A_i broadcast to every turn, plus, with `penalty`, s_{i,t} on the tokens of each repeated
+        turn (Ã_{i,t} = A_i + s_{i,t}); and the step's behaviour metrics."""
         values: list[list[dict[str, float]]] = []
         tokens: dict[tuple[int, int, int], list[float]] = {}
         penalized, turns_seen = 0, 0
@@ -170,6 +189,6 @@ class River(Method):
                     if s:
                         penalized += 1
                         tokens[(g, i, t)] = [advantage[i] + s] * episode.turns[t].num_action_tokens
-        metrics = {**behaviour(groups), **self.pool_stats,
+        metrics = {**behaviour(groups), **self.pool_stats, **self.dynamic_stats,
                    "penalized_turn_rate": penalized / max(turns_seen, 1)}
         return Credit("advantage", values, tokens, metrics)

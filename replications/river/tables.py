@@ -21,7 +21,9 @@ from paper.extras import ExtraTable
 from paper.load import Run
 from paper.tables import CI, Table, fmt_ci
 
-ARMS = ("grpo-full", "grpo-random", "river-filter", "river")
+ARMS = ("grpo-full", "grpo-random", "river-filter", "river",  # the first setting (terminal)
+        # the second (terminal-planted, #40)
+        "pl-grpo-full", "pl-grpo-random", "pl-grpo-dynamic", "pl-river-filter", "pl-river", "pl-river-d25")
 WINDOW = 5  # steps averaged at each end of the train-reward curve
 
 
@@ -46,17 +48,21 @@ def hacking_table(runs: list[Run]) -> Table:
         initial = [r.evals["initial"]["mean@k"] for r in mine if "initial" in r.evals]
         final = [r.evals["final"]["mean@k"] for r in mine]
         long_final = [r.evals["final"]["per_tier"].get("2", {}).get("mean@k", float("nan")) for r in mine]
+        t1 = {stage: [r.evals[stage]["per_tier"].get("1", {}).get("mean@k", float("nan")) for r in mine
+                      if stage in r.evals] for stage in ("initial", "final")}
         memo = [r.evals["final"]["metrics"].get("read_memo", float("nan")) for r in mine]
         loops = [r.evals["final"]["metrics"].get("looped", float("nan")) for r in mine]
         rows.append([arm, str(len(mine)), _ci(list(first)), _ci(list(last)), _ci(list(solved_last)),
-                     _ci(initial), _ci(final), _ci(long_final), _ci(memo), _ci(loops)])
+                     _ci(initial), _ci(final), _ci(t1["initial"]), _ci(t1["final"]), _ci(long_final),
+                     _ci(memo), _ci(loops)])
     return Table("river-hacking",
                  f"Train reward (the tasks' own verifiers, mean of the first and last {WINDOW} steps) beside "
                  "clean held-out success (mean@k, warm start and final; tier 2 = the composition never "
                  "trained on), the true success on train tasks, and the held-out rates of the memo shortcut "
                  "and of looping episodes; mean [95% CI] over seeds.",
                  ["arm", "seeds", "train reward (first)", "train reward (last)", "train solved (last)",
-                  "held-out (warm start)", "held-out (final)", "tier 2 (final)", "memo shortcut", "looped"],
+                  "held-out (warm start)", "held-out (final)", "tier 1 (warm start)", "tier 1 (final)",
+                  "tier 2 (final)", "memo shortcut", "looped"],
                  rows)
 
 

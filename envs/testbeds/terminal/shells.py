@@ -1,6 +1,7 @@
 """Where the terminal's commands run: `SandboxShell` (each command in a fresh bubblewrap sandbox,
 `envs.api.sandbox.run_shell`, results optionally memoized) or `SimShell` (an in-process interpreter
-of the task vocabulary, for fast unit and fuzz tests). Both give an `Outcome`: the output, whether
+of the task vocabulary, for fast unit and fuzz tests and River's second setting, whose claims are about
+the reward, not the sandbox). Both give an `Outcome`: the output, whether
 the command failed and why, and the task directory after it."""
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ class SandboxShell:
 
 
 class SimShell:
-    """An in-process interpreter of the task vocabulary, for unit tests only (same outputs as `sh`)."""
+    """An in-process interpreter of the task vocabulary (the same outputs as `sh` on it; anything else is
+    a failed action, `exit 127`): unit tests and River's second setting (`terminal-planted`)."""
 
     def run(self, command: str, files: dict[str, str]) -> tuple[Outcome, float]:
         files = dict(files)
