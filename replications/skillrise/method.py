@@ -23,7 +23,15 @@ The arms (`method.arm`), on the same steps, learning rate, warm start and seeds:
   `trainer.group_size` chains each);
 - `skillrise`: chains, curate rewarded by the later tasks (the paper);
 - `current`: chains, curate rewarded by the task it just watched (r_p), which nothing it writes can
-  change: the control for the curate reward.
+  change: the control for the curate reward;
+- `oracle`: chains without curate turns, task p + 1 reading the *right* abstract document, the first
+  steps of the family's hidden order that task p asked for (what a perfect curator could write): the
+  positive control of the design check (issue #41), never a result.
+
+Step sizes (issue #41): `advantage_norm=std` divides the chain arms' advantages by their key's std too,
+GRPO's normalization (`paper`: mean-centred only, the paper's); `token_norm=role` scales each role's
+advantages by N / N_role (`role_token_scales`), so the trainer's token mean averages each role's tokens
+on their own (`all`: curate tokens share the solve tokens' denominator). Both are no-ops in the grpo arm.
 
 Hooks: `tasks` draws whole families (chain arms), `play` plays the chains position by position
 (every chain's solve p in one batch, then every chain's curate p), `credit` returns the chain
@@ -55,8 +63,10 @@ from replications.skillrise.chain import (
     current_task_rewards,
     family_indices,
     grouped_advantages,
+    oracle_doc,
     play_metrics,
     play_specs,
+    role_token_scales,
 )
 from replications.skillrise.checks import check_env, check_settings
 
@@ -77,9 +87,13 @@ class SkillRiseConfig(MethodConfig):
     # the grpo arm's group normalization (chain arms return advantages themselves) [P: GRPO]
     estimator: str = "grpo"
     # grpo (no document) | skillrise | current (control) [I]
-    arm: Literal["grpo", "skillrise", "current"] = "skillrise"
+    arm: Literal["grpo", "skillrise", "current", "oracle"] = "skillrise"
     decay: float = 0.6  # the curate reward's discount over later tasks (official traj_gamma) [P]
     curate_loss_weight: float = 1.0  # multiplies curate advantages [P]
+    # chain arms: paper (mean-centred, [P]) | std (divided by the key's std as well, as GRPO) [I, #41]
+    advantage_norm: Literal["paper", "std"] = "paper"
+    # all (one token mean over both roles) | role (each role's tokens averaged on their own) [I, #41]
+    token_norm: Literal["all", "role"] = "all"
 
 
 class SkillRise(Method):
@@ -154,6 +168,10 @@ class SkillRise(Method):
             for j, (f, row) in enumerate(live):
                 solve[f, p] = Group(row.id, row.tier, episodes[j * n:(j + 1) * n])
             live = [(f, row) for f, row in live if p + 1 < len(families[f])]
+            if self.cfg.arm == "oracle":  # no curate turn: the next task reads the right document
+                for f, row in live:
+                    docs[f] = [oracle_doc(row)] * n
+                continue
             if not live:
                 continue
             specs = [chain_spec(row, mode, "curate", skill=docs[f][c],
@@ -173,7 +191,8 @@ class SkillRise(Method):
     def credit(self, groups: list[Group], step: int) -> Credit:
         """grpo: the outcome, broadcast (GRPO). Chain arms: every solve and curate episode's score
         (r_p; R_p or, in `current`, r_p, plus the curate turn's own invalid-action penalty), mean-centered
-        within its (chain group, position, role), curate advantages x curate_loss_weight."""
+        within its (chain group, position, role) (and divided by its std with advantage_norm=std), curate
+        advantages x curate_loss_weight (each role's x N / N_role with token_norm=role)."""
         metrics = play_metrics(groups, self.env.tiers)
         if not self.chains:
             return Credit.outcome(groups, metrics)
@@ -183,7 +202,11 @@ class SkillRise(Method):
                    else current_task_rewards)
         flat, scores, keys, weights = chain_scores(groups, slots, rewards, self.excluded,
                                                    self.cfg.curate_loss_weight)
-        advantages = grouped_advantages(scores, keys, weights)
+        if self.cfg.token_norm == "role":
+            scales = role_token_scales(groups, slots, self.excluded)
+            weights = [w * scales.get(str(k[2]), 1.0) for w, k in zip(weights, keys, strict=True)]
+            metrics.update({f"token_scale_{role}": v for role, v in scales.items()})
+        advantages = grouped_advantages(scores, keys, weights, std=self.cfg.advantage_norm == "std")
         values: list[list[dict[str, float]]] = [[{} for _ in g.episodes] for g in groups]
         for (gi, i), a in zip(flat, advantages, strict=True):
             values[gi][i] = {"*": a}
