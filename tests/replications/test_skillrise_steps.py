@@ -143,3 +143,15 @@ def test_the_oracle_arm_reads_the_right_document_and_plays_no_curate_turn():
                for v in vs)
     evals = m.play(rollout, tasks, 0, "eval")  # type: ignore[arg-type]
     assert [g.tier for g in evals] == [2, 3, 4, 2, 3, 4] and not any("curate" in g.extra for g in evals)
+
+
+def test_design_behaviours_label_curate_turns_only():
+    from replications.skillrise.design import BEHAVIOURS
+
+    right = Episode("t/curate", 2, _turns("curator", 3), tag="curate",
+                    info={"doc_right": True, "doc_abstract": True})
+    concrete = Episode("t/curate", 2, _turns("curator", 3), tag="curate", info={"doc_concrete": True})
+    solve = Episode("t", 2, _turns("solver", 3), tag="main")
+    label, abstract = BEHAVIOURS["curate_right_doc"], BEHAVIOURS["curate_abstract_doc"]
+    assert (label(right, 0), label(concrete, 0), label(solve, 0)) == (True, False, None)
+    assert (abstract(right, 0), abstract(concrete, 0), abstract(solve, 0)) == (True, False, None)
