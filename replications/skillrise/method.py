@@ -7,9 +7,8 @@ rewrite a skill document that lives only in the prompt:
 
     solve(0) -> curate(0) -> solve(1) -> curate(1) -> ... -> solve(K-1)
 
-The document starts empty for every chain; each curate turn writes the whole revised document
-between `<skill>` tags (the environment bounds its length) and solve(p+1) reads it. N chains of the
-same K tasks form a chain group. Rewards (`chain.py`):
+The document starts empty; each curate turn writes it anew between `<skill>` tags and solve(p+1) reads
+it. N chains of the same K tasks form a chain group. Rewards (`chain.py`):
 
     solve p:   r_p                                   (the task's own reward, invalid actions penalized)
     curate p:  R_p = sum_{j>p} decay^(j-p) r_j       (decay 0.6: later tasks, the only cross-task credit)
@@ -18,26 +17,17 @@ same K tasks form a chain group. Rewards (`chain.py`):
 
 The arms (`method.arm`), on the same steps, learning rate, warm start and seeds:
 
-- `grpo`: no document, each task alone, group size `trainer.group_size` x K, so a step plays as many
-  tasks as a SkillRise step (`trainer.tasks_per_step` tasks, vs as many chain groups of K tasks with
-  `trainer.group_size` chains each);
+- `grpo`: no document, each task alone, group size `trainer.group_size` x K (as many task plays);
 - `skillrise`: chains, curate rewarded by the later tasks (the paper);
 - `current`: chains, curate rewarded by the task it just watched (r_p), which nothing it writes can
   change: the control for the curate reward;
-- `oracle`: chains without curate turns, task p + 1 reading the *right* abstract document, the first
-  steps of the family's hidden order that task p asked for (what a perfect curator could write): the
-  positive control of the design check (issue #41), never a result.
+- `oracle`: no curate turn, task p + 1 reads the right document (`oracle_doc`): the design check's
+  positive control (#41). Step sizes (#41): `advantage_norm=std` divides the chain advantages by their
+  key's std as GRPO does; `token_norm=role` averages each role's tokens on their own (`role_token_scales`).
 
-Step sizes (issue #41): `advantage_norm=std` divides the chain arms' advantages by their key's std too,
-GRPO's normalization (`paper`: mean-centred only, the paper's); `token_norm=role` scales each role's
-advantages by N / N_role (`role_token_scales`), so the trainer's token mean averages each role's tokens
-on their own (`all`: curate tokens share the solve tokens' denominator). Both are no-ops in the grpo arm.
-
-Hooks: `tasks` draws whole families (chain arms), `play` plays the chains position by position
-(every chain's solve p in one batch, then every chain's curate p), `credit` returns the chain
-advantages. Held-out evaluation plays chains too (`eval.k` chains per family; a task's k samples are
-its k chains), so per-tier scores are success by chain position; the curate plays are summarized
-under `extra/curate` (what the documents are: abstract, concrete, empty).
+Hooks: `tasks` draws whole families, `play` plays the chains position by position, `credit` returns the
+chain advantages. Evaluation plays chains too (a task's `eval.k` samples are its k chains), so per-tier
+scores are success by chain position; the curate plays are summarized under `extra/curate`.
 """
 
 from __future__ import annotations
@@ -90,10 +80,8 @@ class SkillRiseConfig(MethodConfig):
     arm: Literal["grpo", "skillrise", "current", "oracle"] = "skillrise"
     decay: float = 0.6  # the curate reward's discount over later tasks (official traj_gamma) [P]
     curate_loss_weight: float = 1.0  # multiplies curate advantages [P]
-    # chain arms: paper (mean-centred, [P]) | std (divided by the key's std as well, as GRPO) [I, #41]
-    advantage_norm: Literal["paper", "std"] = "paper"
-    # all (one token mean over both roles) | role (each role's tokens averaged on their own) [I, #41]
-    token_norm: Literal["all", "role"] = "all"
+    advantage_norm: Literal["paper", "std"] = "paper"  # chain arms: mean-centred [P] | / std too, as GRPO [I]
+    token_norm: Literal["all", "role"] = "all"  # one token mean | each role's tokens on their own [I, #41]
 
 
 class SkillRise(Method):
@@ -105,7 +93,6 @@ class SkillRise(Method):
     def __init__(self, cfg: SkillRiseConfig, run: RunView):
         super().__init__(cfg, run)
         self.chain_length = len(self.env.tiers)  # K: one task per plan length
-        # (the pool, its indices per family)
         self._families: tuple[Sequence[Task], list[list[int]]] | None = None
 
     @property
@@ -113,8 +100,7 @@ class SkillRise(Method):
         return self.cfg.arm != "grpo"
 
     def validate(self) -> None:
-        """A chain arm's environment needs a curate turn, then the core's checks, then the settings'
-        (`checks.py`)."""
+        """A chain arm's environment needs a curate turn; the core's checks; the settings' (`checks.py`)."""
         check_env(self)
         super().validate()
         check_settings(self, SkillRiseConfig)
@@ -171,8 +157,7 @@ class SkillRise(Method):
             if self.cfg.arm == "oracle":  # no curate turn: the next task reads the right document
                 for f, row in live:
                     docs[f] = [oracle_doc(row)] * n
-                continue
-            if not live:
+            if self.cfg.arm == "oracle" or not live:
                 continue
             specs = [chain_spec(row, mode, "curate", skill=docs[f][c],
                                 found=solve[f, p].episodes[c].info.get("found", []))
