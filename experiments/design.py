@@ -2,6 +2,7 @@
 
     python -m experiments.design --method ccpo           # = make design-ccpo; writes results/ccpo/design.json
     python -m experiments.design --method ccpo --no-pilots   # the shared-batch figures only (minutes)
+    python -m experiments.design --method skillrise --claims -ind$   # only the claims whose id matches
 
 For each claim of the method's card (`predicate: "a > b"`, or `"a@final > a@initial"`), three gates, each
 on the **dev** split, never the held-out one:
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -223,8 +225,9 @@ def arm_method(method: str, arm: str, scale: str) -> Any:
     return resolve(arm_config(method, arm, scale), METHODS).method
 
 
-def design(method: str, scale: str = "cpu", pilots: bool = True) -> dict[str, Any]:
-    """Every claim's gates and figures (the shape of `DESIGN_KEYS`)."""
+def design(method: str, scale: str = "cpu", pilots: bool = True, only: str | None = None) -> dict[str, Any]:
+    """Every claim's gates and figures (the shape of `DESIGN_KEYS`); `only`: the claims whose id matches
+    this regular expression (`re.search`), the others left out of the result."""
     from common.provenance import git_state
     from experiments.run import conf_dir
     from paper.cards import parse_card
@@ -236,7 +239,7 @@ def design(method: str, scale: str = "cpu", pilots: bool = True) -> dict[str, An
     cache: dict[str, Any] = {}
     gains: dict[str, dict[str, Any]] = {}
     claims: dict[str, Any] = {}
-    for spec in claim_specs(method):
+    for spec in [s for s in claim_specs(method) if only is None or re.search(only, s.id)]:
         if pilots:
             for arm in filter(None, (spec.control, spec.oracle)):
                 if arm not in gains:
@@ -258,7 +261,7 @@ def design(method: str, scale: str = "cpu", pilots: bool = True) -> dict[str, An
                            "arms": spec.arms}
     episodes = sum(len(b.episodes) for _, b in cache.values())
     return {"claims": claims, "episodes": episodes, "code": git_state(), "scale": scale, "metric": metric,
-            "pilots": gains, "split": "dev"}
+            "pilots": gains, "split": "dev", "only": only}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,11 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--method", required=True, choices=sorted(METHODS))
     p.add_argument("--scale", default="cpu")
     p.add_argument("--no-pilots", action="store_true", help="the shared-batch figures only (learnable: null)")
+    p.add_argument("--claims", default=None, help="only the claims whose id matches this regex (re.search)")
     p.add_argument("--out", default="results", help="results/<method>/design.json under this folder")
     args = p.parse_args(argv)
     t0 = time.time()
     try:
-        result = design(args.method, args.scale, pilots=not args.no_pilots)
+        result = design(args.method, args.scale, pilots=not args.no_pilots, only=args.claims)
     except (ValueError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
