@@ -2,6 +2,7 @@
 
     python -m experiments.design --method ccpo           # = make design-ccpo; writes results/ccpo/design.json
     python -m experiments.design --method ccpo --no-pilots   # the shared-batch figures only (minutes)
+    python -m experiments.design --method skillrise --claims -ind$   # only the claims whose id matches
 
 For each claim of the method's card (`predicate: "a > b"`, or `"a@final > a@initial"`), three gates, each
 on the **dev** split, never the held-out one:
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -299,8 +301,9 @@ def arm_method(method: str, arm: str, scale: str) -> Any:
     return resolve(arm_config(method, arm, scale), METHODS).method
 
 
-def design(method: str, scale: str = "cpu", pilots: bool = True) -> dict[str, Any]:
-    """Every claim's gates and figures (the shape of `DESIGN_KEYS`)."""
+def design(method: str, scale: str = "cpu", pilots: bool = True, only: str | None = None) -> dict[str, Any]:
+    """Every claim's gates and figures (the shape of `DESIGN_KEYS`); `only`: the claims whose id matches
+    this regular expression (`re.search`), the others left out of the result."""
     from common.provenance import git_state
     from experiments.run import conf_dir
     from paper.cards import parse_card
@@ -313,7 +316,7 @@ def design(method: str, scale: str = "cpu", pilots: bool = True) -> dict[str, An
     gains: dict[str, dict[str, Any]] = {}
     claims: dict[str, Any] = {}
     other_env: dict[str, str] = {}
-    for spec in claim_specs(method):
+    for spec in [s for s in claim_specs(method) if only is None or re.search(only, s.id)]:
         # a claim about another setting than the one its arms play at this scale is not checked here
         # (CCPO's scales each play one thinker_solver setting; SHARP's arms pick their env themselves)
         tag = env_tag(arm_config(method, spec.arms[0], scale))
@@ -346,17 +349,21 @@ def design(method: str, scale: str = "cpu", pilots: bool = True) -> dict[str, An
                            "arms": spec.arms, "check": check}
     episodes = sum(len(b.episodes) for _, b in cache.values())
     return {"claims": claims, "episodes": episodes, "code": git_state(), "scale": scale, "metric": metric,
-            "pilots": gains, "split": "dev", "other_env": other_env}
+            "pilots": gains, "split": "dev", "other_env": other_env, "only": only}
 
 
 def keep_other_settings(result: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
     """`result` with the entries of `previous` (the file it replaces) for the claims this run did not check
     because they are about another setting (`other_env`: CCPO's scales cpu and dyad play different
-    thinker_solver settings), each marked with the scale and code it was checked at (`checked_at`)."""
+    thinker_solver settings) or were left out by `--claims` (`only`), each marked with the scale and code
+    it was checked at (`checked_at`)."""
     if not previous:
         return result
     claims = dict(result["claims"])
-    for cid in result.get("other_env", {}):
+    only = result.get("only")
+    skipped = set(result.get("other_env", {})) | {cid for cid in previous.get("claims", {})
+                                                    if only is not None and not re.search(only, cid)}
+    for cid in sorted(skipped):
         entry = previous.get("claims", {}).get(cid)
         if entry is not None and cid not in claims:
             at = entry.get("checked_at") or {"scale": previous.get("scale"), "code": previous.get("code")}
@@ -372,11 +379,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--method", required=True, choices=sorted(METHODS))
     p.add_argument("--scale", default="cpu")
     p.add_argument("--no-pilots", action="store_true", help="the shared-batch figures only (learnable: null)")
+    p.add_argument("--claims", default=None, help="only the claims whose id matches this regex (re.search)")
     p.add_argument("--out", default="results", help="results/<method>/design.json under this folder")
     args = p.parse_args(argv)
     t0 = time.time()
     try:
-        result = design(args.method, args.scale, pilots=not args.no_pilots)
+        result = design(args.method, args.scale, pilots=not args.no_pilots, only=args.claims)
     except (ValueError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

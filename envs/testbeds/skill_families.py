@@ -1,12 +1,12 @@
 """`skill_families`: related tasks that share only an abstract procedure (SkillRise's CPU-scale setting).
 
 A *family* is a hidden order of abstract steps, e.g. `read -> sort -> check -> write` (`order_length`
-distinct steps drawn from `ROLES`; every family of every split has an order of its own, so no order
-can be memorized from training). A task of the family with plan length L (its tier, the difficulty)
-asks for the first L steps in that order. Every task is a fresh *instance*: its tools are renamed at
-random (numbered 1.. with the steps shuffled over the numbers: one token per name, within reach of
-the suite's tiny model) and the prompt says which abstract step each tool performs, plus
-`distractors` tools whose steps are not in the family's order at all:
+distinct steps drawn from `ROLES`; every family of every split has an order of its own, so no order can be
+memorized from training). A task of the family with plan length L (its tier, the difficulty) asks for the
+first L steps in that order. Every task is a fresh *instance*: its tools are renamed at random (numbered 1..
+with the steps shuffled over the numbers: one token per name, within reach of the suite's tiny model) and
+the prompt says which abstract step each tool performs, plus `distractors` tools whose steps are not in the
+family's order at all:
 
     skill: read sort                                   <- the skill document (empty at a chain's start)
     tools: 1 sort 2 check 3 read 4 clean
@@ -17,49 +17,42 @@ the suite's tiny model) and the prompt says which abstract step each tool perfor
     step 2:                                            > 1
     ok                                                 (plan done after L oks: success)
 
-So nothing concrete transfers from one instance to the next: the tool names change, only an abstract
-description of the order ("read sort check") does. The order cannot be read from the prompt; an
-agent without a document finds it by trial, and fails the task at its `max_misses + 1`-th miss. A
-tool name that is not one of this task's tools is an invalid action (`no` as well, an
-`invalid_action` event, counted as a miss). Reward: 1 on success, else 0, minus `invalid_penalty`
-per invalid action (SkillRise's invalid-action penalty, 0.5). Odds without a document, searching
-by elimination with one distractor and one miss allowed: 1/2, 1/6 and 1/24 for L = 2, 3, 4; with a
-right abstract document: 1.
+Only an abstract description of the order ("read sort check") transfers between instances; without one an
+agent searches, and fails at its `max_misses + 1`-th miss. A call that is not one of this task's tools is an
+invalid action (`no`, an `invalid_action` event, a miss). Reward: 1 on success, else 0, minus
+`invalid_penalty` per invalid action (SkillRise's, 0.5). Odds without a document (search by elimination, one
+distractor, one miss allowed): 1/2, 1/6, 1/24 for L = 2, 3, 4; with a right abstract document: 1.
 
-**Curate** (variant `curate`, role `curator`): one turn that rewrites the skill document after a
-task, seeing the old document, the task's tools and the tools that answered `ok`, in order:
+**Curate** (variant `curate`, role `curator`): one turn that rewrites the skill document after a task,
+seeing the old document, the task's tools and the tools that answered `ok`, in order:
 
     skill: read
     tools: 1 sort 2 check 3 read 4 clean
     found: 3 1
     curate:                                            > <skill> read sort </skill>
 
-The new document is the text between `<skill>` and `</skill>`: at most `max_skill_words` words of
-lowercase letters or digits. Anything else is invalid (an `invalid_action` event, reward `-invalid_penalty`,
-the document becomes empty). The curate episode reports what it wrote (`info["skill"]`) and its
-kind: `doc_abstract` (every word an abstract step), `doc_concrete` (every word a tool name),
-`doc_empty`, `doc_other` (a mix, or anything else), and `doc_right` (an abstract document that is a
-prefix of the family's true order).
+The new document is the text between `<skill>` and `</skill>`, at most `max_skill_words` lowercase words or
+numbers; anything else is invalid (reward `-invalid_penalty`, an empty document). Its kind: `doc_abstract`
+(every word an abstract step), `doc_concrete` (every word a tool name), `doc_empty`, `doc_other` (a mix, or
+anything else), and `doc_right` (an abstract document that is a prefix of the family's true order). A task's
+JSON: `family`, `order` (hidden), `plan` (L), `tools` ([name, step] pairs in prompt order), for chains
+optionally `skill` (the document) and, for a curate play, `found` (the tools that answered ok).
 
-A task's JSON: `family` (its id), `order` (the hidden order), `plan` (L), `tools` ([name, step]
-pairs in prompt order), and for chains (`replications/skillrise`) optionally `skill` (the document
-in the prompt) and, for a curate play, `found` (the tools that answered ok).
+Splits (`task_set`): every split is whole families, each family's tasks one per tier in consecutive rows
+(tier = L = min_plan .. order_length; split sizes are multiples of the number of tiers). The `demo` split
+(the SFT warm start) holds scripted chains: solve rows whose prompt carries a document the scripted curator
+wrote, and curate rows after a scripted solve. The demonstrator follows an abstract document where it has
+one and searches by elimination where it has none, slipping to a random tool with probability `demo_slip`;
+its curator writes the abstract order it saw with probability `demo_abstract`, the concrete tool names with
+`demo_concrete` and an empty document otherwise (30% / 30% / 40%; a trace where nothing was found leaves
+nothing to write, whatever the draw), so RL has a choice of what to write. The oracle of `python -m envs
+check` calls the hidden next step (`oracle_action`).
 
-Splits (`task_set`): every split is whole families, each family's tasks one per tier in consecutive
-rows (tier = L = min_plan .. order_length), so `train_size`, `heldout_size` and `dev_size` are
-multiples of the number of tiers. The `demo` split (the SFT warm start) holds scripted chains:
-solve rows whose prompt carries a document the scripted curator wrote, and curate rows after a
-scripted solve. The scripted demonstrator follows an abstract document where it has one and
-searches by elimination where it has none (so its own success is far from perfect without a
-document), slipping to a random tool with probability `demo_slip`; its curator writes the abstract
-order it saw with probability `demo_abstract`, the concrete tool names with `demo_concrete` and an
-empty document otherwise (30% / 30% / 40%; a trace where nothing was found leaves nothing to
-write, whatever the draw), so RL has a choice of what to write. The oracle of
-`python -m envs check` calls the hidden next step (`oracle_action`).
-
-Provenance: generated by this module from `data_seed` (no external data); the design is ours [I],
-after SkillRise's claim that skills shared by related tasks transfer when written abstractly.
-"""
+Layouts (`layout`): `numbered` (above, the first) and `induction` (`skill_induction.py`, issue #41: tools
+listed `sort 1`, calls `<step> <number>`, so following a document is a chain of next-token copies); the same
+tasks and splits, only the text differs. Provenance: generated by this module from `data_seed` (no external
+data); the design is ours [I], after SkillRise's claim that skills shared by related tasks transfer when
+written abstractly."""
 
 from __future__ import annotations
 
@@ -73,7 +66,9 @@ from datasets import Dataset, DatasetDict
 
 from common.episode import Event
 from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from envs.testbeds import skill_induction as induction
 
+LAYOUTS = ("numbered", "induction")  # how tools, calls and what was found are written (module doc)
 ROLES = ("read", "filter", "sort", "merge", "check", "write", "send", "clean")  # the abstract steps
 NAMES = tuple(str(i) for i in range(1, 10))  # tool labels: an instance numbers its tools in a random order
 _SKILL = re.compile(r"<skill>(.*?)</skill>", re.DOTALL)
@@ -98,9 +93,12 @@ class SkillFamiliesConfig(EnvConfig):
     dev_size: int = 48
     # rows of scripted chains (solve and curate rows) for the warm start (0: none, no curate demos)
     demo_size: int = 1000
+    layout: str = "numbered"  # numbered | induction (LAYOUTS)
 
     def check(self) -> None:
         super().check()
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"env.layout must be one of {LAYOUTS}; got {self.layout!r}")
         k = self.order_length - self.min_plan + 1
         if not (1 <= self.min_plan <= self.order_length
                 and self.order_length + self.distractors <= len(ROLES)):
@@ -176,41 +174,51 @@ class SolveEpisode(EpisodeState):
         self.missed: list[str] = []  # tools that answered no at the current step
         self.misses = self.invalid = 0
         self.step_of = step_of
+        self.induction = cfg.layout == "induction"
 
     def _prompt(self) -> str:
+        if self.induction:
+            return induction.solve_prompt([self.step_of[n] for n in self.found])
         return f"step {len(self.found) + 1}:"
 
     def start(self) -> Observation:
+        if self.induction:
+            return Observation("solver", induction.solve_start(self.doc, self.tools, []))
         return Observation("solver", f"skill: {self.doc}\n{tools_line(self.tools)}\n{self._prompt()}")
 
+    def _call(self, name: str) -> str:
+        return induction.call(self.step_of[name], name) if self.induction else " " + name
+
     def oracle_action(self) -> str:
-        return " " + self.plan[len(self.found)]
+        return self._call(self.plan[len(self.found)])
 
     def expert_action(self) -> str:
         names = [n for n, _ in self.tools]
         if self.rng.random() < self.cfg.demo_slip:
-            return " " + self.rng.choice(names)
+            return self._call(self.rng.choice(names))
         k, words = len(self.found), self.doc.split()
         if k < len(words) and words[k] in self.name_of and self.name_of[words[k]] not in self.missed:
-            return " " + self.name_of[words[k]]
+            return self._call(self.name_of[words[k]])
         untried = [n for n in names if n not in self.found and n not in self.missed]
-        return " " + self.rng.choice(untried or names)
+        return self._call(self.rng.choice(untried or names))
 
     def step(self, action: str) -> StepResult:
-        name = action.strip()
+        called = induction.parse_call(action, self.step_of) if self.induction else action.strip()
+        name = called or action[:40].strip()
         events = [Event("tool_call", 0, {"tool": name[:40], "step": len(self.found) + 1})]
-        if name not in self.step_of:
+        if called not in self.step_of:
             self.invalid += 1
-            why = f"not a tool of this task: {name[:40]!r}; call one of {' '.join(n for n, _ in self.tools)}"
+            listed = induction.tools_line(self.tools)[7:] if self.induction else " ".join(self.step_of)
+            why = f"not a tool of this task: {name[:40]!r}; call one of {listed}"
             events.append(Event("invalid_action", 0, {"why": why}))
-        if name == self.plan[len(self.found)]:
+        if called == self.plan[len(self.found)]:
             self.found.append(name)
             self.missed = []
             if len(self.found) == len(self.plan):
                 return self._end(events, True)
             return StepResult(Observation("solver", f"ok\n{self._prompt()}"), events=events)
         self.misses += 1
-        if name in self.step_of:
+        if called in self.step_of:
             self.missed.append(name)
         if self.misses > self.cfg.max_misses:
             return self._end(events, False)
@@ -234,6 +242,8 @@ class CurateEpisode(EpisodeState):
         self.found = [str(n) for n in task.get("found", []) if str(n) in self.step_of]
 
     def start(self) -> Observation:
+        if self.cfg.layout == "induction":
+            return Observation("curator", induction.curate_start(self.doc, self.tools, self.found))
         found = " ".join(f"{n} {self.step_of[n]}" for n in self.found)
         return Observation("curator", f"skill: {self.doc}\n{tools_line(self.tools)}\nfound: {found}\ncurate:")
 
@@ -330,8 +340,7 @@ class SkillFamiliesEnv(Environment):
 
     def scripted_chain(self, tasks: list[dict[str, Any]],
                        rng: random.Random) -> list[tuple[int, dict[str, Any]]]:
-        """The rows of one scripted chain: solve 0, curate 0, solve 1, ..., each carrying the document the
-        scripted curator wrote (the demonstrator plays each solve to learn what it found)."""
+        """The rows of one scripted chain solve 0, curate 0, ..., each with the scripted document."""
         out: list[tuple[int, dict[str, Any]]] = []
         doc = ""
         for p, task in enumerate(tasks):
@@ -357,8 +366,7 @@ class SkillFamiliesEnv(Environment):
         return SolveEpisode(task, self.cfg, rng)
 
     def corpus(self, n: int = 400) -> Any:
-        """Tokenizer texts: scripted episodes of the demo split (solve and curate rows, documents of
-        every kind) and of train tasks."""
+        """Tokenizer texts: scripted episodes of the demo split (solve and curate rows) and of train tasks."""
         tasks = self.task_set()
         rng = random.Random(0)
         for split in [s for s in ("demo", "train") if s in tasks]:
@@ -376,15 +384,15 @@ class SkillFamiliesEnv(Environment):
                 "design": "hidden step orders renamed per instance (replications/skillrise, [I])"}
 
     def oracle_action(self, state: EpisodeState, obs: Observation) -> str:
-        """The hidden next step: the demonstrator searches where it has no skill document."""
+        """The hidden next step (the demonstrator searches where it has no document)."""
         return state.oracle_action()  # type: ignore[attr-defined, no-any-return]
 
     def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
-        """Solver: one of the task's tool names, uniform; curator: `<skill>` and 0 to 4 words from the steps
-        and tool names `</skill>`."""
+        """Solver: a call of one of the task's tools; curator: `<skill>`, 0-4 steps or numbers, `</skill>`."""
         if obs.role == "curator":
             return " <skill> " + " ".join(rng.choices([*ROLES, *NAMES], k=rng.randint(0, 4))) + " </skill>"
-        return " " + rng.choice([name for name, _ in state.tools])  # type: ignore[attr-defined]
+        name, step = rng.choice(state.tools)  # type: ignore[attr-defined]
+        return induction.call(step, name) if self.cfg.layout == "induction" else " " + name
 
 
 def _json(task: dict[str, Any]) -> str:

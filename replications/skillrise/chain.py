@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from common.credit import grpo
 from common.episode import Episode, Group, Task
 from common.rollout import PlaySpec
 
@@ -53,13 +54,16 @@ def current_task_rewards(solve_rewards: Sequence[float]) -> list[float]:
 
 
 def grouped_advantages(scores: Sequence[float], keys: Sequence[Hashable],
-                       weights: Sequence[float] | None = None) -> list[float]:
+                       weights: Sequence[float] | None = None, std: bool = False) -> list[float]:
     """A_i = w_i * (s_i - mean of the scores that share key_i): mean-centered within each key, no std
     division (the key is (chain group, position, role)); `weights` scale each advantage (the curate
-    loss weight), 1 by default.
+    loss weight), 1 by default. `std`: divided by the key's sample std (ddof 1) + 1e-6 as well, GRPO's
+    normalization (`common.credit.grpo`; a key of one score gets 0).
 
     >>> grouped_advantages([1, 0, 0.5, 0.5], ["a", "a", "b", "b"])
     [0.5, -0.5, 0.0, 0.0]
+    >>> [round(a, 4) for a in grouped_advantages([1, 0, 0, 0], ["a"] * 4, std=True)]  # std 0.5
+    [1.5, -0.5, -0.5, -0.5]
     """
     if len(scores) != len(keys) or (weights is not None and len(weights) != len(scores)):
         raise ValueError(f"scores, keys and weights must have one entry per trajectory; got {len(scores)}, "
@@ -69,10 +73,37 @@ def grouped_advantages(scores: Sequence[float], keys: Sequence[Hashable],
         members[key].append(i)
     out = [0.0] * len(scores)
     for idx in members.values():
-        mean = sum(float(scores[i]) for i in idx) / len(idx)
-        for i in idx:
-            out[i] = (1.0 if weights is None else float(weights[i])) * (float(scores[i]) - mean)
+        x = np.array([float(scores[i]) for i in idx])
+        centred = grpo(x) if std else x - x.mean()
+        for i, c in zip(idx, centred, strict=True):
+            out[i] = (1.0 if weights is None else float(weights[i])) * float(c)
     return out
+
+
+def role_token_scales(groups: list[Group], slots: list[list[Slot]],
+                      excluded: Callable[[Episode], bool]) -> dict[str, float]:
+    """Per-role token normalization: the factor N / N_role for each role's advantages, N the step's trained
+    action tokens and N_role those of the role's turns (counted as `common.batch.build_rows` makes rows).
+    The trainer's token mean divides every token's loss by N; times N / N_role, each role's tokens average
+    over that role alone, so a solve token weighs what it weighs in an arm without curate turns (GRPO) and
+    the curate turns no longer dilute it. Exact with one minibatch (`trainer.minibatches=1`).
+
+    >>> from common.episode import Episode, Turn
+    >>> turn = lambda role, n: Turn(role, "policy", [0], [1] * n, [0.0] * n, "")
+    >>> s, c = Episode("a", 2, [turn("solver", 3), turn("solver", 3)]), Episode("a", 2, [turn("curator", 2)])
+    >>> role_token_scales([Group("a", 2, [s]), Group("a/curate", 2, [c])],
+    ...                   [[Slot(0, 0, "solve", 0)], [Slot(0, 0, "curate", 0)]], lambda e: False)
+    {'solve': 1.3333333333333333, 'curate': 4.0}
+    """
+    tokens: dict[str, int] = defaultdict(int)
+    for g, ss in zip(groups, slots, strict=True):
+        for e, slot in zip(g.episodes, ss, strict=True):
+            if not e.counts_for_training or excluded(e):
+                continue
+            trained = [t for t in e.turns if t.trainable and t.adapter is not None]
+            tokens[slot.role] += sum(len(t.action_ids) for t in trained)
+    total = sum(tokens.values())
+    return {role: total / n for role, n in tokens.items() if n}
 
 
 DOC_KINDS = ("abstract", "concrete", "empty", "other")
@@ -187,6 +218,19 @@ def chain_scores(groups: list[Group], slots: list[list[Slot]],
             keys.append((s.family, s.position, s.role))
             weights.append(curate_weight if is_curate else 1.0)
     return flat, scores, keys, weights
+
+
+def oracle_doc(task: Task) -> str:
+    """The right abstract document after `task`: the first `plan` steps of its family's hidden order (what
+    a perfect curator could know having solved it; `skill_families` tasks).
+
+    >>> oracle_doc(Task("a", 2, json.dumps({"order": ["read", "sort", "check"], "plan": 2})))
+    'read sort'
+    """
+    if "order" not in task.data or "plan" not in task.data:
+        raise ValueError("method.arm=oracle needs tasks that carry their hidden order and plan "
+                         "(env=skill_families)")
+    return " ".join(task.data["order"][: task.data["plan"]])
 
 
 def chain_spec(task: Task, mode: str, variant: str, **extra: Any) -> PlaySpec:

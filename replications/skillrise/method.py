@@ -7,9 +7,8 @@ rewrite a skill document that lives only in the prompt:
 
     solve(0) -> curate(0) -> solve(1) -> curate(1) -> ... -> solve(K-1)
 
-The document starts empty for every chain; each curate turn writes the whole revised document
-between `<skill>` tags (the environment bounds its length) and solve(p+1) reads it. N chains of the
-same K tasks form a chain group. Rewards (`chain.py`):
+The document starts empty; each curate turn writes it anew between `<skill>` tags and solve(p+1) reads
+it. N chains of the same K tasks form a chain group. Rewards (`chain.py`):
 
     solve p:   r_p                                   (the task's own reward, invalid actions penalized)
     curate p:  R_p = sum_{j>p} decay^(j-p) r_j       (decay 0.6: later tasks, the only cross-task credit)
@@ -18,18 +17,17 @@ same K tasks form a chain group. Rewards (`chain.py`):
 
 The arms (`method.arm`), on the same steps, learning rate, warm start and seeds:
 
-- `grpo`: no document, each task alone, group size `trainer.group_size` x K, so a step plays as many
-  tasks as a SkillRise step (`trainer.tasks_per_step` tasks, vs as many chain groups of K tasks with
-  `trainer.group_size` chains each);
+- `grpo`: no document, each task alone, group size `trainer.group_size` x K (as many task plays);
 - `skillrise`: chains, curate rewarded by the later tasks (the paper);
 - `current`: chains, curate rewarded by the task it just watched (r_p), which nothing it writes can
-  change: the control for the curate reward.
+  change: the control for the curate reward;
+- `oracle`: no curate turn, task p + 1 reads the right document (`oracle_doc`): the design check's
+  positive control (#41). Step sizes (#41): `advantage_norm=std` divides the chain advantages by their
+  key's std as GRPO does; `token_norm=role` averages each role's tokens on their own (`role_token_scales`).
 
-Hooks: `tasks` draws whole families (chain arms), `play` plays the chains position by position
-(every chain's solve p in one batch, then every chain's curate p), `credit` returns the chain
-advantages. Held-out evaluation plays chains too (`eval.k` chains per family; a task's k samples are
-its k chains), so per-tier scores are success by chain position; the curate plays are summarized
-under `extra/curate` (what the documents are: abstract, concrete, empty).
+Hooks: `tasks` draws whole families, `play` plays the chains position by position, `credit` returns the
+chain advantages. Evaluation plays chains too (a task's `eval.k` samples are its k chains), so per-tier
+scores are success by chain position; the curate plays are summarized under `extra/curate`.
 """
 
 from __future__ import annotations
@@ -55,8 +53,10 @@ from replications.skillrise.chain import (
     current_task_rewards,
     family_indices,
     grouped_advantages,
+    oracle_doc,
     play_metrics,
     play_specs,
+    role_token_scales,
 )
 from replications.skillrise.checks import check_env, check_settings
 
@@ -77,9 +77,11 @@ class SkillRiseConfig(MethodConfig):
     # the grpo arm's group normalization (chain arms return advantages themselves) [P: GRPO]
     estimator: str = "grpo"
     # grpo (no document) | skillrise | current (control) [I]
-    arm: Literal["grpo", "skillrise", "current"] = "skillrise"
+    arm: Literal["grpo", "skillrise", "current", "oracle"] = "skillrise"
     decay: float = 0.6  # the curate reward's discount over later tasks (official traj_gamma) [P]
     curate_loss_weight: float = 1.0  # multiplies curate advantages [P]
+    advantage_norm: Literal["paper", "std"] = "paper"  # chain arms: mean-centred [P] | / std too, as GRPO [I]
+    token_norm: Literal["all", "role"] = "all"  # one token mean | each role's tokens on their own [I, #41]
 
 
 class SkillRise(Method):
@@ -91,7 +93,6 @@ class SkillRise(Method):
     def __init__(self, cfg: SkillRiseConfig, run: RunView):
         super().__init__(cfg, run)
         self.chain_length = len(self.env.tiers)  # K: one task per plan length
-        # (the pool, its indices per family)
         self._families: tuple[Sequence[Task], list[list[int]]] | None = None
 
     @property
@@ -99,8 +100,7 @@ class SkillRise(Method):
         return self.cfg.arm != "grpo"
 
     def validate(self) -> None:
-        """A chain arm's environment needs a curate turn, then the core's checks, then the settings'
-        (`checks.py`)."""
+        """A chain arm's environment needs a curate turn; the core's checks; the settings' (`checks.py`)."""
         check_env(self)
         super().validate()
         check_settings(self, SkillRiseConfig)
@@ -154,7 +154,10 @@ class SkillRise(Method):
             for j, (f, row) in enumerate(live):
                 solve[f, p] = Group(row.id, row.tier, episodes[j * n:(j + 1) * n])
             live = [(f, row) for f, row in live if p + 1 < len(families[f])]
-            if not live:
+            if self.cfg.arm == "oracle":  # no curate turn: the next task reads the right document
+                for f, row in live:
+                    docs[f] = [oracle_doc(row)] * n
+            if self.cfg.arm == "oracle" or not live:
                 continue
             specs = [chain_spec(row, mode, "curate", skill=docs[f][c],
                                 found=solve[f, p].episodes[c].info.get("found", []))
@@ -173,7 +176,8 @@ class SkillRise(Method):
     def credit(self, groups: list[Group], step: int) -> Credit:
         """grpo: the outcome, broadcast (GRPO). Chain arms: every solve and curate episode's score
         (r_p; R_p or, in `current`, r_p, plus the curate turn's own invalid-action penalty), mean-centered
-        within its (chain group, position, role), curate advantages x curate_loss_weight."""
+        within its (chain group, position, role) (and divided by its std with advantage_norm=std), curate
+        advantages x curate_loss_weight (each role's x N / N_role with token_norm=role)."""
         metrics = play_metrics(groups, self.env.tiers)
         if not self.chains:
             return Credit.outcome(groups, metrics)
@@ -183,7 +187,11 @@ class SkillRise(Method):
                    else current_task_rewards)
         flat, scores, keys, weights = chain_scores(groups, slots, rewards, self.excluded,
                                                    self.cfg.curate_loss_weight)
-        advantages = grouped_advantages(scores, keys, weights)
+        if self.cfg.token_norm == "role":
+            scales = role_token_scales(groups, slots, self.excluded)
+            weights = [w * scales.get(str(k[2]), 1.0) for w, k in zip(weights, keys, strict=True)]
+            metrics.update({f"token_scale_{role}": v for role, v in scales.items()})
+        advantages = grouped_advantages(scores, keys, weights, std=self.cfg.advantage_norm == "std")
         values: list[list[dict[str, float]]] = [[{} for _ in g.episodes] for g in groups]
         for (gi, i), a in zip(flat, advantages, strict=True):
             values[gi][i] = {"*": a}
