@@ -6,6 +6,7 @@ SCALE ?= cpu        # smoke | cpu | small | paper
 CLUSTER ?= local    # local | slurm
 SEEDS ?=            # e.g. 0,1,2 (default: the replication's seeds for SCALE)
 FORCE ?=            # 1 = rerun finished cells (overwrites their results)
+FORCE_DESIGN ?=     # 1 = run cells the design check blocks (every claim of their arm void or a design null)
 WAIT ?= 1           # 0 = SLURM: submit and return (then make status / make collect)
 DRY_RUN ?=          # 1 = print what would run, run nothing
 PROFILE ?=          # cluster profile (slurm/profiles/<name>.yaml)
@@ -29,7 +30,7 @@ LOGGERS ?= 0        # 1 = make setup also installs the loggers extra (tensorboar
 # ---- the variables above are the only ones this Makefile reads: one given on make's command line that is not
 # among them (a typo, SEED=3, or scale=smoke in lower case) stops make with one line before anything runs,
 # naming the nearest known one. Only the command line's are checked: make's own and the environment's pass.
-KNOWN_VARIABLES := SCALE CLUSTER SEEDS FORCE WAIT DRY_RUN PROFILE GRID ARGS VLLM ENVS TEST_WORKERS METHODS \
+KNOWN_VARIABLES := SCALE CLUSTER SEEDS FORCE FORCE_DESIGN WAIT DRY_RUN PROFILE GRID ARGS VLLM ENVS TEST_WORKERS METHODS \
   METHOD OUT VERBOSE NAME NO_PILOTS RUN ADAPTER ENV SPLIT LOGGERS PY
 MAKE_OWN_VARIABLES := MAKEFLAGS MFLAGS GNUMAKEFLAGS MAKEFILES MAKELEVEL MAKE_RESTARTS MAKECMDGOALS SHELL \
   .SHELLFLAGS .DEFAULT_GOAL .RECIPEPREFIX MAKE MAKEOVERRIDES
@@ -56,6 +57,7 @@ bool = $(strip $(if $(filter-out 0 1,$(words $($(1))))$(filter-out 1 true yes 0 
   $(error $(1)=$(strip $($(1))) is not a boolean: use 1, true or yes (on) or 0, false, no or nothing (off)),\
   $(if $(filter 1 true yes,$(strip $($(1)))),1)))
 override FORCE := $(call bool,FORCE)
+override FORCE_DESIGN := $(call bool,FORCE_DESIGN)
 override DRY_RUN := $(call bool,DRY_RUN)
 override WAIT := $(if $(call bool,WAIT),1,0)
 override VLLM := $(if $(call bool,VLLM),1,0)
@@ -155,6 +157,7 @@ test-fast: setup
 replicate-%: setup
 	@$(PY) -m experiments.replicate --method $* --scale $(strip $(SCALE)) --cluster $(strip $(CLUSTER)) \
 	  $(if $(strip $(SEEDS)),--seeds '$(strip $(SEEDS))') $(if $(strip $(FORCE)),--force) \
+	  $(if $(strip $(FORCE_DESIGN)),--force-design) \
 	  $(if $(filter 0,$(strip $(WAIT))),--no-wait) $(if $(strip $(DRY_RUN)),--dry-run) \
 	  $(if $(strip $(PROFILE)),--profile $(strip $(PROFILE))) $(if $(strip $(OUT)),--out-dir '$(strip $(OUT))') \
 	  $(if $(strip $(VERBOSE)),--verbose) $(ARGS)

@@ -26,7 +26,7 @@ YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # settings that may change between a run and its resumption without changing the experiment
 # (out_dir and work_dir only say where things live: the run folder's absolute path is the identity)
 # (what a run logs, `log.*`, neither: a run folder recorded before those settings existed is the same run)
-RESUME_IRRELEVANT = {"progress", "force", "trainer.threads", "loggers", "out_dir", "work_dir",
+RESUME_IRRELEVANT = {"progress", "force", "force_design", "trainer.threads", "loggers", "out_dir", "work_dir",
                      "log.samples_every", "log.samples_groups", "log.wandb_project"}
 # Settings added to the suite after runs were recorded. A recorded config without a key that the new
 # config holds at its schema default (`RunConfig`'s typed sections: `sft.pack: false`, say) is the same

@@ -158,6 +158,7 @@ class RunConfig:
     loggers: list[str] = field(default_factory=lambda: ["csv"])  # csv | tensorboard | wandb
     log: LogConfig = field(default_factory=LogConfig)
     force: bool = False  # overwrite a finished run
+    force_design: bool = False  # run although the design check says its arm's claims cannot tell (recorded)
     progress: bool = True  # progress bar
 
 

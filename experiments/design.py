@@ -353,10 +353,8 @@ def design(method: str, scale: str = "cpu", pilots: bool = True, only: str | Non
 
 
 def keep_other_settings(result: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
-    """`result` with the entries of `previous` (the file it replaces) for the claims this run did not check
-    because they are about another setting (`other_env`: CCPO's scales cpu and dyad play different
-    thinker_solver settings) or were left out by `--claims` (`only`), each marked with the scale and code
-    it was checked at (`checked_at`)."""
+    """`result` plus `previous`'s (the replaced file's) entries of the claims it did not check: another
+    setting's (`other_env`) or left out by `--claims` (`only`), each marked `checked_at` (scale, code)."""
     if not previous:
         return result
     claims = dict(result["claims"])
@@ -392,13 +390,11 @@ def main(argv: list[str] | None = None) -> int:
     result = keep_other_settings(result, json.loads(path.read_text()) if path.exists() else None)
     atomic_write_json(path, result)
     for cid, c in result["claims"].items():
-        print(f"[design] {cid}: {c['gate']}  (learnable {c['learnable']['gain']}, "
-              f"separation {c['separation']})")
+        print(f"[design] {cid}: {c['gate']}  (learnable {c['learnable']['gain']}, {c['separation']})")
     print(f"[design] wrote {path} in {time.time() - t0:.0f} s")
     return 0
 
 
 if __name__ == "__main__":
     from experiments.design import main as design_main
-
     sys.exit(design_main())

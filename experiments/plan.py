@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from common.config import RunConfig
+from common.records import STAGING
 from common.run_identity import YAML_LOADER, recorded_changes
 from experiments.run import compose
 
@@ -171,3 +172,53 @@ def refusal(cells: Sequence[Cell]) -> str | None:
 def _plain_config(method: str, overrides: tuple[str, ...]) -> dict[str, Any]:
     """A cell's resolved config as plain data, composed once (`Cell.done` is asked often)."""
     return asdict(compose(method, overrides))
+
+
+# ---- the design check's gate (#36) ----------------------------------------------------------------
+UNTESTABLE = ("void", "design null")
+
+
+def design_blocks(cells: Sequence[Cell], results: str | Path = "results") -> dict[str, str]:
+    """{cell name: why} for the cells that would run although every claim naming their arm is void or a
+    design null in the committed design check (`<results>/<method>/design.json`, checked at the cells'
+    scale): their runs could not be evidence. Arms no claim names, and scales the check did not run at,
+    are not blocked."""
+    blocks: dict[str, str] = {}
+    files: dict[str, dict[str, Any] | None] = {}
+    for c in cells:
+        if c.method not in files:
+            path = Path(results) / c.method / "design.json"
+            files[c.method] = json.loads(path.read_text()) if path.exists() else None
+        design = files[c.method]
+        if not design or not c.state().runs:
+            continue
+        claims = {cid: e for cid, e in design.get("claims", {}).items() if c.arm in e.get("arms", [])
+                  and (e.get("checked_at") or {}).get("scale", design.get("scale")) == c.scale}
+        if claims and all(e.get("gate") in UNTESTABLE for e in claims.values()):
+            blocks[c.name] = "; ".join(f"{cid}: {e['gate']}" for cid, e in sorted(claims.items()))
+    return blocks
+
+
+def design_text(blocks: dict[str, str], forced: bool) -> str:
+    """What the design check's gate does to the cells it blocks (`experiments.plan.design_blocks`)."""
+    if not blocks:
+        return ""
+    head = (f"[replicate] FORCE_DESIGN: {len(blocks)} cell(s) run although the design check says none of "
+            "their arm's claims can tell (recorded: force_design=true in their config)" if forced else
+            f"[replicate] {len(blocks)} cell(s) not run: the design check (results/<method>/design.json) "
+            "says none of their arm's claims can tell (void or design null); FORCE_DESIGN=1 runs them")
+    return "\n".join([head, *(f"  {name}: {why}" for name, why in blocks.items())])
+
+
+def progress_line(cells: list[Cell], queued: Collection[str] = (), running: Collection[str] = ()) -> str:
+    """One status per cell: queued (waiting in this launch), steps (running: a forced rerun's old
+    `done` does not count), or done."""
+    parts = []
+    for c in cells:
+        forcing = Path(c.out_dir) / STAGING / c.method / c.env / c.arm / f"seed-{c.seed}" / "metrics.jsonl"
+        # a FORCE rerun builds there
+        p = forcing if c.name in running and forcing.exists() else c.run_dir / "metrics.jsonl"
+        steps = len(p.read_text().splitlines()) if p.exists() else 0
+        parts.append("queued" if c.name in queued
+                     else "done" if c.done and c.name not in running else f"{steps}/{c.steps}")
+    return " | ".join(f"{c.arm}/s{c.seed}: {s}" for c, s in zip(cells, parts, strict=True))

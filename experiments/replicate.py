@@ -23,14 +23,14 @@ import os
 import sys
 import time
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
 
+import experiments.plan as plans
 from common.config import SEED_LIMIT, RunConfig
-from common.records import STAGING
 from experiments.plan import Cell, CellState, _plain_config, estimate_seconds, minutes, plan_text, refusal
 from experiments.run import compose, conf_dir
 
@@ -38,7 +38,7 @@ from experiments.run import compose, conf_dir
 __all__ = [
     "RESERVED", "Cell", "CellState", "Replication", "UsageError", "cell_config", "check_extra_overrides",
     "collect_tables", "estimate_seconds", "failure_text", "launch_local", "load_replication", "main",
-    "minutes", "one_line", "parse_args", "plan", "plan_text", "progress_line", "refusal", "run_cell",
+    "minutes", "one_line", "parse_args", "plan", "plan_text", "refusal", "run_cell",
     "seed_list", "tuned_overrides", "tuning_path", "validate_cells",
 ]
 
@@ -181,20 +181,6 @@ def run_cell(cell: Cell) -> dict[str, Any]:
 
 
 # ---- local launch ------------------------------------------------------------------------------
-def progress_line(cells: list[Cell], queued: Collection[str] = (), running: Collection[str] = ()) -> str:
-    """One status per cell: queued (waiting in this launch), steps (running: a forced rerun's old
-    `done` does not count), or done."""
-    parts = []
-    for c in cells:
-        forcing = Path(c.out_dir) / STAGING / c.method / c.env / c.arm / f"seed-{c.seed}" / "metrics.jsonl"
-        # a FORCE rerun builds there
-        p = forcing if c.name in running and forcing.exists() else c.run_dir / "metrics.jsonl"
-        steps = len(p.read_text().splitlines()) if p.exists() else 0
-        parts.append("queued" if c.name in queued
-                     else "done" if c.done and c.name not in running else f"{steps}/{c.steps}")
-    return " | ".join(f"{c.arm}/s{c.seed}: {s}" for c, s in zip(cells, parts, strict=True))
-
-
 def failure_text(error: Exception) -> str:
     """How a cell's job failed, after '<cell> failed:'. A refused or stopped run (`RunRefused`,
     `RunStopped`: lock contention, other settings, a full disk, a read-only folder) is its one line;
@@ -246,7 +232,7 @@ def launch_local(cells: list[Cell], parallel: int, work_dir: str) -> list[str]:
                 except Exception as e:  # report, keep going with the other cells
                     failures.append(f"{cell.name} failed:{failure_text(e)}")
         if time.monotonic() - last > 15:
-            line = progress_line(cells, {c.name for c in pending}, {c.name for c, _ in running})
+            line = plans.progress_line(cells, {c.name for c in pending}, {c.name for c, _ in running})
             print(f"[replicate] {line}", flush=True)
             last = time.monotonic()
         time.sleep(0.5)
@@ -303,6 +289,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="comma-separated seeds (default: the replication's seeds for the scale)")
     p.add_argument("--arms", default=None, help="comma-separated arms (default: all)")
     p.add_argument("--force", action="store_true", help="rerun finished cells (overwrites their results)")
+    p.add_argument("--force-design", action="store_true",
+                   help="run the cells the design check blocks (their arm's claims all void or design nulls)")
     p.add_argument("--no-wait", action="store_true", help="SLURM: submit and return the job ids")
     p.add_argument("--dry-run", action="store_true", help="print what would run; run nothing")
     p.add_argument("--verbose", action="store_true",
@@ -362,13 +350,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {one_line(e, method)}", file=sys.stderr)
         return 2
     parallel = args.parallel or load_replication(args.method).parallel.get(args.scale, 1)
+    blocks = plans.design_blocks(cells)
     if args.dry_run and args.cluster == "local":
         print(plan_text(cells, parallel))
+        print(plans.design_text(blocks, args.force_design))
         return 0
     refused = refusal(cells)
     if refused and not args.dry_run:
         print(f"error: {refused}", file=sys.stderr)
         return 2
+    if blocks:
+        print(plans.design_text(blocks, args.force_design))
+        cells = ([replace(c, overrides=(*c.overrides, "force_design=true")) if c.name in blocks else c
+                  for c in cells] if args.force_design else [c for c in cells if c.name not in blocks])
     if args.cluster == "slurm":
         from slurm.launch import launch
 

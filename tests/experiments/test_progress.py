@@ -1,6 +1,6 @@
 """The launcher's progress line: queued, running (steps) and done cells, forced reruns included."""
 
-from experiments.replicate import Cell, progress_line
+from experiments.plan import Cell, progress_line
 
 
 def _cell(tmp_path, seed, steps_written, done):
