@@ -46,5 +46,13 @@ class Engine(ABC):
     def sync(self) -> None:  # noqa: B027 (optional hook: engines sampling from the module itself need nothing)
         """Serve the policy's current weights (called after every optimizer step)."""
 
+    def ready(self) -> None:  # noqa: B027 (optional hook)
+        """Be ready to generate: called by every rank at the start of training, together (an engine whose
+        start is collective, as vLLM's external launcher is, starts here rather than at its first call)."""
+
+    def release(self) -> None:  # noqa: B027 (optional hook)
+        """Free the device memory generation holds (vLLM's sleep mode) until the next `sync` or `generate`:
+        called after the step's rollouts, before the reference pass and the update."""
+
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Free resources."""
