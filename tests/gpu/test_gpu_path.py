@@ -22,8 +22,9 @@ from experiments.plan_memory import paper_scales
 from experiments.run import compose
 
 ROOT = Path(__file__).resolve().parents[2]
-PAPER = [(m, s) for m in ("canopy", "ccpo", "grpo", "iapo", "river", "sharp", "skillrise")
-         for s in paper_scales(m)]
+PAPER = [
+    (m, s) for m in ("canopy", "ccpo", "grpo", "iapo", "river", "sharp", "skillrise") for s in paper_scales(m)
+]
 
 
 # ---- 1 and 5: vLLM sized per scale ----------------------------------------------------------------
@@ -50,8 +51,11 @@ def test_cpu_vllm_keeps_its_small_kv_cache_and_never_sleeps():
 
 
 def test_a_pretrained_model_on_a_gpu_needs_max_model_len():
-    cfg = RunConfig(model=ModelConfig(kind="pretrained", path="/m"), engine=EngineConfig(name="vllm"),
-                    trainer=TrainerConfig(accelerator="gpu"))
+    cfg = RunConfig(
+        model=ModelConfig(kind="pretrained", path="/m"),
+        engine=EngineConfig(name="vllm"),
+        trainer=TrainerConfig(accelerator="gpu"),
+    )
     assert any("engine.max_model_len" in e for e in run_config_errors(cfg))
     cfg.engine.max_model_len = 4096
     assert not any("engine.max_model_len" in e for e in run_config_errors(cfg))
@@ -111,8 +115,12 @@ def test_engine_start_is_collective():
 
     calls: list[str] = []
     module = SimpleNamespace(
-        engine=SimpleNamespace(ready=lambda: calls.append("ready")), cfg=RunConfig(), next_step=1,
-        evals={"initial": {}}, run_dir=SimpleNamespace(truncate_metrics=lambda n: calls.append(f"t{n}")))
+        engine=SimpleNamespace(ready=lambda: calls.append("ready")),
+        cfg=RunConfig(),
+        next_step=1,
+        evals={"initial": {}},
+        run_dir=SimpleNamespace(truncate_metrics=lambda n: calls.append(f"t{n}")),
+    )
     RLModule.on_train_start(module)
     assert calls == ["ready", "t1"]
 
@@ -132,8 +140,15 @@ def saved_llama(tmp_path):
     from common.models import train_tokenizer
 
     tok = train_tokenizer(["1 + 2 = 3", "4 + 5 = 9"] * 20, 300)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
     LlamaForCausalLM(cfg).save_pretrained(tmp_path / "llama")
     tok.save_pretrained(tmp_path / "llama")
     return tmp_path / "llama"
@@ -149,8 +164,9 @@ def test_pretrained_loads_in_the_runs_dtype_without_the_lock(saved_llama, tmp_pa
 
     monkeypatch.setattr(warmstart, "FileLock", no_lock)
     model_cfg = ModelConfig(kind="pretrained", path=str(saved_llama))
-    _, base, info = warmstart.warm_started_base(model_cfg, SFTConfig(enabled=False), ArithEnv(ArithConfig()), 0,
-                                                str(tmp_path / "work"), dtype=dtype)
+    _, base, info = warmstart.warm_started_base(
+        model_cfg, SFTConfig(enabled=False), ArithEnv(ArithConfig()), 0, str(tmp_path / "work"), dtype=dtype
+    )
     assert {p.dtype for p in base.parameters()} == {dtype} and info["key"]
 
 
@@ -174,12 +190,16 @@ def test_checkpointing_recomputes_and_gives_the_same_gradients(saved_llama):
     from common.policy import Policy
 
     tok = AutoTokenizer.from_pretrained(saved_llama)
-    cfg = ModelConfig(kind="pretrained", path=str(saved_llama), lora_targets=["q_proj", "v_proj", "down_proj"])
+    cfg = ModelConfig(
+        kind="pretrained", path=str(saved_llama), lora_targets=["q_proj", "v_proj", "down_proj"]
+    )
     ids = torch.randint(3, len(tok), (2, 24), generator=torch.Generator().manual_seed(0))
     grads, calls = [], []
     for checkpointing in (False, True):
         torch.manual_seed(0)
-        policy = Policy(AutoModelForCausalLM.from_pretrained(saved_llama), tok, copy.deepcopy(cfg), ("agent",))
+        policy = Policy(
+            AutoModelForCausalLM.from_pretrained(saved_llama), tok, copy.deepcopy(cfg), ("agent",)
+        )
         with torch.no_grad():
             for p in policy.trainable_parameters():
                 p.add_(0.1 * torch.randn_like(p))
@@ -210,9 +230,20 @@ def test_dist_timeout_reaches_both_launch_paths(monkeypatch):
     assert fit._strategy(cfg)._timeout == timedelta(seconds=1234)  # Lightning's launcher: DDPStrategy
     seen = {}
     monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: seen.update(k))
-    monkeypatch.setattr(fit, "_plugins", lambda c: [SimpleNamespace(
-        validate_settings=lambda **k: None, main_address="127.0.0.1", main_port=29500, local_rank=lambda: 0,
-        global_rank=lambda: 0, world_size=lambda: 2)])
+    monkeypatch.setattr(
+        fit,
+        "_plugins",
+        lambda c: [
+            SimpleNamespace(
+                validate_settings=lambda **k: None,
+                main_address="127.0.0.1",
+                main_port=29500,
+                local_rank=lambda: 0,
+                global_rank=lambda: 0,
+                world_size=lambda: 2,
+            )
+        ],
+    )
     monkeypatch.setenv("MASTER_ADDR", "x")  # restored by monkeypatch after the test
     monkeypatch.setenv("MASTER_PORT", "1")
     fit._start_process_group(cfg)  # srun's path

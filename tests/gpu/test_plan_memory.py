@@ -64,9 +64,18 @@ def test_checkpointing_keeps_a_layer_input_per_layer():
 
 
 def test_shape_from_a_config_json():
-    config = {"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096, "num_hidden_layers": 36,
-              "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288,
-              "tie_word_embeddings": False, "max_position_embeddings": 40960}
+    config = {
+        "model_type": "qwen3",
+        "vocab_size": 151936,
+        "hidden_size": 4096,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 12288,
+        "tie_word_embeddings": False,
+        "max_position_embeddings": 40960,
+    }
     assert shape_from_config(config) == SHAPES["Qwen/Qwen3-8B"]
     assert shape_from_config({"model_type": "qwen3_5"}) is None
 
@@ -79,8 +88,9 @@ def _saved_per_token_layer(kind: str, shape: dict, rank: int) -> float:
     def saved(layers: int, tokens: int) -> int:
         kw = dict(vocab_size=128, num_hidden_layers=layers, attn_implementation="sdpa", **shape)
         torch.manual_seed(0)
-        model = (Qwen3ForCausalLM(Qwen3Config(**kw)) if kind == "qwen3"
-                 else LlamaForCausalLM(LlamaConfig(**kw))).to(torch.bfloat16)
+        model = (
+            Qwen3ForCausalLM(Qwen3Config(**kw)) if kind == "qwen3" else LlamaForCausalLM(LlamaConfig(**kw))
+        ).to(torch.bfloat16)
         model.requires_grad_(False)
         model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=TARGETS))
         seen: dict[tuple[int, int], int] = {}
@@ -90,7 +100,10 @@ def _saved_per_token_layer(kind: str, shape: dict, rank: int) -> float:
             seen[(storage.data_ptr(), storage.nbytes())] = storage.nbytes()
             return t
 
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cpu", torch.bfloat16):
+        with (
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+            torch.autocast("cpu", torch.bfloat16),
+        ):
             model(input_ids=torch.randint(0, 128, (1, tokens)), logits_to_keep=1)
         return sum(seen.values())
 
@@ -99,23 +112,54 @@ def _saved_per_token_layer(kind: str, shape: dict, rank: int) -> float:
 
 @pytest.mark.parametrize("kind", ["llama", "qwen3"])
 def test_layer_bytes_match_what_torch_saves(kind):
-    shape = dict(hidden_size=192, intermediate_size=512, num_attention_heads=6, num_key_value_heads=2,
-                 head_dim=32, tie_word_embeddings=False)
+    shape = dict(
+        hidden_size=192,
+        intermediate_size=512,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        head_dim=32,
+        tie_word_embeddings=False,
+    )
     measured = _saved_per_token_layer(kind, shape, rank=8)
-    s = Shape(vocab=128, hidden=192, layers=1, heads=6, kv_heads=2, head_dim=32, intermediate=512,
-              qk_norm=kind == "qwen3")
+    s = Shape(
+        vocab=128,
+        hidden=192,
+        layers=1,
+        heads=6,
+        kv_heads=2,
+        head_dim=32,
+        intermediate=512,
+        qk_norm=kind == "qwen3",
+    )
     assert layer_bytes_per_token(s, 8) == pytest.approx(measured, rel=0.05)
 
 
 def _cfg(**trainer: object) -> SimpleNamespace:
-    t = dict(steps=10, tasks_per_step=16, group_size=64, devices=8, num_nodes=1, minibatches=1,
-             micro_batch_rows=8, gradient_checkpointing=True)
+    t = dict(
+        steps=10,
+        tasks_per_step=16,
+        group_size=64,
+        devices=8,
+        num_nodes=1,
+        minibatches=1,
+        micro_batch_rows=8,
+        gradient_checkpointing=True,
+    )
     t.update(trainer)
     return SimpleNamespace(
-        method={"name": "grpo"}, scale="paper", trainer=SimpleNamespace(**t),
-        model=SimpleNamespace(path=None, hf_id="deepseek-ai/deepseek-math-7b-instruct", roles={},
-                              default_adapter="policy", lora_rank=16, lora_targets=TARGETS),
-        engine=SimpleNamespace(name="vllm", max_model_len=2048, gpu_memory_utilization=0.7, sleep=True))
+        method={"name": "grpo"},
+        scale="paper",
+        trainer=SimpleNamespace(**t),
+        model=SimpleNamespace(
+            path=None,
+            hf_id="deepseek-ai/deepseek-math-7b-instruct",
+            roles={},
+            default_adapter="policy",
+            lora_rank=16,
+            lora_targets=TARGETS,
+        ),
+        engine=SimpleNamespace(name="vllm", max_model_len=2048, gpu_memory_utilization=0.7, sleep=True),
+    )
 
 
 def test_plan_fits_and_refuses_naming_the_knob():
