@@ -60,7 +60,7 @@ class Policy:
         frozen base no input needs requires_grad, and peft's adapters get their gradients as without it).
         A layer checkpoints only in training mode, and the policy is kept in eval(): `training_forward`
         turns the checkpointed layers' training mode on around the update."""
-        base = self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
+        base: Any = self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model.eval()
 

@@ -218,9 +218,9 @@ def warm_started_base(model_cfg: ModelConfig, sft_cfg: SFTConfig, env: Environme
     sft_seed = seed if sft_cfg.seed is None else sft_cfg.seed
     key, code = warm_start_key(model_cfg, sft_cfg, env, seed)
     if model_cfg.kind != "tiny" and not sft_cfg.enabled:
-        tokenizer, model = load_pretrained(model_cfg, dtype)
-        model.eval()
-        return tokenizer, model, {"key": key, "code": code, "sft": asdict(sft_cfg), "sft_seed": sft_seed}
+        tokenizer, pretrained = load_pretrained(model_cfg, dtype)
+        pretrained.eval()
+        return tokenizer, pretrained, {"key": key, "code": code, "sft": asdict(sft_cfg), "sft_seed": sft_seed}
     folder = Path(work_dir) / "warmstart" / key
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder) + ".lock"):

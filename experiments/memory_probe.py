@@ -57,7 +57,7 @@ def check_memory(
     if not torch.cuda.is_available():
         return "skipped", "no CUDA"
     s = SHAPES[shape_id]
-    kw = dict(
+    kw: dict[str, Any] = dict(
         vocab_size=s.vocab,
         hidden_size=s.hidden,
         intermediate_size=s.intermediate,

@@ -94,7 +94,8 @@ def _tiny_llama(device: Any, dtype: Any, vocab: int = 256) -> Any:
         num_key_value_heads=2,
         max_position_embeddings=256,
     )
-    return LlamaForCausalLM(config).to(device=device, dtype=dtype).eval()
+    model: Any = LlamaForCausalLM(config)
+    return model.to(device=device, dtype=dtype).eval()
 
 
 def _lora(model: Any) -> Any:
@@ -140,7 +141,7 @@ def check_bf16(budget: float) -> Result:
     with tempfile.TemporaryDirectory() as tmp:
         _tiny_llama("cpu", torch.float32, vocab=300).save_pretrained(tmp)
         train_tokenizer(["1 + 2 = 3"] * 20, 280).save_pretrained(tmp)
-        _, model = load_pretrained(SimpleNamespace(path=tmp, gguf_file=None, hf_id=None), want)
+        _, model = load_pretrained(SimpleNamespace(path=tmp, gguf_file=None, hf_id=None), want)  # type: ignore[arg-type]
     policy = _lora(model.to("cuda" if accelerator == "gpu" else "cpu"))
     base = {p.dtype for n, p in policy.named_parameters() if "lora_" not in n}
     lora = {p.dtype for n, p in policy.named_parameters() if "lora_" in n}
@@ -215,15 +216,16 @@ def check_nccl(budget: float) -> Result:
         def on_after_backward(self) -> None:
             import torch.distributed as dist
 
-            y = self.w.grad.clone()
+            grad: Any = self.w.grad
+            y = grad.clone()
             dist.all_reduce(y)  # world size 1: the sum is the gradient itself
-            grads.append(float((y - self.w.grad).abs().max()))
+            grads.append(float((y - grad).abs().max()))
 
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
         def train_dataloader(self) -> Any:
-            return torch.utils.data.DataLoader(torch.ones(2, 4), batch_size=None)
+            return torch.utils.data.DataLoader(torch.ones(2, 4), batch_size=None)  # type: ignore[arg-type]
 
     import logging
 

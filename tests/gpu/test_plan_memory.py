@@ -175,3 +175,24 @@ def test_plan_fits_and_refuses_naming_the_knob():
     greedy.engine.gpu_memory_utilization = 0.95
     assert plan(greedy, 80).knob.startswith("engine.gpu_memory_utilization (down)")
     assert "not planned" in plan(_cfg(steps=0), 80).text()
+
+
+def test_readme_table_is_the_plan():
+    """README's "what each paper scale needs" rows say what the plan computes (peaks at 80 GB, fits)."""
+    from pathlib import Path
+
+    from experiments.run import compose
+
+    rows = [
+        line.split(" | ")
+        for line in (Path(__file__).resolve().parents[2] / "README.md").read_text().splitlines()
+        if line.startswith("| ") and " x 80 GB" not in line and line.endswith(("| yes |", "| no |"))
+    ]
+    assert len(rows) == 8
+    for row in rows:
+        method, scale = row[0].lstrip("| ").split()
+        cfg = compose(method, (f"scale={scale}",))
+        at80, at141 = plan(cfg, 80), plan(cfg, 141)
+        peak = next(line for line in at80.lines if "peak:" in line).split("peak: ")[1].split(" of ")[0]
+        assert row[5] == peak and row[6] == ("yes" if at80.fits else "no"), row
+        assert row[7].rstrip(" |") == ("yes" if at141.fits else "no"), row
