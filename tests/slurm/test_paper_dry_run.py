@@ -41,8 +41,8 @@ UNREGISTERED_ENV = {("skillrise", "paper"): "scienceworld", ("inflowop", "paper"
                     ("river", "paper"): "terminal_bench"}
 # registered, but refused by the method until the environment has what it needs (SkillRise: a curate turn)
 NOT_READY_ENV = {("skillrise", "paper")}
-# paper scales whose memory plan (experiments/plan_memory.py) does not fit 80 GB GPUs: refused naming the knob,
-# planned again on 141 GB GPUs (PLAN_GPU_GB=141) where they fit
+# paper scales whose memory plan (experiments/plan_memory.py) does not fit 80 GB GPUs: refused naming the
+# knob, planned again on 141 GB GPUs (PLAN_GPU_GB=141) where they fit
 MEMORY_REFUSED = {("canopy", "paper"): "engine.max_model_len"}
 DIRECTIVE = re.compile(r"^#SBATCH --([a-z][a-z-]*)(?:=(\S+))?$")
 
