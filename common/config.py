@@ -71,7 +71,8 @@ SIZE_LIMITS = {"trainer.steps": 10**6, "trainer.tasks_per_step": 2**16, "trainer
                "engine.max_batch": 2**16, "model.max_length": 2**20}
 # training episodes, trainer.steps x tasks_per_step x group_size (the largest shipped: 1.0M)
 MAX_EPISODES = 10**9
-VLLM_ONLY = ("gpu_memory_utilization", "kv_cache_memory_bytes", "enforce_eager", "sync")
+VLLM_ONLY = ("gpu_memory_utilization", "kv_cache_memory_bytes", "max_model_len", "sleep", "enforce_eager",
+             "sync")
 TINY_SHAPE = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
               "vocab_size")
 ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "tpu", "auto")
@@ -213,6 +214,15 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
         if e.kv_cache_memory_bytes is not None and e.kv_cache_memory_bytes < 1:
             errors.append(f"engine.kv_cache_memory_bytes must be >= 1 (or null); "
                           f"got {e.kv_cache_memory_bytes}")
+        if e.max_model_len is not None and e.max_model_len < 1:
+            errors.append(f"engine.max_model_len must be >= 1 (or null); got {e.max_model_len}")
+        if t.accelerator != "cpu" and cfg.model.kind != "tiny" and e.max_model_len is None:
+            errors.append("engine=vllm on a GPU with a pretrained model needs engine.max_model_len (the "
+                          "longest "
+                          "context a row reaches); without it vLLM reserves the model's whole window per "
+                          "sequence (Qwen3-8B: 40960 tokens, 5.6 GiB of KV cache) or refuses to start")
+    if t.dist_timeout_s < 1:
+        errors.append(f"trainer.dist_timeout_s must be >= 1; got {t.dist_timeout_s}")
     if t.accelerator not in ACCELERATORS:
         errors.append(f"trainer.accelerator must be one of {' | '.join(ACCELERATORS)}; got {t.accelerator!r}")
     if t.devices < 1 or t.num_nodes < 1:

@@ -143,7 +143,16 @@ def _strategy(cfg: RunConfig) -> Any:
         return "auto"
     from lightning.pytorch.strategies import DDPStrategy
 
-    return DDPStrategy(process_group_backend=_backend(cfg))
+    return DDPStrategy(process_group_backend=_backend(cfg), timeout=_dist_timeout(cfg))
+
+
+def _dist_timeout(cfg: RunConfig) -> Any:
+    """The collectives' timeout (`trainer.dist_timeout_s`), on both ways of starting the ranks: NCCL's
+    default of 10 minutes is shorter than a paper-scale model's load and first rollout between two
+    collectives."""
+    from datetime import timedelta
+
+    return timedelta(seconds=cfg.trainer.dist_timeout_s)
 
 
 def _start_process_group(cfg: RunConfig) -> None:
@@ -158,7 +167,8 @@ def _start_process_group(cfg: RunConfig) -> None:
     if backend == "nccl":
         device = torch.device("cuda", env.local_rank())
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, rank=env.global_rank(), world_size=env.world_size(), device_id=device)
+    dist.init_process_group(backend, rank=env.global_rank(), world_size=env.world_size(), device_id=device,
+                            timeout=_dist_timeout(cfg))
 
 
 def _prepare(r: Resolved, cfg: RunConfig, together: bool) -> str:
@@ -275,12 +285,16 @@ def _fit_exclusively(r: Resolved, cfg: RunConfig) -> RunDir:
 
 def _warm_start(r: Resolved, cfg: RunConfig) -> tuple[Any, Any, dict[str, Any]]:
     """The tokenizer, the warm-started base and its record (`common.warmstart.warm_started_base`)."""
+    from common.device import base_dtype, warm_start_device
     from common.warmstart import warm_started_base
 
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     torch.manual_seed(cfg.seed)
-    return warm_started_base(cfg.model, cfg.sft, r.env, cfg.seed, cfg.work_dir, progress=cfg.progress)
+    t = cfg.trainer
+    return warm_started_base(cfg.model, cfg.sft, r.env, cfg.seed, cfg.work_dir, progress=cfg.progress,
+                             dtype=base_dtype(t.accelerator, t.precision),
+                             device=warm_start_device(t.accelerator))
 
 
 def _fit_locked(r: Resolved, cfg: RunConfig) -> RunDir:
@@ -319,6 +333,8 @@ def _fit_locked(r: Resolved, cfg: RunConfig) -> RunDir:
                         cfg.trainer.max_new_tokens)
     r.run_dir.update_manifest(warmstart=info)
     policy = Policy(base, tokenizer, cfg.model, r.env.roles)
+    if cfg.trainer.gradient_checkpointing:
+        policy.enable_gradient_checkpointing()
     engine = make_engine(cfg, policy)
     module = RLModule(cfg, r.method, r.env, policy, engine, r.run_dir)
     trainer = L.Trainer(

@@ -80,8 +80,9 @@ def model_folder(path: str | None) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def load_pretrained(cfg: ModelConfig) -> tuple[Any, Any]:
-    """Tokenizer and float32 model from `model.path` (a `pkg://` package folder too, see
+def load_pretrained(cfg: ModelConfig, dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
+    """Tokenizer and model (float32, or `dtype`: bf16 on a bf16 CUDA run, `common.device`) from
+    `model.path` (a `pkg://` package folder too, see
     `model_folder`); a GGUF file (`model.gguf_file`) is dequantized by transformers (needs the
     `gguf` package: the `gguf` extra). A tokenizer without a pad token pads with EOS: padding is
     masked everywhere, so which id fills it does not matter."""
@@ -96,7 +97,7 @@ def load_pretrained(cfg: ModelConfig) -> tuple[Any, Any]:
                                 f"(GGUF files there: {found or 'none'})")
     kwargs: dict[str, Any] = {"gguf_file": cfg.gguf_file} if cfg.gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer, model

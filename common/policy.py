@@ -54,6 +54,37 @@ class Policy:
             self.activate(self.adapters[0])
         self.model.eval()
 
+    # ---- gradient checkpointing (trainer.gradient_checkpointing) -------------------------------
+    def enable_gradient_checkpointing(self) -> None:
+        """transformers' checkpointing of every decoder layer, non-reentrant (`use_reentrant=False`: with a
+        frozen base no input needs requires_grad, and peft's adapters get their gradients as without it).
+        A layer checkpoints only in training mode, and the policy is kept in eval(): `training_forward`
+        turns the checkpointed layers' training mode on around the update."""
+        base: Any = self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.model.eval()
+
+    def checkpointed_layers(self) -> list[torch.nn.Module]:
+        """The decoder layers transformers checkpoints (not the model, which carries the flag too)."""
+        from transformers.modeling_layers import GradientCheckpointingLayer
+
+        return [m for m in self.model.modules()
+                if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing]
+
+    @contextlib.contextmanager
+    def training_forward(self) -> Iterator[None]:
+        """The checkpointed layers in training mode (their activations recomputed in the backward) while
+        the block runs, eval() again after. Dropout stays off: the attention dropout of Llama/Qwen configs
+        is 0 and LoRA's is `model.lora_dropout` (0 at every scale). A no-op without checkpointing."""
+        layers = self.checkpointed_layers()
+        for m in layers:
+            m.train()
+        try:
+            yield
+        finally:
+            for m in layers:
+                m.eval()
+
     def adapter_parameters(self, adapter: str) -> list[torch.nn.Parameter]:
         tag = f".{adapter}."
         return [p for n, p in self.model.named_parameters() if "lora_" in n and tag in n]

@@ -26,8 +26,9 @@ YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # settings that may change between a run and its resumption without changing the experiment
 # (out_dir and work_dir only say where things live: the run folder's absolute path is the identity)
 # (what a run logs, `log.*`, neither: a run folder recorded before those settings existed is the same run)
+# (nor how long a collective may wait, `trainer.dist_timeout_s`)
 RESUME_IRRELEVANT = {"progress", "force", "force_design", "trainer.threads", "loggers", "out_dir", "work_dir",
-                     "log.samples_every", "log.samples_groups", "log.wandb_project"}
+                     "log.samples_every", "log.samples_groups", "log.wandb_project", "trainer.dist_timeout_s"}
 # Settings added to the suite after runs were recorded. A recorded config without a key that the new
 # config holds at its schema default (`RunConfig`'s typed sections: `sft.pack: false`, say) is the same
 # experiment: the default of a new setting is, by the suite's rule, what the code computed before the

@@ -72,7 +72,9 @@ class EngineConfig:
     kv_reuse: bool = True
     # vLLM only
     gpu_memory_utilization: float = 0.5
-    kv_cache_memory_bytes: int | None = None  # CPU build: always set (default reserves 14 GiB)
+    kv_cache_memory_bytes: int | None = None  # null: 256 MiB on the CPU build; on a GPU from the utilization
+    max_model_len: int | None = None  # a pretrained model's context in vLLM (null: the model's own window)
+    sleep: bool = False  # GPU: vLLM sleeps (weights to host, KV cache dropped) during the update
     enforce_eager: bool = True
     # auto | adapter | full: how new weights reach vLLM after a step (auto: full iff the base trains)
     sync: str = "auto"
@@ -106,6 +108,12 @@ class TrainerConfig:
     # padded tokens (rows x longest row) per forward/backward chunk, gradients accumulated: bounds the
     # update's memory where rows are long (multi-turn); 0 = no limit. Short rows stay in one chunk.
     micro_batch_tokens: int = 8192
+    # recompute each decoder layer's activations in the backward (transformers' checkpointing, non-reentrant):
+    # a layer's input kept instead of its activations (experiments.plan_memory says what it saves)
+    gradient_checkpointing: bool = False
+    # NCCL / gloo collective timeout (seconds) of a multi-rank run: vLLM's start and the first step's rollout
+    # run between collectives; torch's default is 10 minutes
+    dist_timeout_s: int = 3600
     checkpoint_every: int = 10  # RL steps between checkpoints (and at the end)
     threads: int = 0  # torch threads; 0 = all cores
     precision: str = "32"  # 32 | bf16 (autocast for forward passes where the CPU supports it)

@@ -151,6 +151,7 @@ class RLModule(L.LightningModule):
         # keep it out of the cyclic GC, whose full collections would otherwise walk ~500k objects
         # (~0.3 s on 2 cores) every few steps.
         gc.freeze()
+        self.engine.ready()  # every rank starts its engine here, together (vLLM's start is collective)
         if rank_and_world()[1] > 1:  # Lightning's DDP launcher gave each process its share of the cores
             if self.cfg.trainer.threads:
                 torch.set_num_threads(self.cfg.trainer.threads)
@@ -233,6 +234,7 @@ class RLModule(L.LightningModule):
         episodes = step_episodes(groups)
         rows = build_rows(episodes, self.method.trainable_roles(step), self.method.excluded)
         kl = self.cfg.trainer.kl
+        self.engine.release()  # vLLM's sleep mode: its weights and KV cache leave the GPU until sync()
         t_ref = time.perf_counter()
         reference = self.reference_logprobs(rows) if kl.placement != "none" and rows else None
         t_ref = time.perf_counter() - t_ref
@@ -244,7 +246,9 @@ class RLModule(L.LightningModule):
         metrics.update(self.method.credit_metrics(groups, advantages))
         t1 = time.perf_counter()
         # with several processes every rank takes part in the update (its gradient sums are collective)
-        metrics.update(self.update(rows, advantages, step, reference) if rows or world > 1 else {"loss": 0.0})
+        with self.policy.training_forward():  # checkpointed layers recompute (trainer.gradient_checkpointing)
+            metrics.update(self.update(rows, advantages, step, reference) if rows or world > 1
+                           else {"loss": 0.0})
         self.engine.sync()
         self.next_step = step + 1
         after = self.rollout.counters()

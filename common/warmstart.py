@@ -188,7 +188,7 @@ def sft(model: Any, pairs: list[tuple[list[int], list[int]]], cfg: SFTConfig, se
             loss.backward()
         else:  # the same mean over the batch's labelled tokens, its rows in chunks (gradients accumulate)
             n_labelled = int((labels[:, 1:] != -100).sum())
-            loss = torch.zeros(())
+            loss = torch.zeros((), device=device)
             for c in range(0, len(idx), cfg.micro_batch_rows):
                 part = slice(c, c + cfg.micro_batch_rows)
                 logits = model(input_ids=ids[part], attention_mask=mask[part]).logits[:, :-1]
@@ -205,18 +205,29 @@ def sft(model: Any, pairs: list[tuple[list[int], list[int]]], cfg: SFTConfig, se
 
 
 def warm_started_base(model_cfg: ModelConfig, sft_cfg: SFTConfig, env: Environment, seed: int, work_dir: str,
-                      progress: bool = False) -> tuple[Any, Any, dict[str, Any]]:
+                      progress: bool = False, dtype: torch.dtype = torch.float32,
+                      device: torch.device | str = "cpu") -> tuple[Any, Any, dict[str, Any]]:
     """Tokenizer and base model (warm-started if sft.enabled), built once per `warm_start_key`. Its record
-    (`warmstart` in the run's manifest) holds the key and the code fingerprint (`code`) it was built from."""
+    (`warmstart` in the run's manifest) holds the key and the code fingerprint (`code`) it was built from.
+
+    `dtype` is the returned base's (`common.device.base_dtype`: bf16 on a bf16 CUDA run); the SFT trains
+    in float32 on `device` (the run's GPU on a CUDA run) and its cache is float32. A pretrained model
+    without SFT writes nothing to the cache, so it loads without the cache's file lock, straight in
+    `dtype`: the ranks of a multi-GPU run load it at once, not one after another (and never in float32
+    first on the host)."""
     sft_seed = seed if sft_cfg.seed is None else sft_cfg.seed
     key, code = warm_start_key(model_cfg, sft_cfg, env, seed)
+    if model_cfg.kind != "tiny" and not sft_cfg.enabled:
+        tokenizer, pretrained = load_pretrained(model_cfg, dtype)
+        pretrained.eval()
+        return tokenizer, pretrained, {"key": key, "code": code, "sft": asdict(sft_cfg), "sft_seed": sft_seed}
     folder = Path(work_dir) / "warmstart" / key
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder) + ".lock"):
         info_path = folder / "warmstart.json"
         if info_path.exists():
             tokenizer = AutoTokenizer.from_pretrained(folder)
-            model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+            model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
             model.eval()
             return tokenizer, model, json.loads(info_path.read_text())
         if model_cfg.kind == "tiny":
@@ -232,6 +243,7 @@ def warm_started_base(model_cfg: ModelConfig, sft_cfg: SFTConfig, env: Environme
             pairs = demonstrations(env, tokenizer, sft_cfg.demos, sft_seed, chat)
             with torch.random.fork_rng():
                 torch.manual_seed(sft_seed)
+                model.to(device)  # the run's device; the batches follow the model
                 losses = sft(model, pairs, sft_cfg, sft_seed, tokenizer.pad_token_id, progress)
             info.update(pairs=len(pairs), loss_first=losses[0] if losses else None,
                         loss_last=losses[-1] if losses else None)
@@ -243,4 +255,4 @@ def warm_started_base(model_cfg: ModelConfig, sft_cfg: SFTConfig, env: Environme
             (tmp / "warmstart.json").write_text(json.dumps(info, indent=2))
             tmp.rename(folder)
         model.eval()
-        return tokenizer, model, info
+        return tokenizer, (model.to(dtype) if dtype != torch.float32 else model), info

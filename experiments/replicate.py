@@ -32,6 +32,7 @@ import yaml
 import experiments.plan as plans
 from common.config import SEED_LIMIT, RunConfig
 from experiments.plan import Cell, CellState, _plain_config, estimate_seconds, minutes, plan_text, refusal
+from experiments.plan_memory import check_cells
 from experiments.run import compose, conf_dir
 
 # the cells, their states and time estimates are experiments.plan's; importable from here too
@@ -144,7 +145,6 @@ def plan(method: str, scale: str, seeds: list[int] | None = None, extra_override
 
 def cell_config(cell: Cell) -> RunConfig:
     return compose(cell.method, cell.overrides)
-
 
 
 def validate_cells(cells: list[Cell]) -> list[RunConfig]:
@@ -345,7 +345,10 @@ def main(argv: list[str] | None = None) -> int:
         extra = (*args.overrides, *(("force=true",) if args.force else ()),
                  *((f"out_dir={args.out_dir}",) if args.out_dir else ()))
         cells = plan(args.method, args.scale, args.seeds, extra, arms)
+        memory = check_cells(cells)  # paper scales: each arm's memory plan, printed; its refusal (or None)
         validate_cells(cells)
+        if memory:
+            raise ValueError(memory)
     except (UsageError, ValueError, HydraException, OmegaConfBaseException) as e:
         print(f"error: {one_line(e, method)}", file=sys.stderr)
         return 2

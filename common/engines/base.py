@@ -50,5 +50,13 @@ class Engine(ABC):
         """Drop what was kept for later calls (the HF engine's cached keys and values of finished turns):
         called when a play ends, whose episodes will send no more requests."""
 
+    def ready(self) -> None:  # noqa: B027 (optional hook)
+        """Be ready to generate: called by every rank at the start of training, together (an engine whose
+        start is collective, as vLLM's external launcher is, starts here rather than at its first call)."""
+
+    def release(self) -> None:  # noqa: B027 (optional hook)
+        """Free the device memory generation holds (vLLM's sleep mode) until the next `sync` or `generate`:
+        called after the step's rollouts, before the reference pass and the update."""
+
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Free resources."""

@@ -33,9 +33,10 @@ adapter sync ~12-25 ms per step (export + `add_lora` + `remove_lora`), full sync
 faster on CPU (vLLM's per-call scheduling overhead dominates); vLLM is for GPUs and real models.
 
 What differs on GPU (vllm 0.33, the `gpu` extra; not run here, no GPU): the reference/LoRA split
-is off (the bug is in the CPU kernels), so one call serves every role; KV cache size comes from
-`gpu_memory_utilization` when `kv_cache_memory_bytes` is null (the CPU default here is 256 MiB);
-`enforce_eager=false` allows CUDA graphs. Full sync cost grows with the model (it copies every
+is off (the bug is in the CPU kernels), so one call serves every role; the KV cache, context length
+and sleep mode are sized by `common.engines.vllm_args` (the paper scales: `engine.max_model_len`, the
+KV cache from `gpu_memory_utilization`, asleep during the update); `enforce_eager=false` allows CUDA
+graphs. Full sync cost grows with the model (it copies every
 weight on the device); adapter sync stays small.
 
 Several ranks (`trainer.devices` > 1, Lightning's DDP): one engine per rank, colocated with that
@@ -63,6 +64,12 @@ import numpy as np
 import torch
 
 from common.engines.base import Engine, Request, Sample, SamplingParams
+from common.engines.vllm_args import CPU_KV_CACHE_DEFAULT, SLEEP_LEVEL, llm_kwargs, sleeps
+from common.engines.vllm_args import lora_rank_bucket as _lora_rank_bucket  # noqa: F401 - bench/generation.py
+
+__all__ = ["CPU_KV_CACHE_DEFAULT", "VLLMEngine", "base_state_dict", "export_base",
+           "external_launcher_settings",
+           "process_state_guard", "trains_base"]
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +79,6 @@ _VLLM_ENV = {
     "VLLM_LOGGING_LEVEL": "WARNING",
     "VLLM_CONFIGURE_LOGGING": "1",
 }
-CPU_KV_CACHE_DEFAULT = 256 << 20  # the CPU build otherwise reserves a fraction of all memory
 
 
 @contextlib.contextmanager
@@ -170,6 +176,7 @@ class VLLMEngine(Engine):
         self.on_cpu = True
         self.check_stale = True  # tests turn it off to show what the explicit sync() does
         self.late_syncs = 0  # syncs that generate() had to do itself
+        self.sleep_mode = self.sleeping = self.woken = False  # engine.sleep on a GPU (`release`)
         if self.ranks == 1:
             self._start()
         # Several ranks: each rank's engine starts at its first use, once Lightning's process group
@@ -178,7 +185,7 @@ class VLLMEngine(Engine):
     def _start(self) -> None:
         """Start vLLM on this rank's device with the policy's current weights."""
         cfg, policy = self._cfg, self.policy
-        e, m = cfg.engine, cfg.model
+        m = cfg.model
         base_trains = trains_base(policy)
         if m.kind == "pretrained" and not cfg.sft.enabled and not m.gguf_file and not base_trains:
             model_dir = str(m.path)  # the weights are those on disk
@@ -196,30 +203,39 @@ class VLLMEngine(Engine):
 
             self._LoRARequest = LoRARequest
             self.on_cpu = current_platform.is_cpu()
-            kv = e.kv_cache_memory_bytes
-            if kv is None and self.on_cpu:
-                kv = CPU_KV_CACHE_DEFAULT
-            kwargs: dict[str, Any] = dict(
-                model=model_dir, tokenizer=model_dir,
-                dtype="bfloat16" if cfg.trainer.precision == "bf16" else "float32",
-                seed=cfg.seed, enforce_eager=e.enforce_eager, gpu_memory_utilization=e.gpu_memory_utilization,
-                logprobs_mode="processed_logprobs", enable_prefix_caching=True,
-                generation_config="vllm",  # no sampling defaults (top_k, penalties) from the model's files
-                **extra,
-            )
-            if kv is not None:
-                kwargs["kv_cache_memory_bytes"] = kv
-            if m.kind == "tiny":
-                kwargs["max_model_len"] = m.max_length
-            if policy.adapters:
-                kwargs.update(enable_lora=True, max_lora_rank=_lora_rank_bucket(m.lora_rank),
-                              max_loras=len(policy.adapters), max_cpu_loras=2 * len(policy.adapters))
+            kwargs = llm_kwargs(cfg, model_dir, self.on_cpu, len(policy.adapters)) | extra
+            self.sleep_mode = sleeps(cfg, self.on_cpu)
             self.llm = LLM(**kwargs)
             for adapter in policy.adapters:
                 self._push_adapter(adapter)
         # The CPU kernels give a request without LoRA, batched with LoRA requests, the last adapter.
         self.split_base = self.on_cpu
         self._served = self._fingerprint()
+
+    def ready(self) -> None:
+        """Start this rank's engine now: called by every rank at the start of training, so that the
+        ranks join vLLM's collective start together (a rank whose first `generate` had no request
+        would otherwise never start, and the others would wait for it until the timeout)."""
+        if self.llm is None:
+            self._start()
+
+    def release(self) -> None:
+        """Sleep (level 1: weights to host memory, KV cache dropped) until the next sync or generate."""
+        if self.llm is not None and self.sleep_mode and not self.sleeping:
+            with process_state_guard():
+                self.llm.sleep(level=SLEEP_LEVEL)
+            self.sleeping = True
+
+    def _wake(self) -> None:
+        """Weights and KV cache back on the GPU; the prefix cache (its blocks were dropped) emptied and every
+        adapter served again (the caller re-registers them: `sync` does)."""
+        if not self.sleeping:
+            return
+        with process_state_guard():
+            self.llm.wake_up()
+            self.llm.reset_prefix_cache()
+        self.sleeping = False
+        self.woken = True
 
     def _served_parameters(self) -> list[torch.Tensor]:
         if self.sync_mode == "full":
@@ -275,6 +291,8 @@ class VLLMEngine(Engine):
             return []
         if self.llm is None:
             self._start()
+        if self.sleeping:
+            self.sync()  # wakes it and serves the current weights
         if self.check_stale and self._fingerprint() != self._served:
             log.info("vLLM engine: weights changed since the last sync; syncing before generating")
             self.late_syncs += 1
@@ -328,14 +346,19 @@ class VLLMEngine(Engine):
         if self.llm is None:  # a rank's engine not started yet serves the current weights when it starts
             return
         t0 = time.perf_counter()
+        self._wake()
         with process_state_guard():
-            if self.sync_mode == "full":
+            if self.woken and self.sync_mode == "adapter":  # after a sleep every adapter is served again
+                for adapter in self.policy.adapters:
+                    self._push_adapter(adapter)
+            elif self.sync_mode == "full":
                 self.reload_base()
                 for adapter in self.policy.adapters:  # reload_weights resets vLLM's LoRA state
                     self._push_adapter(adapter)
             else:
                 for adapter in self.policy.trainable_adapters:
                     self._push_adapter(adapter)
+        self.woken = False
         self._served = self._fingerprint()
         self.sync_times.append(time.perf_counter() - t0)
 
@@ -374,10 +397,3 @@ def external_launcher_settings() -> dict[str, Any]:
 def _request_seed(seed: int, position: int) -> int:
     return (seed * 1_000_003 + position) % (2**31 - 1)
 
-
-def _lora_rank_bucket(rank: int) -> int:
-    """vLLM accepts max_lora_rank from a fixed set of sizes."""
-    for r in (1, 8, 16, 32, 64, 128, 256, 320, 512):
-        if rank <= r:
-            return r
-    return rank

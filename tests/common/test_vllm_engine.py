@@ -252,8 +252,10 @@ def test_sync_auto_is_full_when_the_base_trains(tiny_parts):
 def test_make_replicate_grpo_smoke_with_vllm(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
     args = f"engine=vllm out_dir={out} work_dir={work}"
-    proc = subprocess.run(["make", "replicate-grpo", "SCALE=smoke", f"ARGS={args}", f"PY={sys.executable}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    # -o setup: the suite is installed, never reinstalled here (from a worktree without .venv, make setup
+    # reinstalled the shared editable install from that worktree)
+    proc = subprocess.run(["make", "-o", "setup", "replicate-grpo", "SCALE=smoke", f"ARGS={args}",
+                           f"PY={sys.executable}"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     cell = out / "grpo" / "arith" / "grpo" / "seed-0"
     for name in ("config.yaml", "manifest.json", "metrics.jsonl", "eval.json", "done"):
