@@ -153,15 +153,19 @@ def _gb(n: float) -> str:
 
 
 def micro_batch(cfg: Any, length: int) -> tuple[int, int, str]:
-    """(rows, tokens) of one micro-batch on one rank, rows of `length` tokens, and how they were chosen."""
+    """(rows, tokens) of one micro-batch on one rank, rows of `length` tokens, and how they were chosen:
+    both limits apply, as in the update (`common.batch.micro_batches`): at most `trainer.micro_batch_rows`
+    rows (0: the rank's whole minibatch) and at most `trainer.micro_batch_tokens` padded tokens (0: no
+    limit; a row longer than it is a micro-batch of its own)."""
     t = cfg.trainer
-    budget = int(getattr(t, "micro_batch_tokens", 0) or 0)
-    if budget:
-        return max(1, budget // max(1, length)), budget, f"trainer.micro_batch_tokens={budget}"
     ranks = t.devices * t.num_nodes
     rows = t.micro_batch_rows or -(-t.tasks_per_step * t.group_size // (ranks * t.minibatches))
-    how = f"trainer.micro_batch_rows={t.micro_batch_rows}" + ("" if t.micro_batch_rows else " (all)")
-    return rows, rows * length, how
+    how = [f"trainer.micro_batch_rows={t.micro_batch_rows}" + ("" if t.micro_batch_rows else " (all)")]
+    budget = int(getattr(t, "micro_batch_tokens", 0) or 0)
+    if budget and rows * length > budget:
+        rows = max(1, budget // max(1, length))
+        how.append(f"trainer.micro_batch_tokens={budget}")
+    return rows, rows * length, ", ".join(how)
 
 
 def plan(cfg: Any, gpu_gb: float, method: str = "", scale: str = "") -> Plan:
