@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--mt-sft-steps", type=int, default=200)
     ap.add_argument("--device", default="cpu", help="cpu | cuda (bench/gpu.sh)")
     ap.add_argument("--engine", default="hf", help="our engine: hf | vllm (then TRL generates with vLLM too)")
-    ap.add_argument("--no-multiturn", action="store_true", help="skip the multi-turn rollout part")
+    ap.add_argument("--no-multiturn", action="store_true", help="skip the multi-turn parts (and --turns)")
     ap.add_argument("--turns", default="2,4,8,16", help="bench/turns.py: SmolLM2 TextWorld episodes of these "
                     "turns, key/value reuse on and off ('': skipped; --quick skips it)")
     ap.add_argument("--engines", action="store_true",
@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                 16 if a.new_tokens is None else a.new_tokens,
                                                 a.mt_sft_steps, a.mt_reps, a.mt_one_at_a_time_reps)
         timeline.mark("multi-turn rollouts")
-    if a.turns and not a.quick and budget.admit("multi-turn turns (bench/turns.py)", 600.0):
+    if a.turns and not a.quick and not a.no_multiturn and budget.admit("multi-turn turns", 600.0):
         from bench.turns import measure_turns
 
         result["turns"] = measure_turns(turns=tuple(int(t) for t in a.turns.split(",")), work_dir=a.work_dir)
