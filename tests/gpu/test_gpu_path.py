@@ -17,7 +17,7 @@ import torch
 from common.config import EngineConfig, ModelConfig, RunConfig, SFTConfig, TrainerConfig, run_config_errors
 from common.device import base_dtype
 from common.engines.vllm_args import CPU_KV_CACHE_DEFAULT, llm_kwargs
-from common.lora import LORA_LR_FACTOR, PAPER_FULL_FT_LR
+from common.lora import LORA_LR_FACTOR
 from experiments.plan_memory import paper_scales
 from experiments.run import compose
 
@@ -25,6 +25,14 @@ ROOT = Path(__file__).resolve().parents[2]
 PAPER = [
     (m, s) for m in ("canopy", "ccpo", "grpo", "iapo", "river", "sharp", "skillrise") for s in paper_scales(m)
 ]
+
+# method/scale -> the paper's full-fine-tuning learning rate (as each scale's comment cites it); kept here,
+# not in common/ (the core names no method)
+PAPER_FULL_FT_LR = {
+    "grpo/paper": 1e-6, "ccpo/paper": 1e-6, "ccpo/paper_v2": 1e-6, "canopy/paper": 3e-6,
+    "canopy/paper_swe": 4e-6, "iapo/paper": 1e-6, "river/paper": 1e-6, "sharp/paper": 1e-6,
+    "skillrise/paper": 1e-6,
+}
 
 
 # ---- 1 and 5: vLLM sized per scale ----------------------------------------------------------------
