@@ -21,7 +21,7 @@ import yaml
 from common.config import RunConfig
 from common.records import STAGING
 from common.run_identity import YAML_LOADER, recorded_changes
-from experiments.run import compose
+from experiments.run import compose, conf_dir
 
 
 @dataclass(frozen=True)
@@ -178,11 +178,23 @@ def _plain_config(method: str, overrides: tuple[str, ...]) -> dict[str, Any]:
 UNTESTABLE = ("void", "design null")
 
 
+@functools.cache
+def card_claims(method: str) -> frozenset[str] | None:
+    """The ids of the claims the method's CARD makes now (None: no CARD to read)."""
+    from paper.cards import parse_card
+
+    try:
+        path = conf_dir(method).parent / "CARD.md"
+    except ValueError:
+        return None
+    return frozenset(c.id for c in parse_card(path.read_text()).claims) if path.exists() else None
+
+
 def design_blocks(cells: Sequence[Cell], results: str | Path = "results") -> dict[str, str]:
     """{cell name: why} for the cells that would run although every claim naming their arm is void or a
     design null in the committed design check (`<results>/<method>/design.json`, checked at the cells'
-    scale): their runs could not be evidence. Arms no claim names, and scales the check did not run at,
-    are not blocked."""
+    scale): their runs could not be evidence. Arms no claim names, scales the check did not run at, and
+    claims the CARD no longer makes (a design file older than the CARD's testbed) do not block."""
     blocks: dict[str, str] = {}
     files: dict[str, dict[str, Any] | None] = {}
     for c in cells:
@@ -192,7 +204,9 @@ def design_blocks(cells: Sequence[Cell], results: str | Path = "results") -> dic
         design = files[c.method]
         if not design or not c.state().runs:
             continue
+        current = card_claims(c.method)
         claims = {cid: e for cid, e in design.get("claims", {}).items() if c.arm in e.get("arms", [])
+                  and (current is None or cid in current)
                   and (e.get("checked_at") or {}).get("scale", design.get("scale")) == c.scale}
         if claims and all(e.get("gate") in UNTESTABLE for e in claims.values()):
             blocks[c.name] = "; ".join(f"{cid}: {e['gate']}" for cid, e in sorted(claims.items()))

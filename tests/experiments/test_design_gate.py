@@ -55,3 +55,17 @@ def test_no_block_at_another_scale_without_a_file_or_for_a_finished_cell(tmp_pat
     finished.run_dir.mkdir(parents=True)
     (finished.run_dir / "done").write_text("")
     assert design_blocks([finished], results) == {}
+
+
+def test_claims_the_card_no_longer_makes_do_not_block(tmp_path):
+    """A design file older than the CARD's testbed (its claim ids gone from the CARD) blocks nothing;
+    the same file with a claim the CARD makes blocks its arm."""
+    path = tmp_path / "results" / "iapo" / "design.json"
+    path.parent.mkdir(parents=True)
+    cell = Cell("iapo", "env", "grpo", 0, "cpu", (), str(tmp_path / "out"), str(tmp_path / "work"))
+    path.write_text(json.dumps({"scale": "cpu", "claims": {
+        "probes-not-harmed": {"arms": ["iapo", "grpo"], "gate": "void"}}}))  # the first testbed's claim
+    assert design_blocks([cell], tmp_path / "results") == {}
+    path.write_text(json.dumps({"scale": "cpu", "claims": {
+        "beats-grpo": {"arms": ["iapo", "grpo"], "gate": "void"}}}))
+    assert design_blocks([cell], tmp_path / "results") == {cell.name: "beats-grpo: void"}
