@@ -74,6 +74,9 @@ def test_a_cell_is_timed_by_its_recorded_neighbours(tmp_path):
     assert lines[2].startswith("grpo/arith/grpo/seed-2: to run (~2 min)  scale=smoke seed=2")
     nothing = _cell(tmp_path / "elsewhere", 0)
     assert estimate_seconds(nothing, committed=tmp_path / "none") is None
+    other_scale = Cell(new.method, new.env, new.arm, new.seed, "small", new.overrides, new.out_dir,
+                       new.work_dir)  # runs at another scale do not time a cell
+    assert estimate_seconds(other_scale, committed=tmp_path / "none") is None
 
 
 def test_cells_of_other_settings_are_refused_before_anything_runs(tmp_path, capsys, monkeypatch):
