@@ -126,7 +126,8 @@ def estimate_seconds(cell: Cell, committed: str | Path = RunConfig.out_dir) -> f
     for pattern in (f"{cell.method}/{cell.env}/{cell.arm}/seed-*", f"{cell.method}/{cell.env}/*/seed-*",
                     f"{cell.method}/*/*/seed-*"):
         for root in roots:
-            rates = [t / (steps + 1) for t, steps in filter(None, (run_seconds(r, cell.scale) for r in root.glob(pattern)))]
+            timed = filter(None, (run_seconds(r, cell.scale) for r in root.glob(pattern)))
+            rates = [t / (steps + 1) for t, steps in timed]
             if rates:
                 return statistics.median(rates) * (cell.steps + 1)
     return None
