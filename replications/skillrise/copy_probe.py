@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 
-def probe(warm_start: str, layout: str = "induction") -> dict[str, float]:
+def probe(warm_start: str, layout: str = "induction") -> dict[str, float | str]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -44,7 +44,7 @@ def probe(warm_start: str, layout: str = "induction") -> dict[str, float]:
         out["p_number"].append(lp2[num[-1]].exp().item())
         out["argmax_number"].append(float(lp2.argmax() == num[-1]))
         out["uniform"].append(1 / len(task["tools"]))
-    return {"tasks": len(out["uniform"]), **{k: float(np.mean(v)) for k, v in out.items()}}
+    return {"layout": layout, "tasks": len(out["uniform"]), **{k: float(np.mean(v)) for k, v in out.items()}}
 
 
 if __name__ == "__main__":

@@ -111,3 +111,14 @@ def test_on_the_trained_tokenizer_every_step_and_label_is_one_token_and_the_prom
     # and a label is the token after its step in the tools line
     tools = tok.encode("tools: sort a check b")
     assert [tok.decode([t]) for t in tools[2:]] == [" sort", " a", " check", " b"]
+
+
+def test_random_actions_use_the_copy_layouts_labels():
+    e, rng = env(), random.Random(0)
+    ep = e.new_episode(TASK, rng)
+    obs = ep.start()
+    r = ep.step(e.random_action(ep, obs, rng))  # a listed step and its letter: never invalid
+    assert not any(ev.kind == "invalid_action" for ev in r.events)
+    cur = e.new_episode({**TASK, "found": ["c"]}, rng, "curate")
+    words = {w for _ in range(50) for w in e.random_action(cur, cur.start(), rng).split()[1:-1]}
+    assert words and words <= {*ROLES, *LETTERS} and words & set(LETTERS)
