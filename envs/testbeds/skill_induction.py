@@ -29,11 +29,27 @@ and the numbers called, so an abstract document copies the first and a concrete 
 Tool numbers are still drawn afresh for every instance, so a concrete document (`3 1`) still fails on the
 next task of the chain, and abstract against concrete stays a real test. Tasks, splits and the scripted
 demonstrator's choices are those of the numbered layout (the same random draws): only the text differs.
+
+**The `copy` layout** (`env.layout=copy`, issue #41's second attempt): the induction layout measured at
+chance on both hops (`replications/skillrise/CARD.md`), and under the suite's tokenizer neither hop was a
+copy of one token: digits are pre-tokenized apart from their space (` 1` is ` `, `1`), and the prompt's
+last step starts its line without a space (`ok\nread`: `read`, not the document's ` read`). The copy layout
+labels tools with letters (`a`, `b`, ...: ` a` is one token, like ` read`; tested on the trained tokenizer)
+and ends a solve prompt with the document's line as far as it was followed, `skill:` then the steps found:
+
+    skill: read sort check
+    tools: sort a check b read c clean d
+    skill:                                     > read c
+    ok
+    skill: read                                > sort a     (` sort` follows `skill: read` in the document)
+
+Concrete documents are letters (`c a`); the tasks, their draws and what is scored are the induction layout's.
 """
 
 from __future__ import annotations
 
 FIRST = "skill:"  # the prompt before any step is found: the document follows the same token
+LETTERS = tuple("abcdefghi")  # the copy layout's tool labels (the numbered and induction layouts: 1..9)
 
 
 def tools_line(tools: list[list[str]]) -> str:
@@ -61,13 +77,20 @@ def parse_call(action: str, step_of: dict[str, str]) -> str | None:
     return parts[1]
 
 
-def solve_prompt(found_steps: list[str]) -> str:
-    """The last step found (the word whose successor in the document is the next step), or `skill:`."""
+def solve_prompt(found_steps: list[str], copy: bool = False) -> str:
+    """The last step found (the word whose successor in the document is the next step), or `skill:`; in the
+    copy layout `skill:` and every step found, the document's line as far as it was followed.
+
+    >>> solve_prompt(["read", "sort"]), solve_prompt(["read", "sort"], copy=True), solve_prompt([], True)
+    ('sort', 'skill: read sort', 'skill:')
+    """
+    if copy:
+        return " ".join([FIRST, *found_steps])
     return found_steps[-1] if found_steps else FIRST
 
 
-def solve_start(doc: str, tools: list[list[str]], found_steps: list[str]) -> str:
-    return f"skill: {doc}\n{tools_line(tools)}\n{solve_prompt(found_steps)}"
+def solve_start(doc: str, tools: list[list[str]], found_steps: list[str], copy: bool = False) -> str:
+    return f"skill: {doc}\n{tools_line(tools)}\n{solve_prompt(found_steps, copy)}"
 
 
 def curate_start(doc: str, tools: list[list[str]], found: list[str]) -> str:

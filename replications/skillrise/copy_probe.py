@@ -2,7 +2,7 @@
 first step: the probability of the right step word (the document's first word), and of the right number
 given that word (the token after it in the tools line), against a uniform guess among the task's tools.
 
-    python -m replications.skillrise.copy_probe .cache/warmstart/<key>   # the induction layout's warm start
+    python -m replications.skillrise.copy_probe .cache/warmstart/<key> [layout]   # induction (default) | copy
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 
-def probe(warm_start: str) -> dict[str, float]:
+def probe(warm_start: str, layout: str = "induction") -> dict[str, float | str]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -22,7 +22,7 @@ def probe(warm_start: str) -> dict[str, float]:
 
     tok = AutoTokenizer.from_pretrained(warm_start)
     model = AutoModelForCausalLM.from_pretrained(warm_start).eval()
-    env = SkillFamiliesEnv(SkillFamiliesConfig(layout="induction", demo_slip=0.0))
+    env = SkillFamiliesEnv(SkillFamiliesConfig(layout=layout, demo_slip=0.0))
     rng = random.Random(0)
     out: dict[str, list[float]] = {"p_word": [], "argmax_word": [], "p_number": [], "argmax_number": [],
                                    "uniform": []}
@@ -35,7 +35,7 @@ def probe(warm_start: str) -> dict[str, float]:
         ids = tok.encode(ep.start().text, add_special_tokens=False)
         step, number = ep.oracle_action().split()  # type: ignore[attr-defined]
         word = tok.encode(" " + step, add_special_tokens=False)
-        num = tok.encode(" " + number, add_special_tokens=False)  # ' ', digit: digits stand alone
+        num = tok.encode(" " + number, add_special_tokens=False)  # ' ', digit (copy layout: one token)
         with torch.no_grad():
             lp = model(torch.tensor([ids])).logits[0, -1].log_softmax(-1)
             lp2 = model(torch.tensor([ids + word + num[:-1]])).logits[0, -1].log_softmax(-1)
@@ -44,8 +44,8 @@ def probe(warm_start: str) -> dict[str, float]:
         out["p_number"].append(lp2[num[-1]].exp().item())
         out["argmax_number"].append(float(lp2.argmax() == num[-1]))
         out["uniform"].append(1 / len(task["tools"]))
-    return {"tasks": len(out["uniform"]), **{k: float(np.mean(v)) for k, v in out.items()}}
+    return {"layout": layout, "tasks": len(out["uniform"]), **{k: float(np.mean(v)) for k, v in out.items()}}
 
 
 if __name__ == "__main__":
-    print(json.dumps(probe(sys.argv[1]), indent=1))
+    print(json.dumps(probe(*sys.argv[1:3]), indent=1))
