@@ -98,16 +98,20 @@ def _steps_recorded(run_dir: Path) -> int:
 
 
 # ---- how long a cell takes: the committed runs' own timings --------------------------------------
-def run_seconds(run_dir: Path) -> tuple[float, int] | None:
+def run_seconds(run_dir: Path, scale: str | None = None) -> tuple[float, int] | None:
     """(wall-clock seconds, RL steps) of a finished run done in one attempt (started -> finished in its
-    manifest); None for runs that were resumed (their span includes the pause) or lack the times."""
+    manifest); None for runs that were resumed (their span includes the pause) or lack the times, and
+    (with `scale`) for runs recorded at another scale (a tiny model's seconds do not time SmolLM2's)."""
     try:
         manifest = json.loads((run_dir / "manifest.json").read_text())
         if manifest.get("attempts", 1) != 1 or not (run_dir / "done").exists():
             return None
         fmt = "%Y-%m-%dT%H:%M:%S%z"
         seconds = (datetime.strptime(manifest["finished"], fmt) - datetime.strptime(manifest["started"], fmt))
-        steps = yaml.load((run_dir / "config.yaml").read_text(), Loader=YAML_LOADER)["trainer"]["steps"]
+        config = yaml.load((run_dir / "config.yaml").read_text(), Loader=YAML_LOADER)
+        if scale is not None and config.get("scale") != scale:
+            return None
+        steps = config["trainer"]["steps"]
     except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
         return None
     return (seconds.total_seconds(), int(steps)) if seconds.total_seconds() > 0 else None
@@ -115,14 +119,15 @@ def run_seconds(run_dir: Path) -> tuple[float, int] | None:
 
 def estimate_seconds(cell: Cell, committed: str | Path = RunConfig.out_dir) -> float | None:
     """How long `cell` will take, from the recorded runs nearest to it: the same arm's other seeds, else
-    any arm of its method on its environment, else its method on any environment; first under the cell's
-    own out_dir, then under the committed results. The median seconds per RL step (plus one step: the
-    evaluations) times the cell's steps; None when no recorded run is found."""
+    any arm of its method on its environment, else its method on any environment, each at the cell's scale;
+    first under the cell's own out_dir, then under the committed results. The median seconds per RL step
+    (plus one step: the evaluations) times the cell's steps; None when no recorded run is found."""
     roots = dict.fromkeys([Path(cell.out_dir), Path(cell.out_dir.split("/compare/")[0]), Path(committed)])
     for pattern in (f"{cell.method}/{cell.env}/{cell.arm}/seed-*", f"{cell.method}/{cell.env}/*/seed-*",
                     f"{cell.method}/*/*/seed-*"):
         for root in roots:
-            rates = [t / (steps + 1) for t, steps in filter(None, map(run_seconds, root.glob(pattern)))]
+            rates = [t / (steps + 1) for t, steps in
+                     filter(None, (run_seconds(run, cell.scale) for run in root.glob(pattern)))]
             if rates:
                 return statistics.median(rates) * (cell.steps + 1)
     return None
