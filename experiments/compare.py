@@ -8,9 +8,9 @@
 **Where a method runs.** The environments are `experiments/compare.yaml` (env tag -> environment and
 the *home* replication arm whose scale sets the budget there). A method runs on an environment when
 everything it `needs` (a class attribute of its Method) is in what the environment class `offers`
-(envs/api/features.py): `applicable`. GRPO and CANOPY need nothing, so they run everywhere; with `--methods` naming others, GRPO
-runs only beside them, and the matrix shows only the environments where one of them applies (or that
-`--envs` named).
+(envs/api/features.py): `applicable`. GRPO and CANOPY need nothing, so they run everywhere; with
+`--methods` naming others, GRPO runs only beside them, and the matrix shows only the environments where
+one of them applies (or that `--envs` named).
 
 **One cell** is (environment, method, seed). Its config is the home arm's config at the scale (model,
 warm start, environment settings, steps, tasks, group size, lr, tokens per turn, evaluation: the
