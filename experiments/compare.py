@@ -8,7 +8,9 @@
 **Where a method runs.** The environments are `experiments/compare.yaml` (env tag -> environment and
 the *home* replication arm whose scale sets the budget there). A method runs on an environment when
 everything it `needs` (a class attribute of its Method) is in what the environment class `offers`
-(envs/api/features.py): `applicable`. GRPO and CANOPY need nothing, so they run everywhere.
+(envs/api/features.py): `applicable`. GRPO and CANOPY need nothing, so they run everywhere; with
+`--methods` naming others, GRPO runs only beside them, and the matrix shows only the environments where
+one of them applies (or that `--envs` named).
 
 **One cell** is (environment, method, seed). Its config is the home arm's config at the scale (model,
 warm start, environment settings, steps, tasks, group size, lr, tokens per turn, evaluation: the
@@ -37,7 +39,9 @@ command; on SLURM, the next `make compare` submits them.
 comparison (not only the --envs/--methods run), so that paper/head_to_head.py draws the matrix without
 importing the runner or the methods. The cpu scale's is committed with `results/`.
 
-At the end it prints the comparison (`paper/head_to_head.py`, as `make paper` builds it). A bad
+Before the cells start, a launch prints how many will run and how long they will take, from the recorded
+runs' own timings at the scale (`estimate_line`; a dry run prints every cell's). At the end it prints the
+comparison (`paper/head_to_head.py`, as `make paper` builds it). A bad
 setting is one line `error: ...` and exit status 2 before anything runs.
 """
 
@@ -88,7 +92,7 @@ __all__ = [
     "BASELINE", "COMPARE_FILE", "RECIPE", "STEPS_DIR", "TOKENS_DIR", "TOKEN_TOLERANCE", "CompareCell", "Plan",
     "Setting", "applicable", "cells_for", "compare_arm", "compare_tables", "generated_tokens", "hydra_value",
     "link_reused", "load_settings", "main", "matrix", "matrix_text", "overrides_for", "parse_args", "plan",
-    "reusable", "target_config", "token_cells",
+    "reusable", "target_config", "token_cells", "estimate_line",
 ]
 
 
@@ -149,10 +153,13 @@ class Plan:
 
 def plan(scale: str, envs: list[str] | None = None, methods: list[str] | None = None,
          seeds: list[int] | None = None, extra: tuple[str, ...] = (), out_root: str | None = None) -> Plan:
-    """Every equal-steps cell: each applicable (method, env) pair and GRPO, on the same seeds."""
+    """Every equal-steps cell: each applicable (method, env) pair and GRPO, on the same seeds. With `methods`
+    naming others than GRPO, GRPO runs only beside them: an environment none of them applies to is left out
+    (said in `skipped` when `envs` named it, else not shown at all)."""
     from replications import METHODS
 
     settings = load_settings()
+    named = set(envs or [])
     if envs:
         unknown = [e for e in envs if e not in settings and e not in {s.env for s in settings.values()}]
         if unknown:
@@ -166,7 +173,14 @@ def plan(scale: str, envs: list[str] | None = None, methods: list[str] | None = 
     chosen = [BASELINE, *[m for m in chosen if m != BASELINE]]
     cells: list[CompareCell] = []
     skipped: list[str] = []
-    for tag, s in settings.items():
+    others = [m for m in chosen if m != BASELINE] if methods else []
+    for tag, s in list(settings.items()):
+        if others and not any(applicable(m, s.env) for m in others):
+            if tag in named or s.env in named:
+                skipped.append(f"{tag}: {', '.join(others)} does not apply (GRPO runs only beside it)")
+            else:
+                del settings[tag]
+            continue
         home = load_replication(s.home)
         if scale not in home.seeds:
             skipped.append(f"{tag}: {s.home} (the budget's home) has no scale {scale}")
@@ -261,6 +275,15 @@ def compare_tables(method: str, scale: str, cells: list[Any]) -> str:
                            envs={c.env for c in cells})
 
 
+def estimate_line(cells: list[CompareCell], parallel: int) -> str:
+    """What a launch prints before it starts: the cells that will run and how long they will take, from the
+    recorded runs' own timings (`experiments.plan.estimate_seconds`, as a dry run's plan)."""
+    if not cells:
+        return "[compare] no equal-steps cell to run"
+    summary = plan_text(cells, parallel, overrides=False).splitlines()[-1].removeprefix("[plan] ")
+    return f"[compare] equal steps: {summary} (equal-tokens cells, if any, after them)"
+
+
 # ---- command line --------------------------------------------------------------------------------
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m experiments.compare", description=__doc__,
@@ -331,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     if refused:
         print(f"error: {refused}", file=sys.stderr)
         return 2
+    print(estimate_line(todo, parallel), flush=True)
     if p.cells:
         write_plan(p.cells[0].out_dir.split("/compare/")[0], args.scale)
     if args.cluster == "slurm":

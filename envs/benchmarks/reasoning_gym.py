@@ -38,7 +38,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any
+from typing import Any, ClassVar
 
 from datasets import Dataset, DatasetDict
 
@@ -109,27 +109,33 @@ class ReasoningGymEpisode(EpisodeState):
         if self.done:
             return StepResult(None, events=[Event("invalid_action", 0, {"why": "the episode is over"})])
         self.done = True
-        answer = answer_text(action)
-        tagged = answer is not None
-        if answer is None and self.env.cfg.untagged == "last_number":
-            answer = last_number(action)
-        if answer is None:
-            no_answer = {"why": f"no final answer: write {OPEN}...{CLOSE}"}
-            return StepResult(None, events=[Event("invalid_action", 0, no_answer)],
-                              info={"score": 0.0, "answered": False, "tagged": False, "scorer_error": False})
-        try:
-            score = float(self.env.scorer(self.task["generator"])(answer, self.task))
-            error = False
-        except Exception:  # a scorer that chokes on odd text: no credit, never a crash
-            score, error = 0.0, True
-        score = min(max(score, 0.0), 1.0) if score == score else 0.0  # NaN or out of range: clipped to [0, 1]
-        return StepResult(None, reward=score, success=score >= 1.0,
-                          info={"score": score, "answered": True, "tagged": tagged, "scorer_error": error})
+        return score_action(self.env, self.task, action)
+
+
+def score_action(env: ReasoningGymEnv, task: dict[str, Any], action: str, index: int = 0) -> StepResult:
+    """The last turn's result: the answer of `action` scored by the task's generator (`index`: the turn
+    an `invalid_action` event names)."""
+    answer = answer_text(action)
+    tagged = answer is not None
+    if answer is None and env.cfg.untagged == "last_number":
+        answer = last_number(action)
+    if answer is None:
+        no_answer = {"why": f"no final answer: write {OPEN}...{CLOSE}"}
+        return StepResult(None, events=[Event("invalid_action", index, no_answer)],
+                          info={"score": 0.0, "answered": False, "tagged": False, "scorer_error": False})
+    try:
+        score = float(env.scorer(task["generator"])(answer, task))
+        error = False
+    except Exception:  # a scorer that chokes on odd text: no credit, never a crash
+        score, error = 0.0, True
+    score = min(max(score, 0.0), 1.0) if score == score else 0.0  # NaN or out of range: clipped to [0, 1]
+    return StepResult(None, reward=score, success=score >= 1.0,
+                      info={"score": score, "answered": True, "tagged": tagged, "scorer_error": error})
 
 
 class ReasoningGymEnv(Environment):
     name = "reasoning_gym"
-    roles = (SOLVER,)
+    roles: ClassVar[tuple[str, ...]] = (SOLVER,)
     offers = frozenset({"single_agent"})  # envs/api/features.py
     config_class = ReasoningGymConfig
     stop = (CLOSE,)

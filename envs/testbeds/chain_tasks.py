@@ -51,6 +51,14 @@ Failures that are not the agent's own:
   seed (held-out evaluation included, where a faulted episode counts as a failure: a small
   ceiling shared by every arm).
 
+**Provenance events** (#46; IAPO's influence graph, `replications/iapo/graph.py`, as `service_desk`'s):
+each successful call j gets `Event("provenance", j, {"source": i, "kind": "success_utilization"})` for
+the earlier turns i whose output it used: `pay` the adds (and removes) that built the cart, `send` the
+reply that last showed its contact id (a `find` or an earlier `send`) and the `pay` that made the order,
+`book` the reply that last showed its contact id, `done` the last call that changed a state. The call
+right after an errored turn i (a busy refusal included) gets `failed_utilization` from i. The events
+change no reward, observation or split.
+
 The scripted demonstrator (SFT warm start) solves every task, except that with probability
 `demo_slip` it misreads a quantity (`add`) or a day (`book`), as a weak agent's demonstrations
 would: the warm start inherits that error rate, which compounds over a long task (2, 3 and 6 such
@@ -124,6 +132,13 @@ class ChainEpisode(EpisodeState):
         self.turn = 0  # every action, busy refusals included (the index in Episode.turns)
         self.reply = "ready"
         self.last_busy = False
+        # provenance (which earlier turn produced what a call uses): contact id -> the turn whose reply
+        # showed it last, the adds in the cart, the pay, the last state-changing call, the last error
+        self.shown_by: dict[int, int] = {}
+        self.cart_turns: list[int] = []
+        self.paid_turn: int | None = None
+        self.last_change: int | None = None
+        self.errored: int | None = None
 
     # ---- what the agent sees -----------------------------------------------------------------
     def todo(self) -> str:
@@ -173,13 +188,20 @@ class ChainEpisode(EpisodeState):
         if not self.last_busy and self.rng.random() < self.cfg.busy_rate:
             self.last_busy = True  # never twice in a row, so a busy spell always ends
             self.reply = "error: busy"
-            return StepResult(self.observation(), events=[Event("error", turn, {"busy": True})])
+            events = self._after_error(turn)
+            self.errored = turn
+            return StepResult(self.observation(), events=[*events, Event("error", turn, {"busy": True})])
         self.last_busy = False
         self.calls += 1
         verb = action.split()[0] if action.split() else ""
+        events = self._after_error(turn)
         self.reply, ok = self.apply(action)
         bad_call = self.reply.startswith("error: bad call")
-        events = [] if ok else [Event("invalid_action" if bad_call else "error", turn, {"why": self.reply})]
+        if ok:
+            events += self._provenance(turn, verb, action.split()[1:])
+        else:
+            events.append(Event("invalid_action" if bad_call else "error", turn, {"why": self.reply}))
+        self.errored = None if ok else turn
         step = self.steps[self.cursor]
         addresses_step = (verb, step[0]) in (("add", "buy"), ("pay", "pay"), ("send", "mail"),
                                              ("book", "book"))
@@ -193,6 +215,36 @@ class ChainEpisode(EpisodeState):
             return StepResult(None, reward=0.0, success=False, events=events,
                               info={**self.summary(), "out_of_turns": True})
         return StepResult(self.observation(), events=events)
+
+    # ---- provenance events (IAPO's influence graph; replications/iapo/graph.py) -----------------
+    def _after_error(self, turn: int) -> list[Event]:
+        """The call right after an errored one (a busy refusal included) falls back because of it."""
+        if self.errored is None:
+            return []
+        return [Event("provenance", turn, {"source": self.errored, "kind": "failed_utilization"})]
+
+    def _provenance(self, turn: int, verb: str, args: list[str]) -> list[Event]:
+        """A successful call's sources: `pay` uses the adds in the cart, `send` the reply that showed its
+        contact id and the pay that made the order, `book` the reply that showed its contact id, `done`
+        the last call that changed a state; a reply that shows a contact id is remembered as its source."""
+        sources: list[int | None] = []
+        if verb in ("add", "remove"):
+            self.cart_turns.append(turn)
+        elif verb == "pay":
+            sources, self.paid_turn = list(self.cart_turns), turn
+        elif verb in ("send", "book"):
+            contact = parse_int(args[0] if verb == "send" else args[1])
+            sources = [self.shown_by.get(contact or -1), *([self.paid_turn] if verb == "send" else [])]
+        elif verb == "done":
+            sources = [self.last_change]
+        if verb in ("find", "send"):
+            shown = parse_int(self.reply.split()[-1])
+            if shown is not None:
+                self.shown_by[shown] = turn
+        if verb in ("add", "remove", "pay", "send", "book"):
+            self.last_change = turn
+        return [Event("provenance", turn, {"source": i, "kind": "success_utilization"})
+                for i in dict.fromkeys(sources) if i is not None]
 
     def apply(self, call: str) -> tuple[str, bool]:
         """Run one call; returns (reply, ok). Errors leave the state unchanged."""
@@ -264,7 +316,7 @@ class ChainEpisode(EpisodeState):
 class ChainTasksEnv(Environment):
     name = "chain_tasks"
     roles = ("agent",)
-    offers = frozenset({"single_agent"})  # envs/api/features.py
+    offers = frozenset({"single_agent", "provenance_events"})  # envs/api/features.py
     config_class = ChainTasksConfig
     oracle_settings = {"demo_slip": 0.0, "fault_rate": 0.0}
     stop = ("\n",)

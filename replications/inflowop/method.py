@@ -117,14 +117,8 @@ class InFlowOp(Method):
         self.competence: dict[str, dict[str, dict[str, float]]] = {}
 
     def validate(self) -> None:
-        """Training-free on `braid`, with settings in range; scale=small (too slow here) and paper (no
-        data) refuse."""
-        # scale=small: measured beside other jobs on the 2-core machine (CARD.md, policy agents)
-        if self.run.scale == "small":
-            raise ValueError("scale=small would warm-start SmolLM2-135M adapters as the policy agents "
-                             "(+pool=policy), measured at ~15 s per SFT step on one CPU thread: 3 adapters "
-                             "x 300 steps is ~3.9 h, over the hour this scale allows; run scale=cpu "
-                             "+pool=policy (the tiny model's adapters) instead")
+        """Training-free on `braid`, with settings in range; scale=paper (no data) refuses. scale=small (#46)
+        plays SmolLM2 adapters as policy agents, their warm start sized to an hour (conf/scale/small.yaml)."""
         super().validate()
         if self.run.scale == "paper":
             raise ValueError(f"scale=paper needs {self.paper_data_hint}")

@@ -79,6 +79,19 @@ def test_a_cell_is_timed_by_its_recorded_neighbours(tmp_path):
     assert estimate_seconds(other_scale, committed=tmp_path / "none") is None
 
 
+def test_runs_at_another_scale_do_not_time_a_cell(tmp_path):
+    """A small-scale cell (SmolLM2) was timed by the cpu scale's tiny-model runs: ~23 s for an hour's run."""
+    run, new = _cell(tmp_path, 0), _cell(tmp_path, 1)
+    steps = cell_config(run).trainer.steps
+    config = asdict(cell_config(run))
+    config["scale"] = "cpu"
+    _record(run, config, done=True, seconds=10 * (steps + 1))
+    assert estimate_seconds(new, committed=tmp_path / "none") is None
+    config["scale"] = "smoke"
+    _record(run, config, done=True, seconds=10 * (steps + 1))
+    assert estimate_seconds(new, committed=tmp_path / "none") == pytest.approx(10 * (new.steps + 1))
+
+
 def test_cells_of_other_settings_are_refused_before_anything_runs(tmp_path, capsys, monkeypatch):
     cell = _cell(tmp_path, 0)
     changed = asdict(cell_config(cell))

@@ -113,7 +113,7 @@ def test_errors_are_recoverable_and_malformed_calls_never_raise():
         r = ep.step(garbage)
         assert r.next is not None and r.next.text.startswith("error: ") and r.reward == 0.0
         assert r.next.text.endswith("todo: buy tea 2\n> ")
-        assert [e.kind for e in r.events] in (["invalid_action"], ["error"])
+        assert [e.kind for e in r.events if e.kind != "provenance"] in (["invalid_action"], ["error"])
     assert ep.step("add cake 1").next.text.startswith("error: no item cake")
     ep.step("add tea 5")  # a wrong quantity, undone
     assert ep.step("remove tea").next.text.startswith("ok\n") and ep.world.cart == {}
@@ -195,7 +195,8 @@ def test_numbers_are_bounded_ascii():
     for call in ["add tea " + "9" * 19, "add tea " + "9" * 5000, "send " + "1" * 5000 + " 47",
                  "book fri " + "1" * 5000, "add tea ٢", "add tea ²"]:
         r = ep.step(call)
-        assert r.next.text.startswith("error: bad call") and [e.kind for e in r.events] == ["invalid_action"]
+        kinds = [e.kind for e in r.events if e.kind != "provenance"]  # (#46: the call after an error uses it)
+        assert r.next.text.startswith("error: bad call") and kinds == ["invalid_action"]
     assert ep.world.cart == {}
     ep.step("add tea 02")
     assert ep.world.cart == {"tea": 2}
