@@ -14,7 +14,8 @@ from replications import METHODS  # noqa: E402
 
 # method -> (the environment tags its small cells train on, the arms they run; None: every arm)
 SMALL = {"grpo": ({"reasoning_gym"}, None), "iapo": ({"tau2"}, None),
-         "river": ({"terminal-smollm2"}, {"grpo-full", "grpo-random", "river-filter", "river"}), "skillrise": ({"textworld"}, None),
+         "river": ({"terminal-smollm2"}, {"grpo-full", "grpo-random", "river-filter", "river"}),
+         "skillrise": ({"textworld"}, None),
          "ccpo": ({"reasoning_gym_team"}, {"grpo-center", "ccpo-v1", "ccpo-v2", "ccpo-v2ps"}),
          "canopy": ({"bfcl"}, {"full"}),
          "sharp": ({"toolhops-chain-k5-smollm2"}, {"small-grpo", "small-local", "small-sharp-exact"}),
