@@ -29,10 +29,36 @@ from common.engines.fast import FastDecoder
 from common.engines.kv_reuse import Hit, PrefixStore, place_prefixes, weights_key
 
 
+def kv_bytes_per_token(config: Any, element_size: int) -> int:
+    """Bytes of keys and values one token of one row holds in a decoder of this config."""
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return 2 * config.num_hidden_layers * heads * head_dim * element_size
+
+
+def chunks(lengths: list[int], max_rows: int, max_tokens: int) -> list[tuple[int, int]]:
+    """Consecutive [start, stop) runs of rows (`lengths` ascending: each row's prompt plus new tokens) of at
+    most `max_rows` rows whose padded size (rows x the longest) stays within `max_tokens`; a row alone
+    over the budget is its own chunk."""
+    out: list[tuple[int, int]] = []
+    start = 0
+    for i, n in enumerate(lengths):
+        if i > start and (i - start >= max_rows or (i - start + 1) * n > max_tokens):
+            out.append((start, i))
+            start = i
+    if lengths:
+        out.append((start, len(lengths)))
+    return out
+
+
 class HFEngine(Engine):
     def __init__(self, policy: Any, max_batch: int = 256, bf16: bool = False, fast: bool = True,
-                 share_prefill: bool = True, kv_reuse: bool = True, kv_reuse_bytes: int = 4 << 30):
+                 share_prefill: bool = True, kv_reuse: bool = True, kv_reuse_bytes: int = 4 << 30,
+                 max_batch_kv_bytes: int = 2 << 30):
         self.policy = policy
+        # a forward's keys and values (rows x (longest prompt + new tokens) x bytes a token) stay under this:
+        # 64 tau2 rows of ~6k tokens on SmolLM2 at fp32 need ~18 GB in one batch (they ran out of memory)
+        self.max_batch_kv_bytes = max_batch_kv_bytes
         # keys and values of finished turns, reused by the episode's next turn (common/engines/kv_reuse.py)
         self.store = PrefixStore(kv_reuse_bytes) if kv_reuse else None
         self.fast = fast  # the lean decode path (common/engines/fast.py) where the model supports it
@@ -56,10 +82,12 @@ class HFEngine(Engine):
         by_adapter: dict[str | None, list[int]] = {}
         for i, r in enumerate(requests):
             by_adapter.setdefault(r.adapter, []).append(i)
+        per_token = kv_bytes_per_token(self.policy.model.config, 2 if self.bf16 else 4)
         for adapter, idxs in by_adapter.items():
             idxs = sorted(idxs, key=lambda i: (len(requests[i].prompt_ids), i))
-            for start in range(0, len(idxs), self.max_batch):
-                chunk = idxs[start : start + self.max_batch]
+            lengths = [len(requests[i].prompt_ids) + params.max_new_tokens for i in idxs]
+            for start, stop in chunks(lengths, self.max_batch, self.max_batch_kv_bytes // max(per_token, 1)):
+                chunk = idxs[start:stop]
                 samples = self._generate_batch([requests[i].prompt_ids for i in chunk], adapter, params, gen)
                 for i, s in zip(chunk, samples, strict=True):
                     out[i] = s
