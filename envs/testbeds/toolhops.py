@@ -43,6 +43,12 @@ unmasked result of that fact, else the placeholder. v = 1/2 (share of right slot
 right], as `toolplan`. So two right workers on one fact are each redundant: leave-one-out gives
 each 0 for that slot and Shapley splits it.
 
+**Provenance events** (#46; IAPO's graph): as `toolplan`'s (see there: worker m's call is turn m + 1,
+the answer turn N + 1). Worker m uses the plan (`input`; every plan here gives answerable queries) and,
+in `chain` mode, worker m - 1, whose result is its query's entity: `success_utilization` when its own
+call worked, `failed_utilization` when that result was `ERR`/`BAD` (it is blocked), no edge when its
+own tool failed. The answer uses the workers of each fact slot (in `parallel` mode, possibly two).
+
 **Demonstrator** (the SFT warm start): calls the distractor with probability `demo_distractor`
 and another tool with `demo_wrong`; in `parallel` mode its extra workers go to facts drawn
 uniformly. The defaults leave a worker right about 0.6 of the time, so the warm start's success is
@@ -58,6 +64,7 @@ from typing import Any
 from common.episode import Event
 from envs.api.base import EpisodeState, Observation, StepResult
 from envs.testbeds.toolplan import (  # the planner-and-workers frame, shared with toolplan
+    NOT_FOUND,  # results that carry no entity
     PLACEHOLDER,
     PlannerWorkersConfig,
     PlannerWorkersEnv,
@@ -70,7 +77,6 @@ ATTRIBUTES = ("boss", "twin", "home", "rival", "maker", "owner", "child", "mento
 CLASSES = ("city", "firm", "band", "team", "ship", "club", "park", "lab")
 TOOLS = ("census", "atlas", "archive", "weather", "almanac", "wiki", "ledger", "radar")
 ENTITIES = "abcdefghijklmnopqrstuvwxyz"
-NOT_FOUND = ("ERR", "BAD")  # results that carry no entity
 # the hidden (attribute, class) -> (right tool, distractor) table and entity classes are fixed
 TABLE_SEED = 17
 
@@ -307,6 +313,12 @@ class ToolHopsEpisode(PlannerWorkersEpisode):
         self.entities.append(entity)
         self.tools.append(tool if tool in TOOLS else "BAD")
         return self._called(result, kind, events, self.n)
+
+    def _upstream(self, m: int) -> int | None:
+        return m - 1 if self.cfg.mode == "chain" and m > 0 else None
+
+    def _slot_of(self, m: int) -> int:
+        return self.slots[m]
 
     def _more_info(self, answer: list[str] | None) -> dict[str, Any]:
         kinds, calls = self.kinds, max(len(self.kinds), 1)

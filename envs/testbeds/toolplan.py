@@ -27,6 +27,24 @@ scores the answer with a soft match, v = 1/2 * (share of right slots) + 1/2 * 1[
 so that a lone worker's contribution is visible (its slot) and so is the workers' joint success
 (the exact match), the part where leave-one-out and Shapley credit differ.
 
+**Provenance events** (#46; IAPO's influence graph, `replications/iapo/graph.py`, as `chain_tasks`'s).
+The turns of an episode are the plan (turn 0), worker m's call (turn m + 1) and the answer (turn N + 1,
+N workers). "Used" follows what each turn's observation is built from: a worker acts on the sub-query
+the plan gave it; the answer is composed from the workers' results (slot j from the results of the
+workers of fact j: here worker j). Each turn j gets `Event("provenance", j, {"source": i, "kind": k})`:
+
+- worker m from the plan: `input` (it acts on the sub-query the plan supplied); `failed_utilization`
+  instead when the planned sub-query is not one of the question's facts, so that every tool errs (the
+  plan's mistake is carried on);
+- the answer from worker m, when the answer is well-formed (K slots): `failed_utilization` when the
+  worker's result carries no value (`ERR`, `BAD`: the answer copies the invalid output or falls back
+  because of it), `success_utilization` when the answer's slot is the worker's result (the planner
+  combined it), no edge otherwise (the planner wrote something else). A distractor's value looks
+  valid and counts as used: the events report what the players could see, never the hidden truth.
+
+The plan itself uses no earlier turn (the question is the task, as `chain_tasks`' to-do line). The
+events change no reward, observation, split or record.
+
 The scripted demonstrator is deliberately imperfect (it calls the distractor with probability
 `demo_distractor` and a wrong tool with `demo_wrong`), so the SFT warm start leaves a tool-choice
 error for RL to remove; with K workers, broadcast credit sees each worker's choice through an
@@ -48,6 +66,7 @@ from common.episode import Event
 from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
 
 PLACEHOLDER = "?"  # the neutral placeholder of a masked agent's output
+NOT_FOUND = ("ERR", "BAD")  # tool results that carry no value
 ATTRIBUTES = ("pop", "area", "year", "temp")
 RIGHT_TOOL = {"pop": "census", "area": "atlas", "year": "archive", "temp": "weather"}
 DISTRACTOR_TOOL = {"pop": "almanac", "area": "almanac", "year": "wiki", "temp": "wiki"}
@@ -152,6 +171,7 @@ class PlannerWorkersEpisode(EpisodeState):
     def _called(self, result: str, kind: str, events: list[Event], workers: int) -> StepResult:
         """Record one worker's call; the next worker acts, or after the last of `workers` the planner
         answers."""
+        events = [*events, *self._worker_provenance(len(self.results), kind)]
         self.results.append(result)
         self.kinds.append(kind)
         if len(self.results) < workers:
@@ -169,7 +189,46 @@ class PlannerWorkersEpisode(EpisodeState):
             why = f"expected {self.k} answers separated by spaces"
             events.append(Event("invalid_action", 0, {"role": "planner", "why": why}))
             answer = [PLACEHOLDER] * self.k
+        else:
+            events += self._answer_provenance(answer)
         return self._end(answer, events, plan_ok=True)
+
+    # ---- provenance events (IAPO's influence graph; the module docstring) -------------------------
+    # turn indices in Episode.turns: the plan is turn 0, worker m's call turn m + 1
+    def _answerable(self, m: int) -> bool:
+        """Whether the plan gave worker m a query that some tool answers."""
+        return True
+
+    def _upstream(self, m: int) -> int | None:
+        """The worker whose result worker m's query is built from (None: the question alone)."""
+        return None
+
+    def _slot_of(self, m: int) -> int:
+        """The answer's fact slot that worker m's result is for."""
+        return m
+
+    def _worker_provenance(self, m: int, kind: str) -> list[Event]:
+        """Worker m's sources: the plan, and the upstream worker whose result is its query's entity
+        (`success_utilization` when its own call worked, `failed_utilization` when that result carried
+        no entity, no edge when the worker's own tool choice failed on a good query)."""
+        events = [Event("provenance", 0, {"source": 0,
+                                          "kind": "input" if self._answerable(m) else "failed_utilization"})]
+        up = self._upstream(m)
+        if up is not None and self.results[up] in NOT_FOUND:
+            events.append(Event("provenance", 0, {"source": up + 1, "kind": "failed_utilization"}))
+        elif up is not None and kind in ("value", "distractor"):
+            events.append(Event("provenance", 0, {"source": up + 1, "kind": "success_utilization"}))
+        return events
+
+    def _answer_provenance(self, answer: list[str]) -> list[Event]:
+        """The workers a well-formed answer used (the module docstring)."""
+        events = []
+        for m, result in enumerate(self.results):
+            if result in NOT_FOUND:
+                events.append(Event("provenance", 0, {"source": m + 1, "kind": "failed_utilization"}))
+            elif answer[self._slot_of(m)] == result:
+                events.append(Event("provenance", 0, {"source": m + 1, "kind": "success_utilization"}))
+        return events
 
     def _end(self, answer: list[str] | None, events: list[Event], plan_ok: bool) -> StepResult:
         slots = [a == v for a, v in zip(answer, self.truth, strict=True)] if answer else [False] * self.k
@@ -259,6 +318,9 @@ class ToolPlanEpisode(PlannerWorkersEpisode):
             events.append(Event("error", 0, {"worker": m, "why": f"{tool} cannot answer {sub[0]} {sub[1]}"}))
         return self._called(result, kind, events, self.k)
 
+    def _answerable(self, m: int) -> bool:
+        return self.subqueries[m] in self.queries  # else every tool returns ERR (or BAD)
+
     def _more_info(self, answer: list[str] | None) -> dict[str, Any]:
         # for counterfactual replays (not a metric: evaluation averages numbers only)
         return {"record": {"truth": list(self.truth), "results": list(self.results), "answer": answer,
@@ -270,7 +332,8 @@ class PlannerWorkersEnv(Environment):
     the demonstrator's error rates, and counterfactual replay (a `replay` of its own in each)."""
 
     roles = ("planner", "worker")
-    offers = frozenset({"multi_agent_shared_outcome", "counterfactual_replay"})  # envs/api/features.py
+    offers = frozenset({"multi_agent_shared_outcome", "counterfactual_replay",  # envs/api/features.py
+                        "provenance_events"})
     stop = ("\n",)
     oracle_settings = {"demo_distractor": 0.0, "demo_wrong": 0.0}
 
