@@ -272,13 +272,19 @@ def test_context_length_is_checked_once_the_tokenizer_exists():
 
 
 def test_every_committed_config_passes_the_checks():
-    """Every scale of every method, and every arm of its replication, composes without an error."""
+    """Every scale of every method, and every arm of its replication (at smoke, or at the first scale it
+    runs at: `arm_scales`), composes without an error."""
     from common.config import run_config_errors
+    from experiments.replicate import load_replication
 
     for method in METHODS:
         scales = sorted(p.stem for p in (Path("replications") / method / "conf" / "scale").glob("*.yaml"))
         arms = replication_arms(method)
-        cells = [(scale, next(iter(arms), "default")) for scale in scales] + [("smoke", arm) for arm in arms]
+        rep = load_replication(method)
+        at = {arm: "smoke" if arm in rep.arms_at("smoke")
+              else next(s for s in scales if arm in rep.arms_at(s)) for arm in arms}
+        first = {scale: next((a for a in arms if a in rep.arms_at(scale)), "default") for scale in scales}
+        cells = [(scale, first[scale]) for scale in scales] + [(at[arm], arm) for arm in arms]
         for scale, arm in cells:
             errors = [e for e in run_config_errors(compose(method, [f"scale={scale}", f"arm={arm}"]))
                       if "needs model.path" not in e]
