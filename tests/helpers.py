@@ -52,3 +52,27 @@ def last_checkpoint(run_dir: Path) -> Path | None:
         return None
     path = Path(folder) / "last.ckpt"
     return path if path.exists() else None
+
+
+def skill_env(**settings: Any) -> Any:
+    """A small skill_families environment (its layout and other settings overridable)."""
+    from envs.testbeds.skill_families import SkillFamiliesConfig, SkillFamiliesEnv
+
+    base = {"train_size": 30, "heldout_size": 6, "dev_size": 6, "demo_size": 50}
+    return SkillFamiliesEnv(SkillFamiliesConfig(**{**base, **settings}))
+
+
+def play_skill(e: Any, task: dict[str, Any], actions: list[str],
+               variant: str = "main") -> tuple[list[str], Any]:
+    """Play `actions` on one skill_families episode: the observation texts before each, the last result."""
+    import random
+
+    ep = e.new_episode(task, random.Random(0), variant)
+    obs, texts, result = ep.start(), [], None
+    for a in actions:
+        texts.append(obs.text)
+        result = ep.step(a)
+        obs = result.next
+        if obs is None:
+            break
+    return texts, result

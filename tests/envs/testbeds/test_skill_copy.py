@@ -10,8 +10,9 @@ import random
 import pytest
 
 from common.models import train_tokenizer
-from envs.testbeds.skill_families import ROLES, SkillFamiliesConfig, SkillFamiliesEnv, doc_kind
+from envs.testbeds.skill_families import ROLES, SkillFamiliesEnv, doc_kind
 from envs.testbeds.skill_induction import LETTERS
+from tests.helpers import play_skill, skill_env
 
 TASK = {"family": "t", "order": ["read", "sort", "check", "write"], "plan": 3,
         "tools": [["a", "sort"], ["b", "clean"], ["c", "read"], ["d", "check"]]}
@@ -20,20 +21,10 @@ NEXT = {**TASK, "plan": 4,
 
 
 def env(layout: str = "copy", **kw) -> SkillFamiliesEnv:
-    settings = {"train_size": 30, "heldout_size": 6, "dev_size": 6, "demo_size": 50, "layout": layout, **kw}
-    return SkillFamiliesEnv(SkillFamiliesConfig(**settings))
+    return skill_env(layout=layout, **kw)
 
 
-def play(e: SkillFamiliesEnv, task: dict, actions: list[str], variant: str = "main"):
-    ep = e.new_episode(task, random.Random(0), variant)
-    obs, texts, result = ep.start(), [], None
-    for a in actions:
-        texts.append(obs.text)
-        result = ep.step(a)
-        obs = result.next
-        if obs is None:
-            break
-    return texts, result
+play = play_skill
 
 
 def test_the_solve_prompt_repeats_the_document_line_as_far_as_it_was_followed():

@@ -9,26 +9,17 @@ from collections import Counter
 import pytest
 
 from envs.testbeds.skill_families import ROLES, SkillFamiliesConfig, SkillFamiliesEnv, doc_kind, parse_skill
+from tests.helpers import play_skill, skill_env
 
 TASK = {"family": "t", "order": ["read", "sort", "check", "write"], "plan": 3,
         "tools": [["1", "sort"], ["2", "clean"], ["3", "read"], ["4", "check"]]}
 
 
 def env(**kw) -> SkillFamiliesEnv:
-    settings = {"train_size": 30, "heldout_size": 6, "dev_size": 6, "demo_size": 50, **kw}
-    return SkillFamiliesEnv(SkillFamiliesConfig(**settings))
+    return skill_env(**kw)
 
 
-def play(e: SkillFamiliesEnv, task: dict, actions: list[str], variant: str = "main"):
-    ep = e.new_episode(task, random.Random(0), variant)
-    obs, texts, result = ep.start(), [], None
-    for a in actions:
-        texts.append(obs.text)
-        result = ep.step(a)
-        obs = result.next
-        if obs is None:
-            break
-    return texts, result
+play = play_skill
 
 
 def test_a_right_plan_succeeds_and_a_second_miss_fails():

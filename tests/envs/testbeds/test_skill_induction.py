@@ -11,6 +11,7 @@ import pytest
 
 from envs.testbeds.skill_families import SkillFamiliesConfig, SkillFamiliesEnv
 from envs.testbeds.skill_induction import parse_call, tools_line
+from tests.helpers import play_skill, skill_env
 
 TASK = {"family": "t", "order": ["read", "sort", "check", "write"], "plan": 3,
         "tools": [["1", "sort"], ["2", "clean"], ["3", "read"], ["4", "check"]]}
@@ -20,20 +21,10 @@ NEXT = {**TASK, "plan": 4,
 
 
 def env(layout: str = "induction", **kw) -> SkillFamiliesEnv:
-    settings = {"train_size": 30, "heldout_size": 6, "dev_size": 6, "demo_size": 50, "layout": layout, **kw}
-    return SkillFamiliesEnv(SkillFamiliesConfig(**settings))
+    return skill_env(layout=layout, **kw)
 
 
-def play(e: SkillFamiliesEnv, task: dict, actions: list[str], variant: str = "main"):
-    ep = e.new_episode(task, random.Random(0), variant)
-    obs, texts, result = ep.start(), [], None
-    for a in actions:
-        texts.append(obs.text)
-        result = ep.step(a)
-        obs = result.next
-        if obs is None:
-            break
-    return texts, result
+play = play_skill
 
 
 def test_following_a_document_is_a_chain_of_next_token_copies():
