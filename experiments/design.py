@@ -11,8 +11,9 @@ on the **dev** split, never the held-out one:
    on dev by at least the margin in a pilot (one seed, the arm's own budget, `eval.split=dev`):
    final minus initial of the card's `eval_metric` (mean@k). Fails: the claim is **void**.
 2. *positive control*: where `conf/design.yaml` names an oracle arm for the claim (the mechanism's ideal
-   signal, built from hidden ground truth), its pilot beats the control's on dev by the margin. Fails:
-   **void**. No oracle: `null`.
+   signal, built from hidden ground truth), its pilot beats the control's on dev by the margin, on the
+   claim's own metric (a curve metric over the claim's window: a learning-speed claim is gated on
+   learning speed; an eval metric at the final evaluation). Fails: **void**. No oracle: `null`.
 3. *separation*, on **one shared batch** of dev episodes played by the warm start with the claim's first
    arm's play (its extra plays included), every arm's credit and advantages computed on those same
    episodes (`common.credit.to_advantages`):
@@ -56,6 +57,7 @@ import numpy as np
 import yaml
 
 from common.util import atomic_write_json, flatten
+from experiments.design_pilots import CURVE_WINDOW, claim_metric_value, metric_gain, pilot_gain  # noqa: F401
 from experiments.shared_batch import (
     advantages_of,
     arm_config,
@@ -104,6 +106,9 @@ class ClaimSpec:
     # a method's own gate (`replications/<m>/design.py` CHECKS[name], on the pilot of `arm`): what the
     # claim needs of the testbed beyond learning (e.g. that hacking happens where a filter should stop it)
     check: dict[str, Any] | None = None
+    # the claim's own metric and window (paper/cards.py): what the positive control compares
+    metric: str = "mean@k"
+    window: int | None = None
 
 
 # ---- the claims -----------------------------------------------------------------------------------
@@ -126,7 +131,8 @@ def claim_specs(method: str) -> list[ClaimSpec]:
         control = arms[-1]
         d = extra.get(claim.id) or {}
         specs.append(ClaimSpec(claim.id, arms, control, claim.margin, d.get("oracle"), d.get("behaviour"),
-                               d.get("play_arm"), list(claim.envs), d.get("learn_metric"), d.get("check")))
+                               d.get("play_arm"), list(claim.envs), d.get("learn_metric"), d.get("check"),
+                               claim.metric, claim.window))
     return specs
 
 
@@ -148,46 +154,6 @@ def difference_kind(a: dict[str, Any], b: dict[str, Any]) -> str:
     if keys and all(k.startswith("method.") for k in keys):
         return "credit"
     return "objective" if keys else "same"
-
-
-# ---- pilots ---------------------------------------------------------------------------------------
-def pilot_gain(method: str, arm: str, scale: str, metric: str, folder: Path) -> dict[str, Any]:
-    """The arm at seed 0 on dev, its own budget: final minus initial of `metric`, and the run's folder."""
-    from experiments.replicate import launch_local, plan
-    from paper.claims import eval_value
-
-    cells = plan(method, scale, [0], (f"out_dir={folder}", "eval.split=dev", "eval.at_start=true"), [arm])
-    failures = launch_local(cells, 1, cells[0].work_dir)
-    if failures:
-        raise RuntimeError(f"the design pilot of {method}/{arm} failed: {failures[0].splitlines()[-1]}")
-    evals = json.loads((cells[0].run_dir / "eval.json").read_text())
-    initial, final = eval_value(evals["initial"], metric), eval_value(evals["final"], metric)
-    return {"arm": arm, "initial": initial, "final": final, "gain": final - initial,
-            "run": str(cells[0].run_dir)}
-
-
-CURVE_WINDOW = 5  # a curve metric's gain: its mean over the last this many steps minus over the first
-
-
-def metric_gain(pilot: dict[str, Any], metric: str) -> dict[str, float]:
-    """A finished pilot's initial, final and gain of `metric`: an eval metric (dev, initial and final
-    evaluations) or `curve:<key>` (the training curve's first and last `CURVE_WINDOW` steps)."""
-    from paper.cards import CURVE_PREFIX
-    from paper.claims import eval_value
-
-    run = Path(pilot["run"])
-    if metric.startswith(CURVE_PREFIX):
-        key = metric[len(CURVE_PREFIX):]
-        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        values = [float(r[key]) for r in rows if r.get(key) is not None]
-        if not values:
-            raise KeyError(f"{run}/metrics.jsonl has no {key!r}")
-        initial = float(np.mean(values[:CURVE_WINDOW]))
-        final = float(np.mean(values[-CURVE_WINDOW:]))
-    else:
-        evals = json.loads((run / "eval.json").read_text())
-        initial, final = eval_value(evals["initial"], metric), eval_value(evals["final"], metric)
-    return {"initial": initial, "final": final, "gain": final - initial}
 
 
 def method_check(method: str, spec: ClaimSpec, pilots: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
@@ -338,10 +304,11 @@ def design(method: str, scale: str = "cpu", pilots: bool = True, only: str | Non
             learnable.update({"pass": None, "why": "training-free (trainer.steps=0): nothing to learn"})
         positive = None
         if spec.oracle is not None:
-            o = gains.get(spec.oracle)
-            diff = o["final"] - learn["final"] if o and learn else None
+            o, c = gains.get(spec.oracle), gains.get(spec.control)
+            m, w = spec.metric, spec.window
+            diff = claim_metric_value(o, m, w) - claim_metric_value(c, m, w) if o and c else None
             passed = None if diff is None else diff >= spec.margin
-            positive = {"arm": spec.oracle, "gain": diff, "pass": passed}
+            positive = {"arm": spec.oracle, "gain": diff, "pass": passed, "metric": spec.metric}
         separation = separation_of(spec, method, scale, cache, work)
         check = method_check(method, spec, gains)
         claims[spec.id] = {"learnable": learnable, "positive_control": positive, "separation": separation,
