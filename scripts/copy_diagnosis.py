@@ -4,8 +4,13 @@ Each check trains a fresh tiny model with `sft` itself (its batching, right padd
 OneCycle schedule) and reports a held-out copy accuracy; run each under the CPU lock.
 
     python scripts/copy_diagnosis.py synthetic fixed|variable [steps]   # x sep x, |x| = 12 or 4..12
-    python scripts/copy_diagnosis.py iapo <D> [steps]                  # service_desk choice, packed rows
+    python scripts/copy_diagnosis.py iapo <D> [steps] [cpu|small]      # service_desk choice, packed rows
     python scripts/copy_diagnosis.py skillrise <demo_abstract> [steps] # copy layout, the copy probe
+
+`iapo`'s model is IAPO's cpu scale's (`cpu`, replications/iapo/conf/scale/cpu.yaml: 128 wide, 3 layers,
+4 heads) or the suite's 64-wide 2-layer one (`small`, the shape before #39's fix): at D = 8 and 400 steps
+the first copies the method (P 0.999), the second stays at chance (0.332), as do 64 wide with 3 layers
+and 128 wide with 2 layers (0.332 each).
 
 `synthetic fixed` (every copy 13 tokens back) is solved by one fixed-offset positional head and says
 nothing about content-based copying (induction); `variable` needs induction.
@@ -49,7 +54,17 @@ def synthetic(kind: str, steps: int = 250, vocab: int = 512, sep: int = 5) -> fl
     return right / total
 
 
-def iapo(delay: int, steps: int = 400) -> dict[str, float]:
+def iapo_shape() -> dict[str, int]:
+    """The model shape of IAPO's cpu scale."""
+    from pathlib import Path
+
+    import yaml
+
+    model = yaml.safe_load(Path("replications/iapo/conf/scale/cpu.yaml").read_text())["model"]
+    return {k: model[k] for k in SMALL}
+
+
+def iapo(delay: int, steps: int = 400, shape: str = "cpu") -> dict[str, float]:
     """IAPO cpu warm start (packed rows, lr 5e-3): P(right method) at the dev refunds, teacher-forced."""
     from envs.testbeds.service_desk import ServiceDeskConfig, ServiceDeskEnv
 
@@ -61,7 +76,8 @@ def iapo(delay: int, steps: int = 400) -> dict[str, float]:
     dev_env = ServiceDeskEnv(ServiceDeskConfig(demo_right_tool=1.0, **kw))
     dev_env.task_set = lambda: {"demo": env.task_set()["dev"]}  # type: ignore[method-assign]
     dev = [(c, a) for c, a in demonstrations(dev_env, tok, 64, 1) if "refund" in tok.decode(a)]
-    model = build_tiny_model(ModelConfig(**SMALL, vocab_size=512, max_length=208), len(tok),
+    dims = iapo_shape() if shape == "cpu" else SMALL
+    model = build_tiny_model(ModelConfig(**dims, vocab_size=512, max_length=208), len(tok),
                              tok.pad_token_id, tok.eos_token_id)
     torch.manual_seed(0)
     sft(model, pairs, SFTConfig(steps=steps, lr=5e-3, batch_size=32, pack=True), 0, tok.pad_token_id)
@@ -116,7 +132,7 @@ if __name__ == "__main__":
     if what == "synthetic":
         result: object = synthetic(arg, *map(int, rest))
     elif what == "iapo":
-        result = iapo(int(arg), *map(int, rest))
+        result = iapo(int(arg), *map(int, rest[:1]), *rest[1:2])
     else:
         result = skillrise(float(arg), *map(int, rest))
     print(what, arg, *rest, result, f"{time.time() - t0:.0f}s")
