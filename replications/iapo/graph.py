@@ -220,3 +220,8 @@ def hf_greedy(model_path: str, max_new_tokens: int = 256) -> Callable[[str], str
 def decision_turns(episode: Episode) -> set[int]:
     """Turn indices the environment marked as decisions (`info` events with a `decision` key)."""
     return {e.turn for e in episode.events if e.kind == "info" and "decision" in e.data}
+
+
+def fault_turns(episode: Episode) -> set[int]:
+    """Turn indices whose action raised an `error` or `invalid_action` event."""
+    return {e.turn for e in episode.events if e.kind in ("error", "invalid_action")}

@@ -27,8 +27,11 @@ and `shuffled` (the control: the same episode's IAPO weights assigned to its act
 order, rescaled so that sum_i L_i w_i = L still holds: the same weight distribution without the
 graph's information), and `oracle` (the positive control of the second testbed, #39: all of the
 advantage on the actions the environment marks as its decisions, `info` events `{"decision": ...}`:
-service_desk choice's lookup and refund; w = 0 elsewhere, sum_i L_i w_i = L kept; an episode without
-decisions is broadcast). beta+ = 0 and c = 0.5 are the paper's ablations (`method.beta_plus`,
+service_desk choice's lookup and refund; a failed episode's erring actions too, `error` and
+`invalid_action` events, and a success's erring decisions left out; w = 0 elsewhere, sum_i L_i w_i = L
+kept; an episode without any is broadcast). Without the erring actions the oracle's dev pilot learned the
+lookup by step 30 and then collapsed to invalid actions (invalid rate 1.0 by step 90): nothing ever
+blamed a bad acknowledgement. beta+ = 0 and c = 0.5 are the paper's ablations (`method.beta_plus`,
 `method.clip`).
 
 `routing_weights` (and the features, the graph, the annotators) are public and importable here.
@@ -55,6 +58,7 @@ from replications.iapo.graph import (  # noqa: F401  (public API of this module 
     action_turns,
     argument_annotator,
     decision_turns,
+    fault_turns,
     hf_greedy,
     parse_annotation,
     provenance_annotator,
@@ -135,8 +139,11 @@ class IAPO(Method):
         if not turns or sum(lengths) == 0:
             return {t: 1.0 for t in turns}
         if self.cfg.credit == "oracle":
-            decisions = decision_turns(episode)
-            return dict(zip(turns, oracle_weights(lengths, [t in decisions for t in turns]), strict=True))
+            # a success credits its decisions that did not err; a failure its decisions and every erring
+            # action (a bad call between the decisions is a cause of failure the decisions do not carry)
+            decisions, faults = decision_turns(episode), fault_turns(episode)
+            marked = decisions - faults if advantage > 0 else decisions | faults
+            return dict(zip(turns, oracle_weights(lengths, [t in marked for t in turns]), strict=True))
         graph = self.annotate(episode)
         w = routing_weights(lengths, *graph.degrees(), advantage, beta_plus=self.cfg.beta_plus,
                             c=self.cfg.clip)

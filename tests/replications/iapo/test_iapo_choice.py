@@ -98,3 +98,17 @@ def test_classic_episodes_have_no_decisions_so_the_oracle_is_grpo():
     adv, _ = credit_advantages(method(credit="oracle"), gs)
     for e, a in zip(gs[0].episodes, grpo([1.0, 0.0]), strict=True):
         assert [adv.scalar(t) for t in e.turns] == pytest.approx([a] * len(e.turns))
+
+
+def test_oracle_blames_a_failures_bad_calls_and_never_credits_a_successs():
+    """By hand: a success with a bad call (within the slack) credits only its lookup (2 tokens) and refund
+    (3) of L = 13: w = 2.6, the bad call 0; a failure with two bad calls and no refund blames the lookup and
+    both bad calls, 6 of L = 12 tokens: w = 2 (before the fix the bad calls got 0 and drifted)."""
+    ok = played(["archive", "xyz", "ok", "sure", "refund cash", "end"])
+    bad = played(["archive", "xyz", "xyz", "ok", "sure", "end"])
+    assert ok.reward == 1.0 and bad.reward == 0.0
+    gs = [Group("t", 2, [ok, bad])]
+    adv, _ = credit_advantages(method(credit="oracle"), gs)
+    a_ok, a_bad = grpo([1.0, 0.0])
+    assert [adv.scalar(t) for t in ok.turns] == pytest.approx([a_ok * 2.6, 0, 0, 0, a_ok * 2.6, 0])
+    assert [adv.scalar(t) for t in bad.turns] == pytest.approx([a_bad * 2, a_bad * 2, a_bad * 2, 0, 0, 0])
