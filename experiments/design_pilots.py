@@ -11,12 +11,28 @@ from typing import Any
 import numpy as np
 
 
+def stale(run_dir: Path, now: dict[str, Any]) -> bool:
+    """A finished run that other code made: its manifest's commit is not `now`'s (`git_state()`), or
+    either tree had uncommitted changes (then which code ran cannot be told)."""
+    path = run_dir / "manifest.json"
+    if not path.exists():
+        return False
+    made = json.loads(path.read_text())
+    return bool(made.get("git_dirty") or now.get("git_dirty") or made.get("git_sha") != now.get("git_sha"))
+
+
 def pilot_gain(method: str, arm: str, scale: str, metric: str, folder: Path) -> dict[str, Any]:
-    """The arm at seed 0 on dev, its own budget: final minus initial of `metric`, and the run's folder."""
+    """The arm at seed 0 on dev, its own budget: final minus initial of `metric`, and the run's folder.
+    A finished pilot counts only if this commit made it (`stale`): a gate read from an older pilot
+    would judge code that no longer runs (the oracle of #39 was fixed and its old pilot reused)."""
+    from common.provenance import git_state
     from experiments.replicate import launch_local, plan
     from paper.claims import eval_value
 
-    cells = plan(method, scale, [0], (f"out_dir={folder}", "eval.split=dev", "eval.at_start=true"), [arm])
+    overrides = (f"out_dir={folder}", "eval.split=dev", "eval.at_start=true")
+    cells = plan(method, scale, [0], overrides, [arm])
+    if stale(cells[0].run_dir, git_state()):
+        cells = plan(method, scale, [0], (*overrides, "force=true"), [arm])
     failures = launch_local(cells, 1, cells[0].work_dir)
     if failures:
         raise RuntimeError(f"the design pilot of {method}/{arm} failed: {failures[0].splitlines()[-1]}")
