@@ -29,10 +29,8 @@ graph's information), and `oracle` (the positive control of the second testbed, 
 advantage on the actions the environment marks as its decisions, `info` events `{"decision": ...}`:
 service_desk choice's lookup and refund; a failed episode's erring actions too, `error` and
 `invalid_action` events, and a success's erring decisions left out; w = 0 elsewhere, sum_i L_i w_i = L
-kept; an episode without any is broadcast). Without the erring actions the oracle's dev pilot learned the
-lookup by step 30 and then collapsed to invalid actions (invalid rate 1.0 by step 90): nothing ever
-blamed a bad acknowledgement. beta+ = 0 and c = 0.5 are the paper's ablations (`method.beta_plus`,
-`method.clip`).
+kept; an episode without any is broadcast; without the erring actions its pilot collapsed, CARD).
+beta+ = 0 and c = 0.5 are the paper's ablations (`method.beta_plus`, `method.clip`).
 
 `routing_weights` (and the features, the graph, the annotators) are public and importable here.
 """
