@@ -5,6 +5,7 @@ own metric (the positive control)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +30,9 @@ def pilot_gain(method: str, arm: str, scale: str, metric: str, folder: Path) -> 
     from experiments.replicate import launch_local, plan
     from paper.claims import eval_value
 
-    overrides = (f"out_dir={folder}", "eval.split=dev", "eval.at_start=true")
-    cells = plan(method, scale, [0], overrides, [arm])
+    cells = plan(method, scale, [0], (f"out_dir={folder}", "eval.split=dev", "eval.at_start=true"), [arm])
     if stale(cells[0].run_dir, git_state()):
-        cells = plan(method, scale, [0], (*overrides, "force=true"), [arm])
+        cells = [replace(c, overrides=(*c.overrides, "force=true")) for c in cells]
     failures = launch_local(cells, 1, cells[0].work_dir)
     if failures:
         raise RuntimeError(f"the design pilot of {method}/{arm} failed: {failures[0].splitlines()[-1]}")
@@ -45,6 +45,15 @@ def pilot_gain(method: str, arm: str, scale: str, metric: str, folder: Path) -> 
 CURVE_WINDOW = 5  # a curve metric's gain: its mean over the last this many steps minus over the first
 
 
+def curve(run: Path, key: str) -> list[float]:
+    """A pilot's training curve of `key` (metrics.jsonl, in step order), or KeyError when it has none."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    values = [float(r[key]) for r in rows if r.get(key) is not None]
+    if not values:
+        raise KeyError(f"{run}/metrics.jsonl has no {key!r}")
+    return values
+
+
 def metric_gain(pilot: dict[str, Any], metric: str) -> dict[str, float]:
     """A finished pilot's initial, final and gain of `metric`: an eval metric (dev, initial and final
     evaluations) or `curve:<key>` (the training curve's first and last `CURVE_WINDOW` steps)."""
@@ -53,11 +62,7 @@ def metric_gain(pilot: dict[str, Any], metric: str) -> dict[str, float]:
 
     run = Path(pilot["run"])
     if metric.startswith(CURVE_PREFIX):
-        key = metric[len(CURVE_PREFIX):]
-        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        values = [float(r[key]) for r in rows if r.get(key) is not None]
-        if not values:
-            raise KeyError(f"{run}/metrics.jsonl has no {key!r}")
+        values = curve(run, metric[len(CURVE_PREFIX):])
         initial = float(np.mean(values[:CURVE_WINDOW]))
         final = float(np.mean(values[-CURVE_WINDOW:]))
     else:
@@ -76,10 +81,6 @@ def claim_metric_value(pilot: dict[str, Any], metric: str, window: int | None = 
 
     run = Path(pilot["run"])
     if metric.startswith(CURVE_PREFIX):
-        key = metric[len(CURVE_PREFIX):]
-        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        values = [float(r[key]) for r in rows if r.get(key) is not None]
-        if not values:
-            raise KeyError(f"{run}/metrics.jsonl has no {key!r}")
+        values = curve(run, metric[len(CURVE_PREFIX):])
         return float(np.mean(values if window is None else values[-window:]))
     return eval_value(json.loads((run / "eval.json").read_text())["final"], metric)
