@@ -138,14 +138,20 @@ def minutes(seconds: float | None) -> str:
             else f"~{seconds / 60:.0f} min" if seconds >= 90 else f"~{seconds:.0f} s")
 
 
-def plan_text(cells: Sequence[Cell], parallel: int, overrides: bool = True) -> str:
+def plan_text(cells: Sequence[Cell], parallel: int, overrides: bool = True,
+              blocked: dict[str, str] | None = None) -> str:
     """Every cell's state and, for the ones that would run, the time its recorded neighbours took
-    (`estimate_seconds`); then the totals (cells run `parallel` at a time)."""
+    (`estimate_seconds`); then the totals (cells run `parallel` at a time). `blocked` ({cell name: why},
+    `design_blocks`): cells the design check keeps from running, shown as such and not timed."""
     lines, total, running, unknown = [], 0.0, 0, 0
     counts: dict[str, int] = {}
     for c in cells:
         st = c.state()
         key = st.state.split(" (")[0]
+        if st.runs and blocked and c.name in blocked:
+            counts["skipped by the design check"] = counts.get("skipped by the design check", 0) + 1
+            lines.append(f"{c.name}: skipped by the design check ({blocked[c.name]})")
+            continue
         counts[key] = counts.get(key, 0) + 1
         if not st.runs:
             lines.append(f"{c.name}: {st}")
@@ -198,8 +204,10 @@ def card_claims(method: str) -> frozenset[str] | None:
 def design_blocks(cells: Sequence[Cell], results: str | Path = "results") -> dict[str, str]:
     """{cell name: why} for the cells that would run although every claim naming their arm is void or a
     design null in the committed design check (`<results>/<method>/design.json`, checked at the cells'
-    scale): their runs could not be evidence. Arms no claim names, scales the check did not run at, and
-    claims the CARD no longer makes (a design file older than the CARD's testbed) do not block."""
+    scale): their runs could not be evidence. An oracle arm counts the claims it is the positive control
+    of (an oracle of void claims only would run for nothing). Arms no claim names, scales the check did
+    not run at, and claims the CARD no longer makes (a design file older than the CARD's testbed) do not
+    block."""
     blocks: dict[str, str] = {}
     files: dict[str, dict[str, Any] | None] = {}
     for c in cells:
@@ -210,7 +218,8 @@ def design_blocks(cells: Sequence[Cell], results: str | Path = "results") -> dic
         if not design or not c.state().runs:
             continue
         current = card_claims(c.method)
-        claims = {cid: e for cid, e in design.get("claims", {}).items() if c.arm in e.get("arms", [])
+        claims = {cid: e for cid, e in design.get("claims", {}).items()
+                  if (c.arm in e.get("arms", []) or (e.get("positive_control") or {}).get("arm") == c.arm)
                   and (current is None or cid in current)
                   and (e.get("checked_at") or {}).get("scale", design.get("scale")) == c.scale}
         if claims and all(e.get("gate") in UNTESTABLE for e in claims.values()):

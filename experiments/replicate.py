@@ -355,8 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     parallel = args.parallel or load_replication(args.method).parallel.get(args.scale, 1)
     blocks = plans.design_blocks(cells)
     if args.dry_run and args.cluster == "local":
-        print(plan_text(cells, parallel))
-        print(plans.design_text(blocks, args.force_design))
+        print(plan_text(cells, parallel, blocked=None if args.force_design else blocks))
+        if args.force_design:
+            print(plans.design_text(blocks, True))
         return 0
     refused = refusal(cells)
     if refused and not args.dry_run:

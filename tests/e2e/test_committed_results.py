@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from experiments.compare import plan as compare_plan
+from experiments.plan import design_blocks
 from experiments.replicate import plan
 from replications import METHODS
 
@@ -39,6 +40,17 @@ def test_every_committed_cell_of_a_replication_is_done(method, monkeypatch):
     assert finished or method in NOT_RUN_YET, f"{method}: no committed cpu-scale result"
     assert not (finished and method in NOT_RUN_YET), f"{method} has results now: take it off NOT_RUN_YET"
     assert _not_done(cells) == []
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_a_fresh_clone_has_no_cpu_cell_left_to_run(method, monkeypatch):
+    """`make replicate-<m>` on a fresh clone runs nothing: every cell is done or kept from running by the
+    committed design check (canopy's seeds 3-4 of three arms and SkillRise's oracle-ind would have run)."""
+    monkeypatch.chdir(ROOT)
+    cells = plan(method, "cpu")
+    blocked = design_blocks(cells)
+    left = [f"{c.name}: {c.state()}" for c in cells if c.state().state != "done" and c.name not in blocked]
+    assert left == []
 
 
 def test_every_committed_compare_cell_is_done(monkeypatch):

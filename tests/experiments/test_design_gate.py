@@ -44,6 +44,19 @@ def test_an_arm_is_blocked_only_when_every_claim_naming_it_cannot_tell(tmp_path)
     assert design_text({}, forced=False) == ""
 
 
+def test_an_oracle_arm_is_blocked_when_every_claim_it_controls_cannot_tell(tmp_path):
+    """SkillRise's oracle-ind (the positive control of two void claims, in no claim's arms) would have run
+    five cells on a fresh clone for nothing."""
+    oracle = {"arm": "o", "gain": 0.0, "pass": False}
+    results = _design(tmp_path, {
+        "a-beats-b": {"arms": ["a", "b"], "gate": "void", "positive_control": oracle},
+        "c-beats-b": {"arms": ["c", "b"], "gate": "void", "positive_control": oracle},
+        "d-beats-b": {"arms": ["d", "b"], "gate": "pass", "positive_control": {"arm": "p", "pass": True}},
+    })
+    blocks = design_blocks([_cell(tmp_path, "o"), _cell(tmp_path, "p")], results)
+    assert blocks == {_cell(tmp_path, "o").name: "a-beats-b: void; c-beats-b: void"}
+
+
 def test_no_block_at_another_scale_without_a_file_or_for_a_finished_cell(tmp_path):
     old = {"arms": ["x", "b"], "gate": "void", "checked_at": {"scale": "dyad"}}
     results = _design(tmp_path, {"a-beats-b": {"arms": ["a", "b"], "gate": "void"}, "old": old})

@@ -79,6 +79,18 @@ def test_a_cell_is_timed_by_its_recorded_neighbours(tmp_path):
     assert estimate_seconds(other_scale, committed=tmp_path / "none") is None
 
 
+def test_cells_the_design_check_blocks_are_shown_as_skipped_and_not_timed(tmp_path):
+    """IAPO's dry run said "20 to run, ~24 min" and then skipped all 20 for the design check."""
+    a, b, new = _cell(tmp_path, 0), _cell(tmp_path, 1), _cell(tmp_path, 2)
+    steps = cell_config(a).trainer.steps
+    _record(a, asdict(cell_config(a)), done=True, seconds=10 * (steps + 1))
+    lines = plan_text([a, b, new], parallel=1, blocked={b.name: "claim-x: void"}).splitlines()
+    assert lines[1] == "grpo/arith/grpo/seed-1: skipped by the design check (claim-x: void)"
+    assert lines[-1] == "[plan] 3 cell(s): 1 done, 1 skipped by the design check, 1 to run, ~2 min"
+    # a done cell stays done whatever the design check says of its arm
+    assert plan_text([a], parallel=1, blocked={a.name: "claim-x: void"}).splitlines()[0].endswith(": done")
+
+
 def test_runs_at_another_scale_do_not_time_a_cell(tmp_path):
     """A small-scale cell (SmolLM2) was timed by the cpu scale's tiny-model runs: ~23 s for an hour's run."""
     run, new = _cell(tmp_path, 0), _cell(tmp_path, 1)
