@@ -252,7 +252,9 @@ def collect_tables(method: str, scale: str, cells: list[Cell]) -> str:
     results = Path(cells[0].out_dir) if cells else Path("results")
     where = (f"[replicate] {method} at {scale} scale: its section of the report, as `make paper` builds it "
              f"from {results}/\n\n")
-    return where + head + method_tables(method, results, scale)
+    # the runs record the scale their config names (CCPO's `--scale dyad` composes `scale: cpu`)
+    recorded = {_plain_config(c.method, c.overrides).get("scale", scale) for c in cells} or {scale}
+    return where + head + method_tables(method, results, recorded.pop() if len(recorded) == 1 else None)
 
 
 # ---- command line -----------------------------------------------------------------------------

@@ -70,3 +70,14 @@ def test_the_quick_start_skips_every_committed_cell(wall_budget):
     assert "FAILED" not in done.stderr and "not done" not in done.stdout
     assert "## GRPO" in done.stdout and "[replicate] 21 cells" in done.stdout
     assert seconds < wall_budget(120)
+
+
+def test_a_replication_at_a_named_scale_prints_its_committed_results(monkeypatch):
+    """`--scale dyad` composes `scale: cpu`; the printed tables filtered the runs by "dyad" and showed
+    every dyad claim with no pairs."""
+    from experiments.replicate import collect_tables
+
+    monkeypatch.chdir(ROOT)
+    text = collect_tables("ccpo", "dyad", plan("ccpo", "dyad"))
+    line = next(t for t in text.splitlines() if "(`dy-v1-best-beats-center`)" in t and t.startswith("- **"))
+    assert "fewer than 5 pairs (n=0)" not in line and "5 pairs" in line
