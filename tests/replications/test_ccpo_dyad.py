@@ -77,7 +77,7 @@ def test_dyad_scale_arms_compose():
     env = configs["grpo-center"].env
     assert env["cue_words"] == ["strong", "fair", "weak"]
     assert env["drop"] == 0.4 and env["cost_per_char"] == 0.15
-    assert {cfg.trainer.steps for cfg in configs.values()} == {30}  # the same number of updates everywhere
+    assert {cfg.trainer.steps for cfg in configs.values()} == {90}  # the same number of updates everywhere
     assert {cfg.method["alternate_every"] for cfg in configs.values()} == {10}
     # the budget-matched control: 12 joint plays (24 model calls per task) = CCPO's 8 joint + 8 solo (16 + 8)
     assert configs["grpo-center-g12"].trainer.group_size == 12 and configs["ccpo-v1"].trainer.group_size == 8
