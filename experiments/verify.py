@@ -66,8 +66,15 @@ def pinned(method: str, scale: str) -> list[Cell]:
 
 
 def rerun_cell(cell: Cell, folder: Path) -> Cell:
-    """`cell` with its records written under `folder`."""
-    return replace(cell, overrides=(*cell.overrides, f"out_dir={folder}"), out_dir=str(folder))
+    """`cell` with its records written under `folder`, on as many torch threads as the committed run had
+    (a replication runs cells side by side on a share of the cores; another thread count sums floats in
+    another order: IAPO's pinned cell, 1 thread committed, differed rerun on 2)."""
+    try:
+        threads = json.loads((cell.run_dir / "manifest.json").read_text()).get("torch_threads")
+    except (OSError, ValueError):
+        threads = None
+    pin = (f"trainer.threads={threads}",) if isinstance(threads, int) and threads > 0 else ()
+    return replace(cell, overrides=(*cell.overrides, f"out_dir={folder}", *pin), out_dir=str(folder))
 
 
 def cpu_class(manifest: dict[str, Any]) -> tuple[Any, ...] | None:

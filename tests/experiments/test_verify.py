@@ -89,3 +89,15 @@ def test_which_files_affect_a_methods_results(path, method, expected):
     from paper.staleness import affects
 
     assert affects(path, method, frozenset({"grpo", "sharp"})) is expected
+
+
+def test_a_rerun_uses_the_committed_runs_thread_count(tmp_path):
+    """IAPO's pinned cell ran on 1 thread (2 cells side by side) and differed when rerun alone on 2."""
+    cell = _cell(tmp_path)
+    _run(cell.run_dir, 0.5)
+    manifest = json.loads((cell.run_dir / "manifest.json").read_text())
+    unpinned = verify.rerun_cell(cell, tmp_path / "v").overrides
+    assert not [o for o in unpinned if o.startswith("trainer.threads")]
+    (cell.run_dir / "manifest.json").write_text(json.dumps(manifest | {"torch_threads": 1}))
+    rerun = verify.rerun_cell(cell, tmp_path / "v")
+    assert "trainer.threads=1" in rerun.overrides and rerun.out_dir == str(tmp_path / "v")
