@@ -214,8 +214,13 @@ def launch_local(cells: list[Cell], parallel: int, work_dir: str) -> list[str]:
 
     executor = submitit.AutoExecutor(folder=Path(work_dir) / "submitit" / "%j", cluster="local")
     executor.update_parameters(timeout_min=24 * 60)
+
+    def pinned(cell: Cell) -> bool:  # a cell naming its threads keeps them (make verify: the committed run's)
+        return any(o.startswith("trainer.threads=") for o in cell.overrides)
+
     pending = [Cell(**{**c.__dict__,
-                       "overrides": (*c.overrides, f"trainer.threads={threads(c)}", "progress=false")})
+                       "overrides": (*c.overrides, *(() if pinned(c) else (f"trainer.threads={threads(c)}",)),
+                                     "progress=false")})
                for c in todo]
     running: list[tuple[Cell, Any]] = []
     failures: list[str] = []
