@@ -214,14 +214,11 @@ def launch_local(cells: list[Cell], parallel: int, work_dir: str) -> list[str]:
 
     executor = submitit.AutoExecutor(folder=Path(work_dir) / "submitit" / "%j", cluster="local")
     executor.update_parameters(timeout_min=24 * 60)
-
-    def pinned(cell: Cell) -> bool:  # a cell naming its threads keeps them (make verify: the committed run's)
-        return any(o.startswith("trainer.threads=") for o in cell.overrides)
-
-    pending = [Cell(**{**c.__dict__,
-                       "overrides": (*c.overrides, *(() if pinned(c) else (f"trainer.threads={threads(c)}",)),
-                                     "progress=false")})
-               for c in todo]
+    # a cell naming its threads keeps them (make verify: the committed run's)
+    share = [() if any(o.startswith("trainer.threads=") for o in c.overrides)
+             else (f"trainer.threads={threads(c)}",) for c in todo]
+    pending = [Cell(**{**c.__dict__, "overrides": (*c.overrides, *t, "progress=false")})
+               for c, t in zip(todo, share, strict=True)]
     running: list[tuple[Cell, Any]] = []
     failures: list[str] = []
     last = 0.0
