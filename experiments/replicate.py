@@ -214,11 +214,10 @@ def launch_local(cells: list[Cell], parallel: int, work_dir: str) -> list[str]:
 
     executor = submitit.AutoExecutor(folder=Path(work_dir) / "submitit" / "%j", cluster="local")
     executor.update_parameters(timeout_min=24 * 60)
-    # a cell naming its threads keeps them (make verify: the committed run's)
-    share = [() if any(o.startswith("trainer.threads=") for o in c.overrides)
-             else (f"trainer.threads={threads(c)}",) for c in todo]
-    pending = [Cell(**{**c.__dict__, "overrides": (*c.overrides, *t, "progress=false")})
-               for c, t in zip(todo, share, strict=True)]
+    # the share of the cores first: a cell naming its own threads wins (make verify: the committed run's)
+    pending = [Cell(**{**c.__dict__,
+                       "overrides": (f"trainer.threads={threads(c)}", *c.overrides, "progress=false")})
+               for c in todo]
     running: list[tuple[Cell, Any]] = []
     failures: list[str] = []
     last = 0.0
