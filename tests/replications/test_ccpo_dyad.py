@@ -71,7 +71,7 @@ def test_dyad_scale_arms_compose():
 
     cells = plan("ccpo", "dyad", seeds=[0])
     assert {c.arm for c in cells} == {"grpo-center", "ccpo-v2", "ccpo-v2ps", "ccpo-v1", "ccpo-oracle",
-                                      "grpo-center-g12"}
+                                      "grpo-center-g12", "ccpo-v1-center"}
     assert {c.env for c in cells} == {"thinker_solver-dyad"}
     configs = {c.arm: cell_config(c) for c in cells}
     env = configs["grpo-center"].env
@@ -83,6 +83,12 @@ def test_dyad_scale_arms_compose():
     assert configs["grpo-center-g12"].trainer.group_size == 12 and configs["ccpo-v1"].trainer.group_size == 8
     assert {configs[a].method["estimator"] for a in ("grpo-center-g12", "grpo-center")} == {"drgrpo"}
     assert configs["ccpo-oracle"].method["credit"] == "oracle" and configs["ccpo-v1"].method["crn"]
+    # v1 with mean-centering differs from v1 in its estimator only
+    v1, v1c = configs["ccpo-v1"].method, configs["ccpo-v1-center"].method
+    assert v1c["estimator"] == "drgrpo" and v1["estimator"] != "drgrpo"
+    def rest(m):
+        return {k: v for k, v in m.items() if k != "estimator"}
+    assert rest(v1c) == rest(v1)
     # the free-riding setting's own arms stay off this scale, and the new ones off the others
     assert {c.arm for c in plan("ccpo", "cpu", seeds=[0])} == {
         "grpo", "grpo-center", "grpo-center-tokens", "ccpo-v2", "ccpo-v2ps", "ccpo-v2ps-nocrn", "ccpo-v1",
