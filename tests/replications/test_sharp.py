@@ -241,12 +241,12 @@ def test_every_cpu_cell_composes_and_resolves():
             "toolhops-subst-k4"}
     assert {c.env for c in cells} == envs
     cfgs = validate_cells(cells)
-    budgets = {(c.trainer.steps, c.trainer.tasks_per_step, c.trainer.group_size, c.trainer.lr, c.sft.steps)
-               for c in cfgs}
-    assert len(budgets) == 1  # every arm gets the same budget
-    for env in envs:  # within one environment setting: the same settings but the credit
+    budgets = {(c.trainer.steps, c.trainer.tasks_per_step, c.trainer.group_size, c.trainer.lr) for c in cfgs}
+    assert len(budgets) == 1  # every arm gets the same RL budget
+    for env in envs:  # within one setting: the same settings (model and warm start too) but the credit
         mine = [cfg for c, cfg in zip(cells, cfgs, strict=True) if c.env == env]
-        assert len({(repr(cfg.env), cfg.eval.k, cfg.eval.split) for cfg in mine}) == 1, env
+        assert len({(repr(cfg.env), cfg.eval.k, cfg.eval.split, repr(cfg.model), repr(cfg.sft))
+                    for cfg in mine}) == 1, env
     hops = [cfg for c, cfg in zip(cells, cfgs, strict=True) if c.env.startswith("toolhops")]
     assert all(cfg.env["heldout_size"] >= 512 for cfg in hops)
     subst = [cfg for c, cfg in zip(cells, cfgs, strict=True) if c.env == "toolhops-subst-k4"]
@@ -254,6 +254,11 @@ def test_every_cpu_cell_composes_and_resolves():
     assert {(cfg.method["weights"], cfg.method["lambda_s"], cfg.method["lambda_p"]) for cfg in subst} == \
         {("matched", 1.0, 0.0)}
     assert sorted(cfg.method["credit"] for cfg in subst) == ["broadcast", "exact", "local", "loo", "mc"]
+    # #37's own model and warm start (the cpu scale's 2-layer model could not play it); the others keep #17's
+    assert {(cfg.model.num_layers, cfg.model.hidden_size, cfg.sft.steps, cfg.sft.demos) for cfg in subst} == \
+        {(4, 128, 3000, 1024)}
+    assert {(cfg.model.num_layers, cfg.sft.steps) for c, cfg in zip(cells, cfgs, strict=True)
+            if c.env != "toolhops-subst-k4"} == {(2, 1500)}
     assert len(load_replication("sharp").seeds["cpu"]) >= 5
 
 
