@@ -93,7 +93,7 @@ class Results:
     def at_scale(self, scale: str) -> Results:
         """The runs whose config.yaml says `scale`, and the problems that do (or cannot say)."""
         return Results([r for r in self.runs if r.config.get("scale") == scale],
-                       [p for p in self.problems if _scale_of(p.path) in (scale, None)])
+                       [p for p in self.problems if _scale_of(p.path) in (scale, None)], self.root)
 
 
 class InvalidRun(ValueError):

@@ -148,3 +148,5 @@ def test_at_scale_keeps_the_runs_and_problems_of_that_scale(tmp_path):
     assert [r.seed for r in results.at_scale("paper").runs] == [1]
     assert [p.path.name for p in results.at_scale("cpu").problems] == ["seed-2"]  # its config says cpu
     assert results.at_scale("smoke").runs == [] and results.at_scale("smoke").problems == []
+    # the folder read stays, so its <method>/design.json still reaches the claims (replicate's printed report)
+    assert results.root == root and results.at_scale("cpu").root == root
