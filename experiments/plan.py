@@ -98,10 +98,11 @@ def _steps_recorded(run_dir: Path) -> int:
 
 
 # ---- how long a cell takes: the committed runs' own timings --------------------------------------
-def run_seconds(run_dir: Path, scale: str | None = None) -> tuple[float, int] | None:
+def run_seconds(run_dir: Path, scale: str | tuple[str, ...] | None = None) -> tuple[float, int] | None:
     """(wall-clock seconds, RL steps) of a finished run done in one attempt (started -> finished in its
     manifest); None for runs that were resumed (their span includes the pause), lack the times, or were
-    run at another scale than `scale` (when given: a tiny model's step says nothing of SmolLM2's)."""
+    run at another scale than `scale` (when given, one or several: a tiny model's step says nothing of
+    SmolLM2's)."""
     try:
         manifest = json.loads((run_dir / "manifest.json").read_text())
         if manifest.get("attempts", 1) != 1 or not (run_dir / "done").exists():
@@ -110,7 +111,7 @@ def run_seconds(run_dir: Path, scale: str | None = None) -> tuple[float, int] | 
         seconds = (datetime.strptime(manifest["finished"], fmt) - datetime.strptime(manifest["started"], fmt))
         config = yaml.load((run_dir / "config.yaml").read_text(), Loader=YAML_LOADER)
         steps = config["trainer"]["steps"]
-        if scale is not None and config.get("scale") != scale:
+        if scale is not None and config.get("scale") not in ((scale,) if isinstance(scale, str) else scale):
             return None
     except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
         return None
@@ -120,13 +121,17 @@ def run_seconds(run_dir: Path, scale: str | None = None) -> tuple[float, int] | 
 def estimate_seconds(cell: Cell, committed: str | Path = RunConfig.out_dir) -> float | None:
     """How long `cell` will take, from the recorded runs nearest to it: the same arm's other seeds, else
     any arm of its method on its environment, else its method on any environment, always at the cell's
-    scale; first under the cell's own out_dir, then under the committed results. The median seconds per
-    RL step (plus one step: the evaluations) times the cell's steps; None when no recorded run is found."""
+    scale (the one it is launched at or the one its config records: CCPO's `--scale dyad` composes
+    `scale: cpu`); first under the cell's own out_dir, then under the committed results. The median
+    seconds per RL step (plus one step: the evaluations) times the cell's steps; None when no recorded
+    run is found."""
     roots = dict.fromkeys([Path(cell.out_dir), Path(cell.out_dir.split("/compare/")[0]), Path(committed)])
+    recorded = _plain_config(cell.method, cell.overrides).get("scale", cell.scale)
+    scales = tuple(dict.fromkeys([cell.scale, recorded]))
     for pattern in (f"{cell.method}/{cell.env}/{cell.arm}/seed-*", f"{cell.method}/{cell.env}/*/seed-*",
                     f"{cell.method}/*/*/seed-*"):
         for root in roots:
-            timed = filter(None, (run_seconds(r, cell.scale) for r in root.glob(pattern)))
+            timed = filter(None, (run_seconds(r, scales) for r in root.glob(pattern)))
             rates = [t / (steps + 1) for t, steps in timed]
             if rates:
                 return statistics.median(rates) * (cell.steps + 1)

@@ -74,8 +74,8 @@ def test_a_cell_is_timed_by_its_recorded_neighbours(tmp_path):
     assert lines[2].startswith("grpo/arith/grpo/seed-2: to run (~2 min)  scale=smoke seed=2")
     nothing = _cell(tmp_path / "elsewhere", 0)
     assert estimate_seconds(nothing, committed=tmp_path / "none") is None
-    other_scale = Cell(new.method, new.env, new.arm, new.seed, "small", new.overrides, new.out_dir,
-                       new.work_dir)  # runs at another scale do not time a cell
+    other_scale = Cell(new.method, new.env, new.arm, new.seed, "small", ("scale=small", *new.overrides[1:]),
+                       new.out_dir, new.work_dir)  # runs at another scale do not time a cell
     assert estimate_seconds(other_scale, committed=tmp_path / "none") is None
 
 
@@ -118,3 +118,13 @@ def test_cells_of_other_settings_are_refused_before_anything_runs(tmp_path, caps
     assert code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: 1 cell(s) hold runs of other settings") and "Traceback" not in err
+
+
+def test_a_cell_is_timed_by_runs_of_the_scale_its_config_records(tmp_path):
+    """CCPO's `--scale dyad` composes `scale: cpu`; its dry run said "time unknown" for every dyad cell."""
+    run, new = _cell(tmp_path, 0), _cell(tmp_path, 1)
+    config = asdict(cell_config(run))  # records scale smoke, as the cell's composed config does
+    _record(run, config, done=True, seconds=10 * (cell_config(run).trainer.steps + 1))
+    launched_as = Cell(new.method, new.env, new.arm, new.seed, "dyad", new.overrides, new.out_dir,
+                       new.work_dir, new.steps)
+    assert estimate_seconds(launched_as, committed=tmp_path / "none") == pytest.approx(10 * (new.steps + 1))
