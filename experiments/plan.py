@@ -11,7 +11,7 @@ import functools
 import json
 import statistics
 from collections.abc import Collection, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,48 @@ from common.run_identity import YAML_LOADER, recorded_changes
 from experiments.run import compose, conf_dir
 
 
+# ---- the replication file: replications/<method>/conf/replication.yaml -------------------------------
+@dataclass
+class Replication:
+    arms: dict[str, list[str]]
+    seeds: dict[str, list[int]]
+    parallel: dict[str, int] = field(default_factory=dict)
+    # arm -> the only scales it runs at (default: all)
+    arm_scales: dict[str, list[str]] = field(default_factory=dict)
+    # `make verify`'s cells, `arm` or `arm@seed` (default: first arm)
+    verify: list[str] = field(default_factory=list)
+    # arm -> scale -> its own seeds there (default: the scale's); an arm whose power rule asked other seeds
+    arm_seeds: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+
+    def arms_at(self, scale: str) -> list[str]:
+        """The arms that run at `scale`, in the file's order."""
+        return [a for a in self.arms if scale in self.arm_scales.get(a, [scale])]
+
+    def seeds_of(self, arm: str, scale: str) -> list[int]:
+        """The seeds `arm` runs at `scale`: its own where `arm_seeds` names them, else the scale's."""
+        return list(self.arm_seeds.get(arm, {}).get(scale, self.seeds[scale]))
+
+
+def load_replication(method: str) -> Replication:
+    path = conf_dir(method) / "replication.yaml"
+    data = yaml.safe_load(path.read_text())
+    # tune: experiments/tune.py
+    unknown = set(data) - {"arms", "seeds", "parallel", "tune", "arm_scales", "verify", "arm_seeds"}
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
+    arm_scales = {k: list(v) for k, v in (data.get("arm_scales") or {}).items()}
+    arm_seeds = {a: {sc: [int(x) for x in v] for sc, v in by_scale.items()}
+                 for a, by_scale in (data.get("arm_seeds") or {}).items()}
+    verify = [str(v) for v in data.get("verify") or []]
+    for key, named in (("arm_scales", set(arm_scales)), ("arm_seeds", set(arm_seeds)),
+                       ("verify", {v.partition("@")[0] for v in verify})):
+        if stray := sorted(named - set(data["arms"])):
+            raise ValueError(f"{path}: {key} names arm(s) {stray} that are not in arms")
+    return Replication({k: list(v or []) for k, v in data["arms"].items()}, data["seeds"],
+                       data.get("parallel", {}), arm_scales, verify, arm_seeds)
+
+
+# ---- cells ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Cell:
     """One (arm, seed) training run of a replication."""

@@ -23,59 +23,33 @@ import os
 import sys
 import time
 from collections.abc import Collection
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-import yaml
-
 import experiments.plan as plans
 from common.config import SEED_LIMIT, RunConfig
-from experiments.plan import Cell, CellState, _plain_config, estimate_seconds, minutes, plan_text, refusal
+from experiments.plan import (
+    Cell,
+    CellState,
+    Replication,
+    _plain_config,
+    estimate_seconds,
+    load_replication,
+    minutes,
+    plan_text,
+    refusal,
+)
 from experiments.plan_memory import check_cells
-from experiments.run import compose, conf_dir
+from experiments.run import compose
 
-# the cells, their states and time estimates are experiments.plan's; importable from here too
+# the cells, their states, time estimates and the replication file are experiments.plan's; importable here too
 __all__ = [
     "RESERVED", "Cell", "CellState", "Replication", "UsageError", "cell_config", "check_extra_overrides",
     "collect_tables", "estimate_seconds", "failure_text", "launch_local", "load_replication", "main",
     "minutes", "one_line", "parse_args", "plan", "plan_text", "refusal", "run_cell",
     "seed_list", "tuned_overrides", "tuning_path", "validate_cells",
 ]
-
-
-@dataclass
-class Replication:
-    arms: dict[str, list[str]]
-    seeds: dict[str, list[int]]
-    parallel: dict[str, int] = field(default_factory=dict)
-    # arm -> the only scales it runs at (default: all)
-    arm_scales: dict[str, list[str]] = field(default_factory=dict)
-    # `make verify`'s cells, `arm` or `arm@seed` (default: first arm)
-    verify: list[str] = field(default_factory=list)
-
-    def arms_at(self, scale: str) -> list[str]:
-        """The arms that run at `scale`, in the file's order."""
-        return [a for a in self.arms if scale in self.arm_scales.get(a, [scale])]
-
-
-def load_replication(method: str) -> Replication:
-    path = conf_dir(method) / "replication.yaml"
-    data = yaml.safe_load(path.read_text())
-    # tune: experiments/tune.py
-    unknown = set(data) - {"arms", "seeds", "parallel", "tune", "arm_scales", "verify"}
-    if unknown:
-        raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
-    arm_scales = {k: list(v) for k, v in (data.get("arm_scales") or {}).items()}
-    stray = sorted(set(arm_scales) - set(data["arms"]))
-    if stray:
-        raise ValueError(f"{path}: arm_scales names arm(s) {stray} that are not in arms")
-    verify = [str(v) for v in data.get("verify") or []]
-    stray = sorted({v.partition("@")[0] for v in verify} - set(data["arms"]))
-    if stray:
-        raise ValueError(f"{path}: verify names arm(s) {stray} that are not in arms")
-    return Replication({k: list(v or []) for k, v in data["arms"].items()}, data["seeds"],
-                       data.get("parallel", {}), arm_scales, verify)
 
 
 def tuning_path(out_dir: str | Path, method: str, scale: str) -> Path:
@@ -133,7 +107,7 @@ def plan(method: str, scale: str, seeds: list[int] | None = None, extra_override
         if arm in tuned:
             print(f"[replicate] {arm}: {tuned[arm]}, selected on the dev split "
                   f"({tuning_path(out_dir, method, scale)})", file=sys.stderr)
-        for seed in seeds if seeds is not None else rep.seeds[scale]:
+        for seed in seeds if seeds is not None else rep.seeds_of(arm, scale):
             overrides = (f"scale={scale}", f"seed={seed}", f"arm={arm}", *rep.arms[arm],
                          *([tuned[arm]] if arm in tuned else []), *extra_overrides)
             cfg = _plain_config(method, overrides)

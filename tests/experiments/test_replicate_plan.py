@@ -128,3 +128,26 @@ def test_a_cell_is_timed_by_runs_of_the_scale_its_config_records(tmp_path):
     launched_as = Cell(new.method, new.env, new.arm, new.seed, "dyad", new.overrides, new.out_dir,
                        new.work_dir, new.steps)
     assert estimate_seconds(launched_as, committed=tmp_path / "none") == pytest.approx(10 * (new.steps + 1))
+
+
+def test_an_arm_runs_its_own_seeds_where_the_replication_file_names_them(tmp_path, monkeypatch):
+    """SHARP's subst-* arms ran 7 seeds (the power rule's), the other cpu arms 10: a fresh clone must not plan
+    seeds 7-9 of the subst arms as cells to run."""
+    import experiments.plan as plans
+    from experiments.replicate import load_replication, plan
+
+    rep = load_replication("sharp")
+    assert rep.seeds_of("subst-sharp-exact-k4", "cpu") == list(range(7))
+    assert rep.seeds_of("grpo-k2", "cpu") == rep.seeds["cpu"] == list(range(10))
+    assert rep.seeds_of("subst-sharp-exact-k4", "smoke") == rep.seeds["smoke"]  # its own seeds: cpu only
+    cells = plan("sharp", "cpu", arms=["grpo-k2", "subst-grpo-k4"])
+    assert sorted(c.seed for c in cells if c.arm == "subst-grpo-k4") == list(range(7))
+    assert sorted(c.seed for c in cells if c.arm == "grpo-k2") == list(range(10))
+    assert {c.seed for c in plan("sharp", "cpu", seeds=[8], arms=["subst-grpo-k4"])} == {8}  # --seeds wins
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "replication.yaml").write_text(yaml.safe_dump(
+        {"arms": {"a": []}, "seeds": {"cpu": [0]}, "arm_seeds": {"b": {"cpu": [1]}}}))
+    monkeypatch.setattr(plans, "conf_dir", lambda method: conf)
+    with pytest.raises(ValueError, match=r"arm_seeds names arm\(s\) \['b'\] that are not in arms"):
+        load_replication("x")
