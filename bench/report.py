@@ -200,7 +200,7 @@ def _generation(r: dict[str, Any]) -> list[str]:
                       f"{' of one row' if g.get('warmup_rows') == 1 else ''}):", "",
                   "| engine | start-up s | generate s | tokens/s | tokens per call |",
                   "| --- | --- | --- | --- | --- |"]
-        for col in ("hf", "vllm", "vllm-bare"):
+        for col in ("hf", "vllm", "vllm-merged", "vllm-bare", "vllm-bare-nolora"):
             c = g.get(col)
             if c is None:
                 continue
@@ -212,6 +212,12 @@ def _generation(r: dict[str, Any]) -> list[str]:
         if "ratio_vllm_engine_over_bare" in g:
             lines.append("\nOur vLLM engine / bare vLLM generate time: "
                          f"{g['ratio_vllm_engine_over_bare']:.2f}.")
+        if "ratio_merged_over_lora_engine" in g:
+            lines.append("Our vLLM engine with the adapter merged (`engine.sync=merged`) / served as LoRA: "
+                         f"{g['ratio_merged_over_lora_engine']:.2f}.")
+        if "ratio_merged_engine_over_bare_nolora" in g:
+            lines.append("Our vLLM engine merged / bare vLLM without LoRA: "
+                         f"{g['ratio_merged_engine_over_bare_nolora']:.2f}.")
         if "ratio_hf_engine_over_bare_vllm" in g:
             lines.append("Our HF engine / bare vLLM generate time: "
                          f"{g['ratio_hf_engine_over_bare_vllm']:.2f}.")

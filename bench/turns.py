@@ -10,6 +10,12 @@ same environment seeds and sampling uniforms); `same_actions` says for how many 
 sampled the same tokens (they differ only by float rounding of the prefill) and
 `logprob_abs_diff_max` how far apart their log-probabilities were on those turns.
 
+With `vllm=True` (`--vllm`) a third series plays the same episodes through our vLLM engine
+(`engine=vllm`: the policy's one adapter merged into the base, vLLM's prefix cache on, so a turn's
+context already computed is reused from the cache; its prefix cache is emptied before each row, and
+one unmeasured call of two tokens pays its one-time costs first). Its sampling is vLLM's own, so its
+actions are not compared with the HF engine's, only its cost.
+
     python -m bench.turns --turns 2,4,8,16 --out /tmp/b          # one table; bench.cli --turns runs it too
 """
 
@@ -41,9 +47,23 @@ def _autocast(precision: str) -> torch.autocast:
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
+def _vllm_engine(policy: Any, mcfg: Any, precision: str, seed: int) -> Any:
+    """Our vLLM engine as `engine=vllm` builds it for this policy, its one-time costs paid."""
+    from common.config import EngineConfig, RunConfig, SFTConfig, TrainerConfig
+    from common.engines.base import Request, SamplingParams
+    from common.engines.vllm import VLLMEngine
+
+    cfg = RunConfig(model=mcfg, sft=SFTConfig(enabled=False), trainer=TrainerConfig(precision=precision),
+                    engine=EngineConfig(name="vllm", kv_cache_memory_bytes=1 << 30), seed=seed)
+    engine = VLLMEngine(policy, cfg)
+    engine.generate([Request(policy.tokenizer.encode("Hello", add_special_tokens=False), policy.adapters[0])],
+                    SamplingParams(max_new_tokens=2), seed=seed)
+    return engine
+
+
 def measure_turns(model: str = "smollm2", turns: tuple[int, ...] = (2, 4, 8, 16), tasks: int = 4,
                   group: int = 2, max_new_tokens: int = 16, precision: str = "bf16", seed: int = 0,
-                  work_dir: str = ".cache/bench") -> dict[str, Any]:
+                  work_dir: str = ".cache/bench", vllm: bool = False) -> dict[str, Any]:
     """For each number of turns: `tasks` x `group` episodes played with reuse and without; seconds
     per episode and per round (a turn of every live episode: `s_per_turn`), generated tokens per
     second, the context at the last turn."""
@@ -58,7 +78,8 @@ def measure_turns(model: str = "smollm2", turns: tuple[int, ...] = (2, 4, 8, 16)
     out: dict[str, Any] = {"model": model, "env": "textworld", "episodes": tasks * group,
                            "max_new_tokens": max_new_tokens, "precision": precision,
                            "threads": torch.get_num_threads(), "rows": []}
-    tok = policy = None
+    tok = policy = vllm_engine = None
+    series: tuple[str, ...] = ("reuse", "reencode", *(("vllm",) if vllm else ()))
     for n in turns:
         env = textworld(n, tasks)
         if policy is None:
@@ -79,8 +100,14 @@ def measure_turns(model: str = "smollm2", turns: tuple[int, ...] = (2, 4, 8, 16)
                     chosen[:1], [1], step=1)
         played: dict[str, Any] = {}
         row: dict[str, Any] = {"turns": n}
-        for name, reuse in (("reuse", True), ("reencode", False)):
-            engine = HFEngine(policy, bf16=precision == "bf16", kv_reuse=reuse)
+        for name in series:
+            if name == "vllm":
+                if vllm_engine is None:
+                    vllm_engine = _vllm_engine(policy, mcfg, precision, seed)
+                vllm_engine.llm.reset_prefix_cache()  # nothing reused from the previous row's episodes
+                engine: Any = vllm_engine
+            else:
+                engine = HFEngine(policy, bf16=precision == "bf16", kv_reuse=name == "reuse")
             rollout = Rollout(env, engine, tok, policy.role_adapter, [], params,
                               getattr(policy.model.config, "max_position_embeddings", 4096), seed, chat)
             t0 = time.perf_counter()
@@ -97,7 +124,7 @@ def measure_turns(model: str = "smollm2", turns: tuple[int, ...] = (2, 4, 8, 16)
                          "turns_per_episode": n_turns / len(episodes),
                          "context_tokens_last_turn": sum(len(e.turns[-1].prompt_ids) for e in episodes)
                          / len(episodes)}
-            if engine.store is not None:
+            if getattr(engine, "store", None) is not None:
                 row[name].update(cache_hits=engine.store.hits, cache_misses=engine.store.misses,
                                  reused_tokens=engine.store.reused_tokens)
             print(f"[turns] {n} turns, {name}: {wall:.1f} s", flush=True)
@@ -109,7 +136,10 @@ def measure_turns(model: str = "smollm2", turns: tuple[int, ...] = (2, 4, 8, 16)
                                            for x, y in zip(a.logprobs, b.logprobs, strict=True)), default=0.0)
         row["speedup"] = row["reencode"]["time_s"] / row["reuse"]["time_s"]
         out["rows"].append(row)
-    for name in ("reuse", "reencode"):
+    if vllm_engine is not None:
+        out["vllm_sync"] = vllm_engine.sync_mode
+        vllm_engine.close()
+    for name in series:
         per_turn = [r[name]["s_per_turn"] for r in out["rows"]]
         out[f"{name}_per_turn_growth"] = max(per_turn) / min(per_turn)
     return out
@@ -135,6 +165,17 @@ def markdown(r: dict[str, Any]) -> list[str]:
     lines += ["", "A round is one turn of every live episode (one engine call). Seconds per round, largest "
                   "over smallest across the rows: reuse "
                   f"{r['reuse_per_turn_growth']:.2f}x, re-encoding {r['reencode_per_turn_growth']:.2f}x."]
+    if "vllm_per_turn_growth" in r:
+        lines += ["", f"The same episodes through our vLLM engine (engine.sync={r.get('vllm_sync')}, prefix "
+                      "cache on; its own sampling):", "",
+                  "| turns | vLLM s/episode | vLLM s/round | vLLM tokens/s | HF reuse s/episode |",
+                  "| --- | --- | --- | --- | --- |"]
+        for row in r["rows"]:
+            v, hf = row["vllm"], row["reuse"]
+            lines.append(f"| {row['turns']} ({v['turns_per_episode']:.1f} played) | "
+                         f"{v['s_per_episode']:.2f} | {v['s_per_turn']:.3f} | {v['tokens_per_s']:.0f} | "
+                         f"{hf['s_per_episode']:.2f} |")
+        lines += ["", f"vLLM seconds per round, largest over smallest: {r['vllm_per_turn_growth']:.2f}x."]
     return lines
 
 
@@ -148,9 +189,11 @@ def main() -> None:
     ap.add_argument("--precision", default="bf16", choices=("32", "bf16"))
     ap.add_argument("--work-dir", default=".cache/bench")
     ap.add_argument("--out", default="results/bench")
+    ap.add_argument("--vllm", action="store_true",
+                    help="a third series through our vLLM engine (engine=vllm)")
     a = ap.parse_args()
     r = measure_turns(a.model, tuple(int(t) for t in a.turns.split(",")), a.tasks, a.group, a.new_tokens,
-                      a.precision, work_dir=a.work_dir)
+                      a.precision, work_dir=a.work_dir, vllm=a.vllm)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "turns.json").write_text(json.dumps(r, indent=2, sort_keys=True) + "\n")

@@ -198,8 +198,8 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
         errors.append(f"engine.name must be hf | vllm; got {e.name!r}")
     if e.max_batch < 1:
         errors.append(f"engine.max_batch must be >= 1; got {e.max_batch}")
-    if e.sync not in ("auto", "adapter", "full"):
-        errors.append(f"engine.sync must be auto | adapter | full; got {e.sync!r}")
+    if e.sync not in ("auto", "adapter", "full", "merged"):
+        errors.append(f"engine.sync must be auto | adapter | full | merged; got {e.sync!r}")
     if e.name == "hf":
         for key in VLLM_ONLY:
             if _differs(e, key):

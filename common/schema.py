@@ -76,7 +76,9 @@ class EngineConfig:
     max_model_len: int | None = None  # a pretrained model's context in vLLM (null: the model's own window)
     sleep: bool = False  # GPU: vLLM sleeps (weights to host, KV cache dropped) during the update
     enforce_eager: bool = True
-    # auto | adapter | full: how new weights reach vLLM after a step (auto: full iff the base trains)
+    # auto | adapter | full | merged: how new weights reach vLLM after a step (merged: a one-adapter policy's
+    # LoRA merged into the base, served without vLLM's LoRA path; auto: merged for one adapter without a GPU,
+    # else full iff the base trains, else adapter)
     sync: str = "auto"
 
 
