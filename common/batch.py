@@ -125,6 +125,23 @@ class Scored:
 # the token positions a plain left-padded batch would run: the two-phase forward runs twice the ops
 # per layer, which only pays when the tokens saved are many.
 SHARE_MAX_FRACTION = 0.75
+# The lean forward keeps each layer's attention scores and probabilities (B x H x T x S, fp32) for the
+# backward; rows whose layers would keep more than this in all run through HF's forward instead (SDPA,
+# whose memory grows with T, and the recompute of trainer.gradient_checkpointing). A tau2 row of ~6k tokens
+# on SmolLM2 (30 layers, 9 heads) would keep ~18 GB: the first small-scale IAPO step was OOM-killed so.
+LEAN_ATTENTION_BYTES = 4 << 30
+
+
+def lean_fits(model: Any, n_rows: int, width: int) -> bool:
+    """Whether the lean forward may score `n_rows` rows of up to `width` tokens with `model`: not when the
+    model recomputes its layers (gradient checkpointing, which only HF's forward does), nor when the
+    attention it keeps for the backward (two fp32 B x H x T x S tensors a layer) exceeds
+    LEAN_ATTENTION_BYTES."""
+    if getattr(model, "is_gradient_checkpointing", False):
+        return False
+    config = getattr(model, "config", None)
+    heads, layers = (int(getattr(config, k, 0) or 0) for k in ("num_attention_heads", "num_hidden_layers"))
+    return 2 * 4 * layers * n_rows * heads * width * width <= LEAN_ATTENTION_BYTES
 
 
 @dataclass
@@ -193,7 +210,7 @@ def score_rows(model: Any, rows: list[Row], pad_id: int, with_entropy: bool, ent
                                 for r, pos, f in zip(rows, positions, fill, strict=True)],
                                dtype=torch.long).to(device)
     mask_B_T = torch.tensor([[1.0] * len(pos) + f for pos, f in zip(positions, fill, strict=True)]).to(device)
-    lean = fast and FastScorer.supports(model)
+    lean = fast and lean_fits(model, len(rows), width) and FastScorer.supports(model)
     shared = SharedLayout.of(rows, positions, pad_id) if lean and share_prefix else None
     if shared is not None:
         s = shared.to(device)

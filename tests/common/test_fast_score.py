@@ -277,3 +277,41 @@ def test_shared_prefix_scoring_bf16_close_to_whole_rows(policy, monkeypatch):
     assert (shared.logp_B_T - whole.logp_B_T).abs().max() < 0.05
     flat_s, flat_w = torch.cat([g.flatten() for g in g_shared]), torch.cat([g.flatten() for g in g_whole])
     assert torch.nn.functional.cosine_similarity(flat_s, flat_w, dim=0) > 0.999
+
+
+class _Cfg:
+    num_attention_heads, num_hidden_layers = 4, 2
+
+
+def test_lean_fits_bounds_the_attention_the_lean_forward_keeps():
+    from types import SimpleNamespace
+
+    from common.batch import LEAN_ATTENTION_BYTES, lean_fits
+    model = SimpleNamespace(config=_Cfg(), is_gradient_checkpointing=False)
+    # two fp32 tensors a layer of rows x heads x width x width: 2 * 4 * 2 * 1 * 4 * 8192**2 = 4 GiB exactly
+    assert LEAN_ATTENTION_BYTES == 2 * 4 * 2 * 1 * 4 * 8192 ** 2
+    assert lean_fits(model, 1, 8192) and not lean_fits(model, 1, 8193)
+    assert lean_fits(model, 4, 4096) and not lean_fits(model, 5, 4096)
+    model.is_gradient_checkpointing = True  # only HF's forward recomputes layers
+    assert not lean_fits(model, 1, 8)
+
+
+def test_long_rows_and_checkpointed_models_score_through_hf(policy, monkeypatch):
+    from common import batch as batch_module
+    calls = []
+    real = FastScorer.logits_at
+    monkeypatch.setattr(FastScorer, "logits_at", lambda self, *a: calls.append(1) or real(self, *a))
+    monkeypatch.setattr(FastScorer, "logits_shared", lambda self, *a: calls.append(1) or pytest.fail())
+    rows = _rows(policy.tokenizer)
+    with policy.use("policy") as model:
+        lean = score_rows(model, rows, policy.tokenizer.pad_token_id, with_entropy=False, share_prefix=False)
+        assert calls == [1]
+        monkeypatch.setattr(batch_module, "LEAN_ATTENTION_BYTES", 0)
+        hf = score_rows(model, rows, policy.tokenizer.pad_token_id, with_entropy=False, share_prefix=False)
+        assert calls == [1]  # the HF forward ran
+    assert torch.allclose(lean.logp_B_T, hf.logp_B_T, atol=2e-5)
+    monkeypatch.setattr(batch_module, "LEAN_ATTENTION_BYTES", 4 << 30)
+    policy.enable_gradient_checkpointing()
+    with policy.use("policy") as model:
+        score_rows(model, rows, policy.tokenizer.pad_token_id, with_entropy=False, share_prefix=False)
+    assert calls == [1]
