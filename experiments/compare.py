@@ -66,6 +66,7 @@ from experiments.compare_config import (
     Setting,
     applicable,
     compare_arm,
+    home_env,
     hydra_value,
     load_settings,
     matrix,
@@ -91,8 +92,9 @@ TOKEN_TOLERANCE = 0.10  # as paper/claims.py: generated tokens differing by more
 __all__ = [
     "BASELINE", "COMPARE_FILE", "RECIPE", "STEPS_DIR", "TOKENS_DIR", "TOKEN_TOLERANCE", "CompareCell", "Plan",
     "Setting", "applicable", "cells_for", "compare_arm", "compare_tables", "generated_tokens", "hydra_value",
-    "link_reused", "load_settings", "main", "matrix", "matrix_text", "overrides_for", "parse_args", "plan",
-    "reusable", "target_config", "token_cells", "estimate_line",
+    "home_env", "link_reused", "load_settings", "main", "matrix", "matrix_text", "overrides_for",
+    "parse_args",
+    "plan", "reusable", "target_config", "token_cells", "estimate_line",
 ]
 
 
@@ -104,7 +106,7 @@ def plan_data(scale: str) -> dict[str, Any]:
     from replications import METHODS
 
     settings = load_settings()
-    applies = matrix(list(METHODS), settings)
+    applies = matrix(list(METHODS), settings, scale)
     return {"scale": scale, "baseline": BASELINE, "methods": list(METHODS), "envs": list(settings),
             "applies": {m: {t: applies[m, t] for t in settings} for m in METHODS},
             "seeds": {t: list(load_replication(s.home).seeds.get(scale, [])) for t, s in settings.items()}}
@@ -149,6 +151,7 @@ class Plan:
     settings: dict[str, Setting]
     methods: list[str]
     out_root: str | None = None  # where the records go (None: each scale's out_dir)
+    scale: str = "cpu"
 
 
 def plan(scale: str, envs: list[str] | None = None, methods: list[str] | None = None,
@@ -175,7 +178,8 @@ def plan(scale: str, envs: list[str] | None = None, methods: list[str] | None = 
     skipped: list[str] = []
     others = [m for m in chosen if m != BASELINE] if methods else []
     for tag, s in list(settings.items()):
-        if others and not any(applicable(m, s.env) for m in others):
+        env_settings = home_env(s, scale)  # what the column's environment offers as its home arm sets it
+        if others and not any(applicable(m, s.env, env_settings) for m in others):
             if tag in named or s.env in named:
                 skipped.append(f"{tag}: {', '.join(others)} does not apply (GRPO runs only beside it)")
             else:
@@ -186,14 +190,14 @@ def plan(scale: str, envs: list[str] | None = None, methods: list[str] | None = 
             skipped.append(f"{tag}: {s.home} (the budget's home) has no scale {scale}")
             continue
         for m in chosen:
-            if not applicable(m, s.env):
+            if not applicable(m, s.env, env_settings):
                 continue
             if scale not in load_replication(m).seeds:
                 skipped.append(f"{m} on {tag}: {m} has no scale {scale}")
                 continue
             cells += cells_for(m, s, scale, seeds if seeds is not None else home.seeds[scale], compare_arm(m),
                                STEPS_DIR, extra, out_root=out_root)
-    return Plan(cells, skipped, settings, chosen, out_root)
+    return Plan(cells, skipped, settings, chosen, out_root, scale)
 
 
 def reusable(cell: CompareCell) -> Path | None:
@@ -310,7 +314,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def matrix_text(p: Plan, reused: dict[str, Path]) -> str:
     """The applicability matrix and every cell's state, as the dry run prints it."""
-    m = matrix(p.methods, p.settings)
+    m = matrix(p.methods, p.settings, p.scale)
     w = max(len(meth) for meth in p.methods)
     lines = ["[compare] methods x environments (x: applies, .: does not)",
              " " * (w + 2) + "  ".join(p.settings)]

@@ -60,17 +60,30 @@ def compare_arm(method: str) -> str:
     return arm
 
 
-def applicable(method: str, env: str) -> bool:
-    """Whether `env` offers everything `method` needs (envs/api/features.py)."""
+def applicable(method: str, env: str, settings: dict[str, Any] | None = None) -> bool:
+    """Whether `env` offers everything `method` needs (envs/api/features.py): with `settings` (a run's
+    resolved `env` config), what an instance with those settings offers (`Environment.offers_for`)."""
     from envs.registry import ENVS
     from replications import METHODS
 
-    return METHODS[method].needs <= ENVS[env].offers
+    offers = ENVS[env].offers if settings is None else ENVS[env].offers_for(settings)
+    return METHODS[method].needs <= offers
 
 
-def matrix(methods: list[str], settings: dict[str, Setting]) -> dict[tuple[str, str], bool]:
-    """(method, env tag) -> applicable, for every method and every environment of the comparison."""
-    return {(m, tag): applicable(m, s.env) for m in methods for tag, s in settings.items()}
+def home_env(setting: Setting, scale: str) -> dict[str, Any] | None:
+    """The resolved `env` config of the column's home arm at `scale` (None when the home has no such
+    scale): what the column's environment is, so what it offers."""
+    if scale not in load_replication(setting.home).seeds:
+        return None
+    return dict(_plain_config(setting.home, (f"scale={scale}", f"arm={setting.arm}"))["env"])
+
+
+def matrix(methods: list[str], settings: dict[str, Setting],
+           scale: str = "cpu") -> dict[tuple[str, str], bool]:
+    """(method, env tag) -> applicable, for every method and every environment of the comparison, as
+    each column's home arm configures its environment at `scale`."""
+    envs = {tag: home_env(s, scale) for tag, s in settings.items()}
+    return {(m, tag): applicable(m, s.env, envs[tag]) for m in methods for tag, s in settings.items()}
 
 
 # ---- one cell's config ---------------------------------------------------------------------------

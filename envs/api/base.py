@@ -191,6 +191,13 @@ class Environment(ABC):
     # `python -m envs check` (envs/api/check.py); empty: the demonstrator injects none
     oracle_settings: ClassVar[Mapping[str, Any]] = {}
 
+    @classmethod
+    def offers_for(cls, settings: Mapping[str, Any]) -> frozenset[str]:
+        """What an instance with these settings (the resolved `env` config of a run) offers: the class's
+        `offers`, unless a setting changes what its tasks are (textworld's and chain_tasks' `families`,
+        a generated pool's defects); `make compare` asks this of each column's home arm."""
+        return cls.offers
+
     def __init__(self, cfg: EnvConfig):
         cfg.check()
         # here: every environment's check, overridden or not

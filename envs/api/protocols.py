@@ -23,6 +23,17 @@ class CounterfactualReplay(Protocol):
     def replay(self, record: dict[str, Any], masked: frozenset[int]) -> ReplayValue: ...
 
 
+@runtime_checkable
+class AuditLabels(Protocol):
+    """Train tasks carry audit labels of their defects (`env_pool_with_audit`; River's filter reads them):
+    `defect_of(task)` is a task's label, "clean" or the kind of its defect, and `shortcut_defects()` the
+    kinds whose reward a shortcut earns (a behaviour that fails on clean tasks)."""
+
+    def defect_of(self, task: dict[str, Any]) -> str: ...
+
+    def shortcut_defects(self) -> frozenset[str]: ...
+
+
 def describe(protocol: type) -> str:
     """The protocol's name and first docstring line, for error messages."""
     doc = (protocol.__doc__ or "").strip().splitlines()

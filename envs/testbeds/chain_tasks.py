@@ -59,6 +59,12 @@ reply that last showed its contact id (a `find` or an earlier `send`) and the `p
 right after an errored turn i (a busy refusal included) gets `failed_utilization` from i. The events
 change no reward, observation or split.
 
+**Families** (`families: true`, off by default): tickets in families that share a hidden procedure of
+`mail` and `book` steps over the people's roles, with a curate turn between tasks, for SkillRise's chains
+(roles solver and curator, variant `curate`, tiers = plan lengths); `envs/testbeds/chain_families.py` tells
+that story. Off, no family setting is read and every split, observation and reward is as before (pinned by
+tests/envs/testbeds/test_chain_tasks_default_pins.py). The apps themselves are `chain_apps.py`'s.
+
 The scripted demonstrator (SFT warm start) solves every task, except that with probability
 `demo_slip` it misreads a quantity (`add`) or a day (`book`), as a weak agent's demonstrations
 would: the warm start inherits that error rate, which compounds over a long task (2, 3 and 6 such
@@ -70,18 +76,18 @@ in the demonstrations, so reading them is a skill the warm start has. A turn bud
 from __future__ import annotations
 
 import random
-import re
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from datasets import DatasetDict
 
 from common.episode import Event
 from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult, parse_int
+from envs.testbeds import chain_families, chain_family_tasks
+from envs.testbeds.chain_apps import DAYS, ITEMS, NAMES, World, apply_call  # importable from here as before
 
-ITEMS = ("tea", "rice", "soap", "milk", "eggs", "bread", "jam", "salt", "oil", "fish")
-NAMES = ("ana", "bob", "eve", "kim", "lee", "max", "sam", "zoe")
-DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 ITEMS_PER_TIER = {1: 2, 2: 3, 3: 5}
-_CALL = re.compile(r"^\s*([a-z]+)((?:\s+[a-z0-9]+)*)\s*$")
 
 
 @dataclass
@@ -89,22 +95,20 @@ class ChainTasksConfig(EnvConfig):
     name: str = "chain_tasks"
     busy_rate: float = 0.1  # chance that a call is refused with "error: busy" (recoverable)
     fault_rate: float = 0.0  # chance per episode of an infrastructure fault (episode flagged `faulted`)
-    demo_slip: float = 0.0  # chance that the demonstrator gets a quantity or a day wrong
+    demo_slip: float = 0.0  # chance that the demonstrator gets a quantity or a day wrong (families: any step)
     slack: int = 3  # calls allowed beyond the solution's length (busy refusals not counted)
     train_size: int = 1500
     heldout_size: int = 150
-
-
-@dataclass
-class World:
-    """The apps' state. `contact_ids` and `order_id` are drawn per episode."""
-
-    contact_ids: dict[str, int]
-    order_id: int
-    cart: dict[str, int] = field(default_factory=dict)
-    paid: bool = False
-    mails: list[tuple[int, int]] = field(default_factory=list)  # (contact id, order id)
-    meetings: list[tuple[str, int]] = field(default_factory=list)  # (day, contact id)
+    # families (SkillRise's chains with a curate turn: envs/testbeds/chain_families.py). Off: the settings
+    # below are unused and every task, observation and reward is as without them
+    families: bool = False
+    family_steps: int = 4  # steps of a family's hidden procedure = the longest plan
+    family_min_plan: int = 2  # the shortest plan; tiers (= plan lengths): family_min_plan .. family_steps
+    family_distractors: int = 1  # people per ticket whose roles are in no step of the procedure
+    max_skill_words: int = 8  # the skill document's length limit, in words
+    invalid_penalty: float = 0.0  # subtracted per bad call and per invalid curate turn
+    demo_abstract: float = 0.3  # the demo split's scripted curator: the steps found, abstractly ...
+    demo_concrete: float = 0.3  # ... or their people's names; otherwise an empty document
 
 
 def task_steps(task: dict[str, Any]) -> list[tuple[str, ...]]:
@@ -247,57 +251,8 @@ class ChainEpisode(EpisodeState):
                 for i in dict.fromkeys(sources) if i is not None]
 
     def apply(self, call: str) -> tuple[str, bool]:
-        """Run one call; returns (reply, ok). Errors leave the state unchanged."""
-        m = _CALL.match(call)
-        bad = "error: bad call"
-        if m is None:
-            return bad, False
-        verb, args = m.group(1), m.group(2).split()
-        numbers = [parse_int(a) for a in args]  # None: not a number (or past 18 digits: a bad call)
-        w = self.world
-        ids = {cid: name for name, cid in w.contact_ids.items()}
-        if verb == "done" and not args:
-            return "ok", True
-        if verb == "add" and len(args) == 2 and numbers[1] is not None:
-            if args[0] not in ITEMS:
-                return f"error: no item {args[0]}", False
-            if w.paid:
-                return "error: already paid", False
-            w.cart[args[0]] = w.cart.get(args[0], 0) + numbers[1]
-            return "ok", True
-        if verb == "remove" and len(args) == 1:
-            if w.paid:
-                return "error: already paid", False
-            if w.cart.pop(args[0], None) is None:
-                return f"error: no {args[0]} in cart", False
-            return "ok", True
-        if verb == "pay" and not args:
-            if w.paid:
-                return "error: already paid", False
-            if not w.cart:
-                return "error: cart empty", False
-            w.paid = True
-            return f"ok order {w.order_id}", True
-        if verb == "find" and len(args) == 1:
-            if args[0] not in w.contact_ids:
-                return f"error: no contact {args[0]}", False
-            return f"ok {args[0]} {w.contact_ids[args[0]]}", True
-        if verb == "send" and len(args) == 2 and numbers[0] is not None and numbers[1] is not None:
-            contact, order = numbers[0], numbers[1]
-            if contact not in ids:
-                return f"error: no contact {args[0]}", False
-            if not w.paid or order != w.order_id:
-                return f"error: no order {args[1]}", False
-            w.mails.append((contact, order))
-            return f"ok {ids[contact]} {args[0]}", True
-        if verb == "book" and len(args) == 2 and numbers[1] is not None:
-            if args[0] not in DAYS:
-                return f"error: no day {args[0]}", False
-            if numbers[1] not in ids:
-                return f"error: no contact {args[1]}", False
-            w.meetings.append((args[0], numbers[1]))
-            return "ok", True
-        return bad, False
+        """Run one call; returns (reply, ok). Errors leave the state unchanged (`chain_apps.apply_call`)."""
+        return apply_call(self.world, call)
 
     def solved(self) -> bool:
         """The final state is exactly what the task asks (nothing missing, nothing extra)."""
@@ -315,11 +270,15 @@ class ChainEpisode(EpisodeState):
 
 class ChainTasksEnv(Environment):
     name = "chain_tasks"
-    roles = ("agent",)
-    offers = frozenset({"single_agent", "provenance_events"})  # envs/api/features.py
+    roles: ClassVar[tuple[str, ...]] = ("agent",)
+    offers = frozenset({"single_agent", "provenance_events"})  # envs/api/features.py (families: below)
     config_class = ChainTasksConfig
     oracle_settings = {"demo_slip": 0.0, "fault_rate": 0.0}
     stop = ("\n",)
+
+    @classmethod
+    def offers_for(cls, settings: Mapping[str, Any]) -> frozenset[str]:
+        return frozenset({"task_families"}) if settings.get("families") else cls.offers
 
     def __init__(self, cfg: ChainTasksConfig):
         for key in ("busy_rate", "fault_rate", "demo_slip"):
@@ -327,12 +286,26 @@ class ChainTasksEnv(Environment):
                 raise ValueError(f"env.{key} must be in [0, 1); got {getattr(cfg, key)}")
         if cfg.slack < 0:
             raise ValueError(f"env.slack must be >= 0; got {cfg.slack}")
+        if cfg.families:
+            chain_family_tasks.check(cfg)
+            # this instance's roles and offers (the class's are those of the default tasks), as textworld's
+            self.roles = ("solver", "curator")  # type: ignore[misc]
+            self.offers = self.offers_for({"families": True})  # type: ignore[misc]
         super().__init__(cfg)
         self.cfg: ChainTasksConfig = cfg
 
     @property
     def tiers(self) -> tuple[int, ...]:
-        return (1, 2, 3)
+        return chain_family_tasks.tiers(self.cfg) if self.cfg.families else (1, 2, 3)
+
+    def variants(self) -> tuple[str, ...]:
+        return ("main", "curate") if self.cfg.families else ("main",)
+
+    def task_set(self) -> DatasetDict:
+        """The base's splits; with families, whole families per split (`chain_family_tasks.family_tasks`)."""
+        if self._tasks is None and self.cfg.families:
+            self._tasks = chain_family_tasks.family_tasks(self.cfg)
+        return super().task_set()
 
     def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
         items = rng.sample(ITEMS, ITEMS_PER_TIER[tier])
@@ -344,12 +317,33 @@ class ChainTasksEnv(Environment):
         return task
 
     def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
+        if self.cfg.families:
+            return chain_families.new_episode(task, self.cfg, rng, variant)
         if variant != "main":
             raise ValueError(f"chain_tasks has no episode variant {variant!r}")
         return ChainEpisode(task, self.cfg, rng)
 
+    def corpus(self, n: int = 400) -> Iterator[str]:
+        """The base's (expert episodes of train tasks); with families, the demo split's chains first."""
+        return chain_family_tasks.corpus(self, n) if self.cfg.families else super().corpus(n)
+
+    def provenance(self) -> dict[str, Any]:
+        if not self.cfg.families:
+            return super().provenance()
+        return {**super().provenance(), "demo": self.cfg.demo_size,
+                "families": "hidden procedures of verbs and roles, fresh people per ticket "
+                            "(envs/testbeds/chain_families.py, [I] for SkillRise's chains)"}
+
+    def oracle_action(self, state: EpisodeState, obs: Observation) -> str:
+        """With families, the hidden procedure's next step (the demonstrator searches without a document);
+        the default tasks' demonstrator is an oracle under `oracle_settings` already."""
+        return getattr(state, "oracle_action", state.expert_action)()  # type: ignore[no-any-return]
+
     def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
-        """A call: the verb uniform, its arguments uniform (items, names, days, quantities 1-5, ids 1-99)."""
+        """A call: the verb uniform, its arguments uniform (items, names, days, quantities 1-5, ids 1-99);
+        with families, the curator's: `<skill>`, 0-4 words uniform over verbs, roles and names, `</skill>`."""
+        if obs.role == "curator":
+            return chain_families.random_document(rng)
 
         def number() -> str:
             return str(rng.randint(1, 99))

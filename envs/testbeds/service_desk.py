@@ -78,6 +78,9 @@ line, a refund that binds the looked-up id and errors when the lookup was wrong,
 acknowledgements; its episodes, events and demonstrator are `envs/testbeds/service_desk_choice.py`'s.
 The settings above (`classic`, the default) and their results are unchanged.
 
+**Defective train tasks** (`env_pool_with_audit`, River's filter; classic; 0 by default): `share_weak`,
+`share_reject` and `share_unsolvable` put labelled defects into the train split (`service_desk_audit.py`).
+
 **Splits** (the base's, all generated from `data_seed`, no task in two splits): `train` (RL), `dev`
 (pilots: design and tuning, `eval.split=dev`), `heldout` (the test split: the replication's final
 evaluation) and `demo` (the warm start's demonstrations, when `demo_size` > 0). Every split mixes
@@ -95,6 +98,8 @@ from typing import Any
 
 from common.episode import Event
 from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from envs.testbeds.audit_pool import AuditedPool, check_shares
+from envs.testbeds.service_desk_audit import DEFECTS, AuditedPlay, with_defect
 from envs.testbeds.service_desk_choice import ChoiceEpisode, generate_choice_task, random_choice_action
 
 METHODS = ("card", "cash", "credit")
@@ -133,6 +138,10 @@ class ServiceDeskConfig(EnvConfig):
     demo_trap: float = 0.2  # the demonstrator first tries the schema's example id (errors, then looks up)
     demo_repeat: float = 0.2  # the demonstrator looks the order up twice (a redundant lookup)
     demo_right_tool: float = 0.5  # choice: the demonstrator's lookup tool is the right one (a coin)
+    # classic: shares of defective train tasks (River's filter; service_desk_audit.py), 0 = the default pool
+    share_weak: float = 0.0  # the verifier checks only that the conversation was closed
+    share_reject: float = 0.0  # the ticket's record is not what the customer asks
+    share_unsolvable: float = 0.0  # the records lack the customer's order (or a human agent)
     train_size: int = 2000
     heldout_size: int = 128  # the test split
 
@@ -309,13 +318,21 @@ class ProbeEpisode(EpisodeState):
                           info={"probe_right": right})
 
 
-class ServiceDeskEnv(Environment):
+class AuditedEpisode(AuditedPlay, ServiceDeskEpisode):
+    """A classic play in a pool with defects (envs/testbeds/service_desk_audit.py)."""
+
+
+class ServiceDeskEnv(AuditedPool, Environment):
     name = "service_desk"
     roles = ("agent",)
-    offers = frozenset({"single_agent", "provenance_events"})  # envs/api/features.py
+    offers = frozenset({"single_agent", "provenance_events", "env_pool_with_audit"})  # envs/api/features.py
     config_class = ServiceDeskConfig
-    oracle_settings = {"demo_trap": 0.0, "demo_repeat": 0.0, "demo_right_tool": 1.0}
+    oracle_settings = {"demo_trap": 0.0, "demo_repeat": 0.0, "demo_right_tool": 1.0,
+                       **{f"share_{d}": 0.0 for d in DEFECTS}}
     stop = ("\n",)
+    DEFECTS = DEFECTS
+    SHORTCUT_DEFECTS = ("weak",)  # closing the conversation at once earns its reward
+    DEFECT_FIELDS = ("defect", "verifier", "missing")
 
     def __init__(self, cfg: ServiceDeskConfig):
         if (not cfg.delays or any(not 0 <= d <= len(REMARKS) for d in cfg.delays)
@@ -330,6 +347,8 @@ class ServiceDeskEnv(Environment):
             raise ValueError(f"env.demo_right_tool must be in [0, 1]; got {cfg.demo_right_tool}")
         if cfg.slack < 0:
             raise ValueError(f"env.slack must be >= 0; got {cfg.slack}")
+        if any(check_shares(cfg, DEFECTS).values()) and cfg.setting != "classic":
+            raise ValueError(f"env.share_* (defective train tasks) need env.setting=classic; {cfg.setting}")
         super().__init__(cfg)
         self.cfg: ServiceDeskConfig = cfg
 
@@ -337,14 +356,16 @@ class ServiceDeskEnv(Environment):
     def tiers(self) -> tuple[int, ...]:
         return tuple(sorted(self.cfg.delays))
 
-    def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
+    def generate_task(self, rng: random.Random, tier: int, defect: str | None = None) -> dict[str, Any]:
+        """A task drawn from `rng`; with a label (`defect`), the same draw labelled, with its defect."""
         if self.cfg.setting == "choice":
             return generate_choice_task(rng, tier, REMARKS)
         order, trap = rng.sample(IDS, 2)
-        return {"intent": "human" if rng.random() < self.cfg.human_rate else "refund",
+        task = {"intent": "human" if rng.random() < self.cfg.human_rate else "refund",
                 "method": rng.choice(METHODS),
                 "order": order, "trap": trap, "delay": tier, "remarks": rng.sample(REMARKS, tier),
                 "probe": rng.choice(PROBES)}
+        return task if defect is None else with_defect(task, defect, self.defect_rng(task))
 
     def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
         if self.cfg.setting == "choice" and variant == "main":
@@ -354,6 +375,8 @@ class ServiceDeskEnv(Environment):
         if variant != "main":
             raise ValueError(f"service_desk has no episode variant {variant!r}; "
                              f"it has {list(self.variants())}")
+        if self.audited or "defect" in task:  # a labelled task plays by its own verifier in any pool
+            return AuditedEpisode(task, self.cfg, rng)
         return ServiceDeskEpisode(task, self.cfg, rng)
 
     def variants(self) -> tuple[str, ...]:

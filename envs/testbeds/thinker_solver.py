@@ -70,6 +70,12 @@ given the hidden draw: 1 if it knows, else 1/num_values: the oracle baseline), `
 (either: the Thinker did its tier's best response) and `solver_copied`
 (present only where the Solver knows and received a wrong readable hint: whether it answered the hint).
 
+**Arith's tasks** (`env.tasks: arith`, default `facts`; `common/conf/env/thinker_solver_arith.yaml`, env tag
+`thinker_solver-arith`; #46): the same two roles, variants, reward and info on `arith`'s problems, both roles
+seeing the whole problem; the Thinker writes the working and the Solver answers (envs/testbeds/
+thinker_solver_arith.py). The rules every dyad shares (turn plans, guidance, cost, step, info) are
+envs/testbeds/dyad.py's.
+
 Scripted demonstrator (SFT warm start): the Thinker helps, stays silent or lies with the fixed
 probabilities `expert_help`, `expert_silent`, `expert_wrong` (drawn once per episode from the
 episode's rng; its message is the bare value, ` 1`), so the warm-started Thinker starts from a mix
@@ -85,13 +91,11 @@ import string
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.episode import Event
-from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult, parse_int
+from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, parse_int
+from envs.testbeds.dyad import PHASES, SOLVER, THINKER, DyadEpisode
+from envs.testbeds.thinker_solver_arith import ArithDyadEpisode, arith_generator, arith_random_action
 
-THINKER, SOLVER = "thinker", "solver"
 _MESSAGE = re.compile(r"^\s*(?:([A-Z])\s*=\s*)?([0-9]+)\s*$")
-_ANSWER = re.compile(r"#\s*(-?[0-9]+)\s*$")
-MESSAGE_KINDS = ("help", "wrong", "silent", "other")
 
 
 @dataclass
@@ -114,6 +118,12 @@ class ThinkerSolverConfig(EnvConfig):
     # ([] = none, the prompts unchanged), in the order of see_probs' tiers (largest p first)
     cue_words: list[str] = field(default_factory=list)
     drop: float = 0.0  # P(the Thinker's message is lost: the Solver receives an empty line), per episode
+    # facts (the above) | arith: arith's tasks, the Thinker writes the working (#46; thinker_solver_arith.py),
+    # from arith's generator with these three settings (arith's defaults; arith.yaml: 2-4 operations, <= 20)
+    tasks: str = "facts"
+    min_ops: int = 1
+    max_ops: int = 3
+    max_value: int = 99
 
 
 def expected_rewards(cfg: ThinkerSolverConfig, p: float) -> dict[str, float]:
@@ -142,12 +152,6 @@ def read_message(message: str) -> tuple[str | None, int] | None:
     return None if m is None or value is None else (m.group(1), value)
 
 
-def read_answer(action: str) -> int | None:
-    """The Solver's `#<value>` at the end of its reply, or None."""
-    m = _ANSWER.search(action.strip())
-    return parse_int(m.group(1)) if m is not None else None
-
-
 def classify(message: str, asked: str, value: int) -> str:
     """help | wrong | silent | other: what a Thinker message says about the asked fact."""
     if not message.strip():
@@ -158,7 +162,9 @@ def classify(message: str, asked: str, value: int) -> str:
     return "help" if said[1] == value else "wrong"
 
 
-class ThinkerSolverEpisode(EpisodeState):
+class ThinkerSolverEpisode(DyadEpisode):
+    malformed_why = "guidance must be empty, <value> or X=<value>"
+
     def __init__(self, task: dict[str, Any], cfg: ThinkerSolverConfig, rng: random.Random, variant: str):
         self.facts: list[tuple[str, int]] = [(k, int(v)) for k, v in task["facts"]]
         self.asked: str = task["asked"]
@@ -188,9 +194,7 @@ class ThinkerSolverEpisode(EpisodeState):
         if self.summed is not None:  # a plausible slip: one addend instead of the sum
             slips = [v for v in (values[self.asked], values[self.summed]) if v != self.value]
             self.expert_wrong_value = slips[0] if slips else self.expert_wrong_value
-        phases = {"main": [THINKER, SOLVER], "solo": [SOLVER], "empty_guidance": [THINKER, SOLVER],
-                  "paired": [SOLVER, THINKER, SOLVER]}
-        self.phases = phases[variant]
+        self.phases = PHASES[variant]
         self.phase = 0
 
     # ---- prompts ----------------------------------------------------------------------------
@@ -209,23 +213,6 @@ class ThinkerSolverEpisode(EpisodeState):
         known = "" if self.p_see is None else f" K={self.value if self.knows else '?'}"
         return f"Facts: {facts}. {self.question()}{known}{self._cue()}\nT:{guidance}\nA:"
 
-    def guidance(self) -> str:
-        """The Thinker line the Solver receives (empty in `solo`, `empty_guidance`, and before the Thinker
-        spoke)."""
-        if (self.message is None or self.variant == "empty_guidance" or self.dropped
-                or (self.variant == "paired" and self.phase == 0)):
-            return ""
-        return self.message.replace("\n", " ")
-
-    def start(self) -> Observation:
-        return self._observation()
-
-    def _observation(self) -> Observation:
-        role = self.phases[self.phase]
-        if role == THINKER:
-            return Observation(THINKER, self.thinker_prompt(), new_context=True)
-        return Observation(SOLVER, self.solver_prompt(self.guidance()), new_context=True)
-
     # ---- the demonstrator -------------------------------------------------------------------
     def expert_action(self) -> str:
         if self.phases[self.phase] == THINKER:
@@ -237,32 +224,15 @@ class ThinkerSolverEpisode(EpisodeState):
             return f" #{self.value}"
         return f" #{hint if hint is not None else self.expert_guess}"
 
-    # ---- the rules --------------------------------------------------------------------------
-    def cost(self) -> float:
-        return self.cfg.cost_per_char * len(self.message.strip()) if self.message is not None else 0.0
+    # ---- reading a message (the rules: envs/testbeds/dyad.py) -------------------------------
+    def classify(self, message: str) -> str:
+        return classify(message, self.asked, self.value)
 
-    def step(self, action: str) -> StepResult:
-        role = self.phases[self.phase]
-        self.phase += 1
-        if role == THINKER:
-            self.message = action
-            kind = classify(action, self.asked, self.value)
-            malformed = kind == "other" and read_message(action) is None
-            why = {"why": "guidance must be empty, <value> or X=<value>"}
-            events = [Event("invalid_action", 0, why)] if malformed else []
-            return StepResult(self._observation(), reward=-self.cost(), events=events)
-        answer = read_answer(action)
-        correct = answer is not None and answer == self.value
-        no_answer = {"why": "no answer: end the reply with #<integer>"}
-        events = [] if answer is not None else [Event("invalid_action", 0, no_answer)]
-        if self.variant == "paired" and self.solo_correct is None:
-            self.solo_correct = correct
-            return StepResult(self._observation(), events=events)
-        return StepResult(None, reward=float(correct) - self.cost(), success=correct, events=events,
-                          info=self._info(correct, answer))
+    def unreadable(self, message: str) -> bool:
+        return read_message(message) is None
 
-    def _hint(self) -> int | None:
-        said = read_message(self.guidance())
+    def hint_value(self, guidance: str) -> int | None:
+        said = read_message(guidance)
         return said[1] if said is not None and said[0] in (None, self.asked) else None
 
     def _dyad_info(self, correct: bool, answer: int | None) -> dict[str, Any]:
@@ -272,7 +242,7 @@ class ThinkerSolverEpisode(EpisodeState):
                                 "team_reward": float(correct) - self.cost(),
                                 "solo_value": 1.0 if self.knows else 1.0 / self.cfg.num_values}
         if self.message is not None:
-            kind = classify(self.message, self.asked, self.value)
+            kind = self.classify(self.message)
             wanted = "help" if needed else "silent"
             info["msg_help_needed" if needed else "msg_silent_unneeded"] = kind == wanted
             info["msg_best_response"] = kind == wanted
@@ -281,20 +251,12 @@ class ThinkerSolverEpisode(EpisodeState):
             info["solver_copied"] = answer == hint
         return info
 
-    def _info(self, correct: bool, answer: int | None = None) -> dict[str, Any]:
+    def _setting_info(self, correct: bool, answer: int | None) -> dict[str, Any]:
         info: dict[str, Any] = {"hard": not self.knows}
         if self.p_see is not None:
             info.update(knows=self.knows, p_see=self.p_see)
         if self.cue is not None:
             info.update(self._dyad_info(correct, answer))
-        if self.message is not None:
-            kind = classify(self.message, self.asked, self.value)
-            info.update({f"msg_{k}": kind == k for k in MESSAGE_KINDS})
-            info.update(msg_chars=len(self.message.strip()), thinker_cost=self.cost())
-        if self.solo_correct is not None:
-            info.update(solo_correct=self.solo_correct, joint_correct=correct,
-                        help=correct and not self.solo_correct, hurt=self.solo_correct and not correct,
-                        contribution=int(correct) - int(self.solo_correct))
         return info
 
 
@@ -329,16 +291,25 @@ class ThinkerSolverEnv(Environment):
         if not 0 <= cfg.drop <= 1 or (cfg.drop and not cfg.cue_words):
             raise ValueError(f"env.drop must be a probability, and is a knob of the dyad setting "
                              f"(env.cue_words); got {cfg.drop}")
+        arith = cfg.tasks == "arith"
+        if cfg.tasks not in ("facts", "arith") or arith and (cfg.see_probs or cfg.follow_known):
+            raise ValueError(f"env.tasks must be facts or arith, and arith takes none of the facts' settings "
+                             f"(see_probs, question, cue_words, drop, follow_known); got {cfg.tasks!r}")
         super().__init__(cfg)
         self.cfg: ThinkerSolverConfig = cfg
+        self.arith = arith_generator(cfg) if arith else None  # env.tasks=arith: arith's tiers and generator
 
     @property
     def tiers(self) -> tuple[int, ...]:
+        if self.arith is not None:
+            return self.arith.tiers  # the number of operations
         if self.cfg.see_probs:  # the free-riding setting: tier i has the i-th largest P(the Solver knows)
             return tuple(range(1, len(self.cfg.see_probs) + 1))
         return (1, 2, 3)  # 1: Solver sees all; 2: sees the asked fact and some others; 3: asked fact hidden
 
     def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
+        if self.arith is not None:
+            return self.arith.generate_task(rng, tier)
         letters = rng.sample(string.ascii_uppercase[: self.cfg.num_letters], self.cfg.num_facts)
         facts = [[k, rng.randrange(self.cfg.num_values)] for k in letters]
         asked = letters[0]  # the asked fact comes first: the tiny model needs no search, only copying
@@ -365,12 +336,15 @@ class ThinkerSolverEnv(Environment):
         if variant not in self.variants():
             raise ValueError(f"thinker_solver has no episode variant {variant!r}; "
                              f"it has {list(self.variants())}")
-        return ThinkerSolverEpisode(task, self.cfg, rng, variant)
+        episode = ArithDyadEpisode if self.cfg.tasks == "arith" else ThinkerSolverEpisode
+        return episode(task, self.cfg, rng, variant)
 
     def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
         """Thinker: silent or one value, uniform over the num_values + 1; Solver: ` #<v>`, v uniform. (The
         oracle, the demonstrator that always helps, reaches 1 - the cost of a one-character message: 0.98
-        at the default cost.)"""
+        at the default cost.) With env.tasks=arith: `arith_random_action`, values in [0, env.max_value]."""
+        if self.arith is not None:
+            return arith_random_action(obs, rng, self.cfg.max_value)
         v = rng.randrange(self.cfg.num_values + 1)
         if obs.role == "thinker":
             return "" if v == self.cfg.num_values else f" {v}"

@@ -15,6 +15,13 @@ Variants: `main` (all three vote) and `without<i>` (voter i abstains; it is not 
 a counterfactual credit of voter i is `outcome(main) - outcome(without<i>)`. Every episode's `info`
 records each voter's own correctness (`voter<i>_correct`) and the team's (`majority_correct`).
 
+Counterfactual replay (SHARP's coalition value v(S), #46), `replay(record, masked)`: the masked voters
+abstain and the vote is counted again over the others' votes as cast, by the same rule (a strict majority
+of the cast votes, so a 1-1 split is not right; no votes cast is not right). Deterministic, no model call;
+`record` is the episode's `info["record"]`: `truth` (the right value, once per voter), `results` (each
+voter's vote, None for an invalid one or a voter that did not play) and `voted` (the voters that played).
+The record is not a metric (evaluation averages numbers only); no observation, reward or task changed.
+
 Scripted demonstrator: a voter answers from its facts if it is shown the asked one, else guesses
 uniformly (the guess is drawn from the episode's rng, once per voter).
 """
@@ -49,6 +56,21 @@ def majority_correct(votes: list[int | None], value: int) -> bool:
         return False
     count = Counter(v for v in votes if v is not None)
     return count.get(value, 0) * 2 > len(votes)
+
+
+@dataclass
+class VoteReplay:
+    """A counterfactual replay of one vote: the votes counted and the team's outcome."""
+
+    cast: list[int | None]  # the unmasked voters' votes, in voter order (None: an invalid vote)
+    value: float  # 1.0 if a strict majority of `cast` is right, else 0.0: v(S) for S = the unmasked voters
+
+
+def replay(record: dict[str, Any], masked: frozenset[int] | set[int]) -> VoteReplay:
+    """Count the vote again with the voters `masked` (0-based indices) abstaining (`record`:
+    `Episode.info["record"]` of a `voting` episode). Deterministic, no model call."""
+    cast = [record["results"][i] for i in record["voted"] if i not in masked]
+    return VoteReplay(cast, float(majority_correct(cast, record["truth"][0])))
 
 
 class VotingEpisode(EpisodeState):
@@ -89,15 +111,21 @@ class VotingEpisode(EpisodeState):
         info: dict[str, Any] = {"majority_correct": ok}
         for i, vote in zip(self.voters, self.votes, strict=True):
             info[f"voter{i}_correct"] = vote == self.value
+        results = dict(zip(self.voters, self.votes, strict=True))
+        # for counterfactual replays (not a metric: evaluation averages numbers only)
+        info["record"] = {"truth": [self.value] * len(VOTERS), "voted": list(self.voters),
+                          "results": [results.get(i) for i in range(len(VOTERS))]}
         return StepResult(None, reward=float(ok), success=ok, events=events, info=info)
 
 
 class VotingEnv(Environment):
     name = "voting"
     roles = VOTERS
-    offers = frozenset({"multi_agent_shared_outcome", "majority_vote"})  # envs/api/features.py
+    offers = frozenset({"multi_agent_shared_outcome", "majority_vote",  # envs/api/features.py
+                        "counterfactual_replay"})
     config_class = VotingConfig
     stop = ("\n",)
+    replay = staticmethod(replay)  # counterfactual re-scoring: env.replay(Episode.info["record"], masked)
 
     def __init__(self, cfg: VotingConfig):
         if not 2 <= cfg.num_facts <= cfg.num_letters <= 26 or cfg.num_values < 2:

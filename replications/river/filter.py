@@ -95,15 +95,21 @@ def confusion(defects: list[str], flags: list[bool]) -> dict[str, dict[str, int]
     return dict(sorted(table.items()))
 
 
+def label(task: dict[str, Any]) -> str:
+    """A task's audit label: its `defect` field; a task without one is clean."""
+    return str(task.get("defect", "clean"))
+
+
 def river_filter(tasks: list[dict[str, Any]], oracle_solves: Any, rates: AuditRates, seed: int,
-                 tries: int = 2) -> FilterReport:
-    """River's two stages over the train tasks (`tasks`: parsed task dicts with their `defect` label).
+                 tries: int = 2, defect_of: Callable[[dict[str, Any]], str] = label) -> FilterReport:
+    """River's two stages over the train tasks (`tasks`: parsed task dicts; `defect_of(task)`: its audit
+    label, the environment's `defect_of`, envs.api.protocols.AuditLabels).
 
     `oracle_solves(task, attempt) -> bool` plays the scripted oracle once (attempt 0, 1, ...);
     a task is kept when the audit calls it Clean and one of `tries` attempts passes its verifier.
     """
     rng = random.Random(seed)
-    defects = [t["defect"] for t in tasks]
+    defects = [defect_of(t) for t in tasks]
     flags = simulate_audit(defects, rates, rng)
     kept: list[int] = []
     oracle_table: dict[str, dict[str, int]] = {}
@@ -111,7 +117,7 @@ def river_filter(tasks: list[dict[str, Any]], oracle_solves: Any, rates: AuditRa
         if flagged:
             continue
         solved = any(oracle_solves(task, attempt) for attempt in range(tries))
-        row = oracle_table.setdefault(task["defect"], {"solved": 0, "failed": 0})
+        row = oracle_table.setdefault(defects[i], {"solved": 0, "failed": 0})
         row["solved" if solved else "failed"] += 1
         if solved:
             kept.append(i)
@@ -121,10 +127,10 @@ def river_filter(tasks: list[dict[str, Any]], oracle_solves: Any, rates: AuditRa
 
 
 def scripted_oracle(env: Any, filter_seed: int) -> Callable[[dict[str, Any], int], bool]:
-    """The scripted oracle: the environment's demonstrator without its injected errors, in the same
-    sandbox. `filter_seed` seeds its tries."""
-    no_errors: dict[str, Any] = {"demo_shortcut": 0.0, "demo_slip": 0.0, "demo_loop": 0.0}
-    oracle_cfg = dataclasses.replace(env.cfg, **no_errors)
+    """The scripted oracle: the environment's demonstrator without its injected errors (its `oracle_settings`,
+    which also set its defect shares to 0: the given tasks play by their own verifiers), in the same sandbox.
+    `filter_seed` seeds its tries."""
+    oracle_cfg = dataclasses.replace(env.cfg, **env.oracle_settings)
     oracle_env = type(env)(oracle_cfg)
 
     def solves(task: dict[str, Any], attempt: int) -> bool:
@@ -147,7 +153,6 @@ def random_subset(n_pool: int, size: int, seed: int) -> list[int]:
     return sorted(random.Random(seed).sample(range(n_pool), size))
 
 
-
 def cached_filter(env: Any, audit: tuple[float, float, float], tries: int, seed: int,
                   work_dir: str) -> FilterReport:
     """`river_filter` over `env`'s train split with the audit's (agreement, flag precision, Clean
@@ -161,6 +166,6 @@ def cached_filter(env: Any, audit: tuple[float, float, float], tries: int, seed:
     if path.exists():
         return FilterReport(**json.loads(path.read_text()))
     tasks = [t.data for t in tasks_of(env.task_set()["train"])]
-    report = river_filter(tasks, scripted_oracle(env, seed), audit_rates(*audit), seed, tries)
+    report = river_filter(tasks, scripted_oracle(env, seed), audit_rates(*audit), seed, tries, env.defect_of)
     atomic_write_text(path, json.dumps(report.to_json(), sort_keys=True))
     return report

@@ -21,6 +21,8 @@ shortcuts, which then carry over to clean tasks. River
 Arms (`method.pool`, `method.penalty`, `method.dynamic`): GRPO on the full train set (`full`), with
 dynamic sampling (`dynamic.py`), on a random subset of the filtered set's size (`random`), River's filter
 (`river`), with the penalty. Every arm is this class, so they share everything else.
+Environments: those offering `env_pool_with_audit` (envs.api.protocols.AuditLabels): `terminal`, `arith`
+and `service_desk` (their defects: `env.share_*`, 0 by default). The penalty reads `info["record"]`.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from common.credit import BROADCAST, Credit
 from common.episode import Group, Task, tasks_of
 from common.method import Method, MethodConfig, Mode, RunView
 from common.rollout import derive_seed
+from envs.api.protocols import AuditLabels
 from replications.river.behaviour import behaviour
 from replications.river.dynamic import resample
 from replications.river.filter import FilterReport, audit_rates, cached_filter, random_subset
@@ -44,8 +47,6 @@ from replications.river.penalty import jaccard, repeated_turns, repetition_penal
 
 if TYPE_CHECKING:
     from common.rollout import Rollout
-
-SHORTCUT_PAYS = ("leak", "weak", "planted")  # the defects on which `cp memo out` passes the verifier
 
 __all__ = ["River", "RiverConfig", "jaccard", "repeated_turns", "repetition_penalty"]
 
@@ -102,9 +103,10 @@ class River(Method):
             raise ValueError(f"method.dynamic_rounds must be >= 0; got {self.cfg.dynamic_rounds}")
         if self.cfg.oracle_tries < 1:
             raise ValueError(f"method.oracle_tries must be >= 1; got {self.cfg.oracle_tries}")
-        if self.cfg.pool != "full" and self.env.name != "terminal":
-            raise ValueError(f"method.pool={self.cfg.pool} filters terminal tasks by their audit labels; "
-                             f"env={self.env.name} has none: use env=terminal or method.pool=full")
+        if self.cfg.pool != "full" and not isinstance(self.env, AuditLabels):
+            raise ValueError(f"method.pool={self.cfg.pool} filters train tasks by their audit labels; "
+                             f"env={self.env.name} has none (it does not offer env_pool_with_audit): use "
+                             "env=terminal, arith or service_desk, or method.pool=full")
         audit_rates(self.cfg.audit_agreement, self.cfg.audit_flag_precision, self.cfg.audit_clean_precision)
         if self.run.scale == "paper" and not (Path(self.cfg.paper_data or "") / "terminal_bench").is_dir():
             raise ValueError(f"scale=paper needs {self.cfg.paper_data}/terminal_bench (no terminal_bench "
@@ -136,11 +138,12 @@ class River(Method):
                     raise ValueError("River's filter kept no train task: raise env.train_size")
                 self._pool = (kept if self.cfg.pool == "river"
                               else random_subset(n_train, len(kept), self.filter_seed))
-            train = tasks_of(self.env.task_set()["train"])
-            defects = [train[i].data["defect"] for i in self._pool]
-            self.pool_stats = {"pool_size": float(len(defects)),
-                               "pool_defective": float(np.mean([d != "clean" for d in defects])),
-                               "pool_shortcut": float(np.mean([d in SHORTCUT_PAYS for d in defects]))}
+            train, env = tasks_of(self.env.task_set()["train"]), self.env
+            if isinstance(env, AuditLabels):  # the pool's figures (pool=full on an env without labels: none)
+                defects, shortcut = [env.defect_of(train[i].data) for i in self._pool], env.shortcut_defects()
+                self.pool_stats = {"pool_size": float(len(defects)),
+                                   "pool_defective": float(np.mean([d != "clean" for d in defects])),
+                                   "pool_shortcut": float(np.mean([d in shortcut for d in defects]))}
         return self._pool
 
     def tasks(self, pool: Sequence[Task], step: int, rng: random.Random) -> list[Task]:

@@ -23,6 +23,8 @@ v(S) is measured by the environment's deterministic replay (the `CounterfactualR
 required before the run starts): the planner's composition is replayed with the masked workers'
 tool results replaced by the placeholder, without sampling, so it costs no model call or token;
 every distinct coalition re-scored is counted (`rescores`, `rescores_total`) as SHARP's extra compute.
+With no workers (`voting`, #46) the players are the env's roles (voter i: masked index i, key its role),
+nobody plans, R^tool = 0, and `local` gives a voter 1 when its own vote is right.
 
 The formulas (`shapley_values`, `shapley_values_mc`, `leave_one_out`, `agent_rewards`,
 `per_agent_advantages`) are plain functions in `shapley.py`, importable from here too.
@@ -71,8 +73,7 @@ def worker_key(m: int) -> str:
 
 class SHARP(Method):
     Config = SHARPConfig
-    # exact Shapley replays coalitions
-    needs = frozenset({"multi_agent_shared_outcome", "counterfactual_replay"})
+    needs = frozenset({"multi_agent_shared_outcome", "counterfactual_replay"})  # exact Shapley's replays
     compare_arm = "sharp-exact-k4"  # exact Shapley credit (its method.* settings; the env is make compare's)
     paper_data_hint = ("put MuSiQue, GAIA (text), WebWalkerQA and FRAMES in one local folder and pass "
                        "method.paper_data=<folder> (and model.path=<local Qwen3-8B>)")
@@ -96,6 +97,11 @@ class SHARP(Method):
         role = episode.turns[index].role
         return (worker_key(sum(t.role == "worker" for t in episode.turns[:index])) if role == "worker"
                 else role)
+
+    def players(self, episode: Episode) -> list[str]:
+        """The replay game's players' agent keys, by masked index: its workers, else the env's roles."""
+        return ([worker_key(m) for m in range(len(episode.turns_of("worker")))] if "worker" in self.env.roles
+                else list(self.env.roles))
 
     def contributions(self, record: dict[str, Any] | None, n_workers: int, salt: int
                       ) -> tuple[dict[int, float], int, float]:
@@ -131,7 +137,7 @@ class SHARP(Method):
         for gi, group in enumerate(groups):
             phis.append([])
             for ei, ep in enumerate(group.episodes):
-                phi, n, se = self.contributions(ep.info.get("record"), len(ep.turns_of("worker")),
+                phi, n, se = self.contributions(ep.info.get("record"), len(self.players(ep)),
                                                 salt=step * 1_000_003 + gi * 1009 + ei)
                 rescores += n
                 stderrs.append(se)
@@ -142,17 +148,16 @@ class SHARP(Method):
         for group, phis_G in zip(groups, phis, strict=True):
             rewards_G = []
             for ep, phi in zip(group.episodes, phis_G, strict=True):
-                record = ep.info.get("record")
-                kinds = record["tool_kinds"] if record else []
+                kinds, keys = (ep.info.get("record") or {}).get("tool_kinds", []), self.players(ep)
                 tool = {m: float(kinds[m] in ("value", "distractor")) if m < len(kinds) else 0.0 for m in phi}
                 r = agent_rewards(ep.reward, phi, tool, self.cfg.lambda_s, self.cfg.lambda_p)
-                rewards_G.append({"planner": ep.reward, **{worker_key(m): x for m, x in r.items()}})
+                lead = {"planner": ep.reward} if "planner" in self.env.roles else {}
+                rewards_G.append({**lead, **{keys[m]: x for m, x in r.items()}})
             values.append(rewards_G)
         self.rescores_total += rescores
-        n_eps = sum(len(g.episodes) for g in groups)
+        n_eps = max(sum(len(g.episodes) for g in groups), 1)
         metrics = {"rescores": float(rescores), "rescores_total": float(self.rescores_total),
-                   "rescores_per_episode": rescores / max(n_eps, 1),
-                   "time_credit_s": time.perf_counter() - t0}
+                   "rescores_per_episode": rescores / n_eps, "time_credit_s": time.perf_counter() - t0}
         if self.cfg.credit == "mc":
             metrics["mc_stderr_mean"] = float(np.mean(stderrs)) if stderrs else 0.0
         return Credit("reward", values, metrics=metrics)
@@ -169,7 +174,7 @@ class SHARP(Method):
             for i, ep in enumerate(group.episodes):
                 if (record := ep.info.get("record")) is not None:
                     workers = [t for t, turn in enumerate(ep.turns) if turn.role == "worker"]
-                    for t, kind in zip(workers, record["tool_kinds"], strict=False):
+                    for t, kind in zip(workers, record.get("tool_kinds", []), strict=False):
                         kinds.append(kind)
                         advs.append(advantages.scalar((offset + i, t)))
         out: dict[str, float] = {}

@@ -15,7 +15,7 @@ def check_env(m: SkillRise) -> None:
     if m.chains and ("curate" not in m.env.variants() or set(m.env.roles) != {"solver", "curator"}):
         raise ValueError(f"method.arm={c.arm} plays chains of solve and curate turns: the environment needs "
                          "roles solver and curator and a 'curate' variant (env=skill_families has them, and "
-                         f"env=textworld with env.families=true); {m.env.name} has roles "
+                         f"env=textworld or env=chain_tasks with env.families=true); {m.env.name} has roles "
                          f"{m.env.roles} and variants {m.env.variants()}: it needs a curate turn first")
 
 

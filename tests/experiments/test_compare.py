@@ -11,13 +11,14 @@ import pytest
 import yaml
 
 from envs.api.features import FEATURES
-from envs.api.protocols import CounterfactualReplay
+from envs.api.protocols import AuditLabels, CounterfactualReplay
 from envs.registry import ENVS
 from experiments.compare import (
     CompareCell,
     applicable,
     cells_for,
     compare_arm,
+    home_env,
     hydra_value,
     link_reused,
     load_settings,
@@ -45,6 +46,7 @@ def test_declarations_use_the_vocabulary():
         assert env.offers and env.offers <= set(FEATURES), name
         # the declaration and the runtime protocol agree
         assert ("counterfactual_replay" in env.offers) == issubclass(env, CounterfactualReplay), name
+        assert ("env_pool_with_audit" in env.offers) == issubclass(env, AuditLabels), name
         assert not {"single_agent", "multi_agent_shared_outcome"} <= env.offers, name
     for name, method in METHODS.items():
         assert method.needs <= set(FEATURES), name
@@ -60,9 +62,13 @@ def test_the_matrix_follows_the_declarations():
         assert applicable("grpo", s.env) and applicable("canopy", s.env), tag  # they need nothing
         assert applicable(s.home, s.env), f"{s.home} does not apply to its own environment {tag}"
     assert (applicable("sharp", "toolplan") and not applicable("sharp", "arith")
-            and not applicable("sharp", "voting"))
+            and applicable("sharp", "voting"))  # voting replays a vote with voters abstaining (#46)
     assert applicable("ccpo", "thinker_solver") and not applicable("ccpo", "chain_tasks")
-    assert [m for m in METHODS if applicable(m, "service_desk")] == ["grpo", "canopy", "iapo"]
+    assert [m for m in METHODS if applicable(m, "service_desk")] == ["grpo", "canopy", "iapo", "river"]
+    assert applicable("river", "arith") and applicable("river", "terminal")  # env_pool_with_audit (#46)
+    # ... as classes; a column offers the audit only where its home arm puts defects into the pool
+    assert not any(applicable("river", s.env, home_env(s, "cpu"))
+                   for t, s in settings.items() if t != "terminal")
 
 
 def test_hydra_values_survive_the_override_grammar():
@@ -81,7 +87,8 @@ def test_every_applicable_pair_resolves_to_a_valid_config(scale):
     p = plan(scale, seeds=[0])
     validate_cells(list(p.cells))
     pairs = {(c.method, c.env) for c in p.cells}
-    assert pairs == {(m, t) for m in METHODS for t, s in p.settings.items() if applicable(m, s.env)}
+    assert pairs == {(m, t) for m in METHODS for t, s in p.settings.items()
+                     if applicable(m, s.env, home_env(s, scale))}
     for tag in p.settings:
         configs = {c.method: _plain_config(c.method, c.overrides) for c in p.cells if c.env == tag}
         grpo = configs.pop("grpo")

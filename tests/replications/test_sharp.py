@@ -137,6 +137,7 @@ def group():
 
 class _Env:
     name = "toolplan"
+    roles = ("planner", "worker")
 
     @staticmethod
     def replay(record, masked):

@@ -5,6 +5,7 @@ tells the whole story."""
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from importlib import metadata
 from typing import Any, ClassVar
 
@@ -29,6 +30,10 @@ class TextWorldEnv(Environment):
     oracle_settings = {"demo_slip": 0.0}
     stop = ("\n",)
 
+    @classmethod
+    def offers_for(cls, settings: Mapping[str, Any]) -> frozenset[str]:
+        return frozenset({"task_families"}) if settings.get("families") else cls.offers
+
     def __init__(self, cfg: TextWorldConfig):
         if not cfg.quest_lengths or any(q < 1 for q in cfg.quest_lengths) or cfg.rooms < 1 or cfg.objects < 0:
             raise ValueError(f"env.quest_lengths must be >= 1 each, env.rooms >= 1, env.objects >= 0; got "
@@ -40,7 +45,7 @@ class TextWorldEnv(Environment):
             family_splits.check_families(cfg)
             # this instance's roles and offers (the class's are those of the default mode)
             self.roles = ("solver", "curator")  # type: ignore[misc]
-            self.offers = frozenset({"task_families"})  # type: ignore[misc]
+            self.offers = self.offers_for({"families": True})  # type: ignore[misc]
         super().__init__(cfg)
         self.cfg: TextWorldConfig = cfg
 

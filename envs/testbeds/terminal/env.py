@@ -283,6 +283,14 @@ class TerminalEnv(Environment):
         n_long = round(self.cfg.long_share * size)
         return [(1, {"defect": "clean"})] * (size - n_long) + [(2, {"defect": "clean"})] * n_long
 
+    def defect_of(self, task: dict[str, Any]) -> str:
+        """The task's audit label (envs.api.protocols.AuditLabels): "clean" or its defect."""
+        return str(task["defect"])
+
+    def shortcut_defects(self) -> frozenset[str]:
+        """The defects on which the shortcut `cp memo out` passes the verifier."""
+        return frozenset({"leak", "weak", "planted"})
+
     def task_key(self, task: dict[str, Any]) -> str:
         """A task is its files and instruction (no two splits hold the same)."""
         return json.dumps([task["instruction"], task["files"]], sort_keys=True)

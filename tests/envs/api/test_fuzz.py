@@ -26,13 +26,16 @@ WORDS = (*ITEMS, *NAMES, *DAYS, *ATTRIBUTES, *TOOLS)  # the fake calls' words: t
 
 # Environment settings played (every environment at its defaults, plus the modes that change its rules).
 SETTINGS: dict[str, list[dict[str, Any]]] = {
-    "arith": [{"mode": "single"}, {"mode": "stepwise", "max_ops": 4}],
+    "arith": [{"mode": "single"}, {"mode": "stepwise", "max_ops": 4},
+              # a train pool with every defect (env_pool_with_audit)
+              {"share_reject": 0.2, "share_unsolvable": 0.2, "share_weak": 0.2, "share_first_number": 0.2}],
     "chain_tasks": [{}, {"busy_rate": 0.5, "fault_rate": 0.5, "demo_slip": 0.5}],
     "toolplan": [{"k": 2}, {"k": 5}],
     "toolhops": [{"k": 2}, {"k": 5, "classes": 8},
                  {"mode": "parallel", "k": 3, "extra_workers": 3, "classes": 1}],
     "thinker_solver": [{}, {"question": "sum", "see_probs": [0.1, 0.5, 0.9], "follow_known": 0.3,
-                            "cost_per_char": 0.0}],
+                            "cost_per_char": 0.0},
+                       {"tasks": "arith", "min_ops": 2, "max_ops": 4, "max_value": 20}],
     "voting": [{}],
     "reasoning_gym": [{}, {"untagged": "last_number"}],
     "reasoning_gym_team": [{"untagged": "last_number", "train_generators": ["chain_sum"],
@@ -58,7 +61,8 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
                          "dev_size": 4}],
     "service_desk": [{"delays": [0, 2, 4]},
                      {"delays": [8], "slack": 0, "demo_trap": 0.9, "demo_repeat": 0.9},
-                     {"setting": "choice", "delays": [0, 8], "human_rate": 0.0}],
+                     {"setting": "choice", "delays": [0, 8], "human_rate": 0.0},
+                     {"share_weak": 0.3, "share_reject": 0.3, "share_unsolvable": 0.3}],  # a defective pool
     "braid": [{}, {"demo_error": 1.0}],
     # the simulated shell (the real sandbox runs each command in bubblewrap, ~30 ms: its hostile commands
     # are tested one by one in test_terminal.py)

@@ -1,0 +1,181 @@
+"""Audit-labelled train pools of `arith` and `service_desk` (#46, env_pool_with_audit; envs/testbeds/
+audit_pool.py): by default every stream is what it was before they existed (digests recorded from the code
+before the change), and with defects on, the pool is the default one with labels and defects added.
+
+A digest is sha256 (16 hex) of the JSON of a split's columns (`id`, `tier`, `task`), or of the transcripts
+of the first 20 tasks of a split (each turn: role, observation, new_context, action, reward, success, every
+event, info) played by the demonstrator (rng 0) and by the random policy (`random_action`, rng 1), per
+episode variant.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import random
+from dataclasses import asdict
+from typing import Any
+
+import pytest
+
+from envs.api.base import Environment, Observation
+from envs.api.protocols import AuditLabels
+from envs.registry import ENVS
+from envs.testbeds.arith import ArithConfig, ArithEnv
+from envs.testbeds.service_desk import ServiceDeskConfig, ServiceDeskEnv
+from envs.testbeds.terminal.env import TerminalConfig, TerminalEnv
+
+
+def digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def transcript(env: Environment, task: dict[str, Any], rng: random.Random, variant: str,
+               policy: str) -> list[list[Any]]:
+    ep = env.new_episode(task, rng, variant)
+    obs: Observation | None = ep.start()
+    turns: list[list[Any]] = []
+    while obs is not None:
+        action = ep.expert_action() if policy == "expert" else env.random_action(ep, obs, rng)
+        r = ep.step(action)
+        turns.append([obs.role, obs.text, obs.new_context, action, r.reward, r.success,
+                      [asdict(e) for e in r.events], r.info])
+        obs = r.next
+    return turns
+
+
+def pins(env: Environment, n: int = 20) -> tuple[dict[str, str], dict[str, str]]:
+    tasks = env.task_set()
+    splits = {s: digest([tasks[s]["id"], tasks[s]["tier"], tasks[s]["task"]]) for s in tasks}
+    plays = {}
+    for split in tasks:
+        rows = [json.loads(r["task"]) for r in tasks[split].select(range(min(n, len(tasks[split]))))]
+        for variant in env.variants():
+            for policy, seed, suffix in (("expert", 0, ""), ("random", 1, "/random")):
+                rng = random.Random(seed)
+                plays[f"{split}/{variant}{suffix}"] = digest([transcript(env, t, rng, variant, policy)
+                                                              for t in rows])
+    return splits, plays
+
+
+ARITH_CONF: dict[str, Any] = dict(mode="single", min_ops=2, max_ops=4, max_value=20, demo_shortcut=0.3,
+                                  train_size=2000, heldout_size=192, dev_size=64,
+                                  demo_size=768)  # common/conf/env/arith.yaml
+CHOICE: dict[str, Any] = dict(setting="choice", delays=[0, 8], demo_right_tool=0.5, human_rate=0.0,
+                              demo_trap=0.0, demo_repeat=0.0)  # common/conf/env/service_desk_choice.yaml
+
+# recorded before arith and service_desk offered env_pool_with_audit
+PINS: dict[str, tuple[Any, dict[str, str], dict[str, str]]] = {
+    "arith": (lambda: ArithEnv(ArithConfig()),
+              {"train": "10144054211d6d83", "heldout": "67cddb3f8d353b6a", "dev": "aee4baaa747b2749"},
+              {"train/main": "93dff8906a328754", "train/main/random": "009dff558822fe80",
+               "heldout/main": "687db889918f6ef9", "heldout/main/random": "18d081f1dd324d90",
+               "dev/main": "3d53e317e95b4bab", "dev/main/random": "585c5a3c2e66dc00"}),
+    "arith-conf": (lambda: ArithEnv(ArithConfig(**ARITH_CONF)),
+                   {"train": "be0201a38fdb6b6f", "heldout": "32891ff67c4805fd", "demo": "61117c7bc4d2f62f",
+                    "dev": "6c48663de9d951e5"},
+                   {"train/main": "8fc6f8c1981d28d4", "train/main/random": "95a4603871c76bbb",
+                    "heldout/main": "6c7757e20e8b6005", "heldout/main/random": "3a0f8615dbce02ff",
+                    "demo/main": "30119973e0b3aa95", "demo/main/random": "e8b73e640c356e49",
+                    "dev/main": "6896117668a1bc58", "dev/main/random": "ed02c6f88a63f716"}),
+    "arith-stepwise": (
+        lambda: ArithEnv(ArithConfig(mode="stepwise", max_ops=4, train_size=100, heldout_size=40,
+                                     dev_size=20)),
+        {"train": "4a8cd45bda328144", "heldout": "42f3234a6a3f14ad", "dev": "66d79fedf2845220"},
+        {"train/main": "589822a77d6d697f", "train/main/random": "61d52ac91bab5de4",
+         "heldout/main": "8635791b0eda8553", "heldout/main/random": "db91ef9bdc881797",
+         "dev/main": "078514af00731a63", "dev/main/random": "84faaa653812bc66"}),
+    "service_desk": (
+        lambda: ServiceDeskEnv(ServiceDeskConfig()),
+        {"train": "3121d6dffaa06b29", "heldout": "cdcca02a7d107ece", "dev": "33ebcbdbfbdcb3da"},
+        {"train/main": "b11eabf55b0c7d76", "train/main/random": "9be25180351d7042",
+         "train/probe": "286c174fc3905ccf", "train/probe/random": "8e3ae860c662c82b",
+         "heldout/main": "823ae640262836c3", "heldout/main/random": "a13e270f0a5a253e",
+         "heldout/probe": "76a729324b48db98", "heldout/probe/random": "506fed2d77edab5b",
+         "dev/main": "8751fed3766dc34d", "dev/main/random": "69461944fa55ce6e",
+         "dev/probe": "13000565e314300c", "dev/probe/random": "01982ed520b97c3b"}),
+    "service_desk-choice": (
+        lambda: ServiceDeskEnv(ServiceDeskConfig(**CHOICE)),
+        {"train": "a5529491cd580347", "heldout": "8dd06d20ec631926", "dev": "1f068f73a21d1aaa"},
+        {"train/main": "10e4072bcb49cc3f", "train/main/random": "d0b05f491b15fefb",
+         "heldout/main": "97da893988bc2ed4", "heldout/main/random": "72e814187f8a90de",
+         "dev/main": "8fe2e3a134aa83f3", "dev/main/random": "bcaf77de569b3499"}),
+}
+
+
+@pytest.mark.parametrize("name", PINS)
+def test_default_streams_observations_and_rewards_are_unchanged(name):
+    make, splits, plays = PINS[name]
+    assert pins(make()) == (splits, plays)
+
+
+def test_the_pins_see_a_change():
+    """The digests move with one changed task, observation or reward (so the pins above can fail)."""
+    env = ArithEnv(ArithConfig())
+    task = json.loads(env.task_set()["train"][0]["task"])
+    plain = transcript(env, task, random.Random(0), "main", "expert")
+    moved = transcript(env, {**task, "start": task["start"] + 1}, random.Random(0), "main", "expert")
+    assert digest(plain) != digest(moved)
+    assert pins(ArithEnv(ArithConfig(data_seed=1)))[0]["train"] != PINS["arith"][1]["train"]
+
+
+ARITH_SHARES = dict(share_reject=0.1, share_unsolvable=0.1, share_weak=0.2, share_first_number=0.2)
+DESK_SHARES = dict(share_weak=0.2, share_reject=0.1, share_unsolvable=0.1)
+SMALL: dict[str, Any] = dict(train_size=200, heldout_size=40, dev_size=20)
+
+
+def strip(task: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+    return {k: v for k, v in task.items() if k not in fields}
+
+
+@pytest.mark.parametrize("make,shares,fields", [
+    (lambda **kw: ArithEnv(ArithConfig(**{**ARITH_CONF, **SMALL, "demo_size": 30, **kw})), ARITH_SHARES,
+     ("defect", "verifier", "hide_last")),
+    (lambda **kw: ServiceDeskEnv(ServiceDeskConfig(**SMALL, **kw)), DESK_SHARES,
+     ("defect", "verifier", "missing")),
+])
+def test_defects_join_the_default_pool_and_change_nothing_else(make, shares, fields):
+    default, audited = make(), make(**shares)
+    d, a = default.task_set(), audited.task_set()
+    assert list(d) == list(a)
+    for split in d:
+        if split != "train":  # dev, held-out and demo: exactly the default's, unlabelled (clean)
+            assert d[split]["task"] == a[split]["task"] and d[split]["tier"] == a[split]["tier"]
+    train = [json.loads(t) for t in a["train"]["task"]]
+    # the same drawn tasks in the same rows: only the label and the defect's fields added
+    assert [strip(t, fields) for t in train] == [json.loads(t) for t in d["train"]["task"]]
+    assert d["train"]["tier"] == a["train"]["tier"]
+    counts = collections.Counter(audited.defect_of(t) for t in train)
+    defective = {k.removeprefix("share_"): round(v * 200) for k, v in shares.items()}
+    assert counts == {**defective, "clean": 200 - sum(defective.values())}
+    assert all("defect" in t for t in train)  # every train task labelled, clean ones too
+    assert not any(set(fields) & set(json.loads(t)) for t in d["train"]["task"])  # the default: no label
+    assert all(default.defect_of(json.loads(t)) == "clean" for t in d["train"]["task"])
+    # deterministic from data_seed: the same labels again, others with another seed
+    assert [json.loads(t) for t in make(**shares).task_set()["train"]["task"]] == train
+    other = [json.loads(t)["defect"] for t in make(**shares, data_seed=7).task_set()["train"]["task"]]
+    assert other != [t["defect"] for t in train]
+
+
+def test_every_env_offering_the_pool_has_its_labels():
+    for name, cls in ENVS.items():
+        assert ("env_pool_with_audit" in cls.offers) == issubclass(cls, AuditLabels), name
+    offering = {n for n, c in ENVS.items() if "env_pool_with_audit" in c.offers}
+    assert {"terminal", "arith", "service_desk"} <= offering
+    assert ArithEnv(ArithConfig()).shortcut_defects() == {"weak", "first_number"}
+    assert ServiceDeskEnv(ServiceDeskConfig()).shortcut_defects() == {"weak"}
+    assert TerminalEnv(TerminalConfig(backend="sim")).shortcut_defects() == {"leak", "weak", "planted"}
+
+
+def test_bad_shares_are_refused_in_one_line():
+    with pytest.raises(ValueError, match="env.share_"):
+        ArithEnv(ArithConfig(share_weak=0.7, share_reject=0.5))
+    with pytest.raises(ValueError, match="env.share_"):
+        ServiceDeskEnv(ServiceDeskConfig(share_weak=-0.1))
+    with pytest.raises(ValueError, match="env.mode=single"):
+        ArithEnv(ArithConfig(mode="stepwise", share_weak=0.1))
+    with pytest.raises(ValueError, match="env.setting=classic"):
+        ServiceDeskEnv(ServiceDeskConfig(setting="choice", share_reject=0.1))
+    with pytest.raises(ValueError, match="unknown arith defect"):
+        ArithEnv(ArithConfig()).generate_task(random.Random(0), 2, defect="leak")

@@ -1,0 +1,41 @@
+"""What a column offers follows its home arm's environment settings (#46): a setting that changes what
+the tasks are (families, a defective pool) changes which methods apply there."""
+
+from envs.benchmarks.textworld.env import TextWorldEnv
+from envs.testbeds.chain_tasks import ChainTasksConfig, ChainTasksEnv
+from experiments.compare_config import applicable, home_env, load_settings, matrix
+
+
+def test_offers_for_follows_the_families_setting():
+    for cls in (ChainTasksEnv, TextWorldEnv):
+        assert cls.offers_for({}) == cls.offers and "task_families" not in cls.offers
+        assert cls.offers_for({"families": True}) == frozenset({"task_families"})
+    assert ChainTasksEnv(ChainTasksConfig()).offers == ChainTasksEnv.offers_for({"families": False})
+
+
+def test_applicable_reads_the_settings_when_given():
+    assert not applicable("skillrise", "chain_tasks") and applicable("iapo", "chain_tasks")
+    assert applicable("skillrise", "chain_tasks", {"families": True})
+    assert not applicable("iapo", "chain_tasks", {"families": True})  # family tickets emit no provenance
+    assert applicable("iapo", "chain_tasks", {"families": False})
+
+
+def test_each_column_is_its_home_arms_environment():
+    settings = load_settings()
+    envs = {tag: home_env(s, "cpu") for tag, s in settings.items()}
+    assert all(e is not None and e["name"] == settings[tag].env for tag, e in envs.items())
+    applies = matrix(["grpo", "skillrise"], settings)
+    assert applies["skillrise", "skill_families"] and not applies["skillrise", "chain_tasks"]
+    assert all(applies["grpo", tag] for tag in settings)
+
+
+def test_a_pool_offers_its_audit_only_with_defects_in_it():
+    from envs.testbeds.arith import ArithEnv
+    from envs.testbeds.service_desk import ServiceDeskEnv
+    for cls in (ArithEnv, ServiceDeskEnv):
+        assert "env_pool_with_audit" not in cls.offers_for({"share_weak": 0.0})
+        assert "env_pool_with_audit" in cls.offers_for({"share_weak": 0.25})
+    assert not applicable("river", "arith", {"share_reject": 0.0})
+    assert applicable("river", "arith", {"share_reject": 0.1})
+    applies = matrix(["river"], load_settings())
+    assert [t for (m, t), a in applies.items() if a] == ["terminal"]  # no column has a defective pool yet
