@@ -5,7 +5,9 @@ and the `task_set` loops of `terminal` / `textworld` were folded into one place:
 of them would silently change every run's tasks (and the warm starts' demonstrations). A digest is
 sha256 (16 hex) of the JSON of the split's columns (`id`, `tier`, `task`) or of the demonstrator's
 transcripts (each turn: role, observation, new_context, action, reward, success, events, info) of
-the first 20 train tasks. A deliberate change of an environment's tasks updates its digests here,
+the first 20 train tasks. The split digests were re-recorded on 2026-12-04 over the whole columns (the
+earlier ones hashed a repr that showed the first five rows; they held for the code of that day, and the
+transcripts' digests are unchanged). A deliberate change of an environment's tasks updates its digests here,
 with the reason in the commit. Provenance events (added to `toolplan` / `toolhops` by #46, after these
 digests were recorded) are left out of the transcripts, so the digests also pin that emitting them
 changed no observation, action, reward, other event or info; their own tests are
@@ -33,10 +35,15 @@ def digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def split_columns(env: Environment, split: str) -> list[list[Any]]:
+    """The split's whole columns as lists: a datasets `Column` is not JSON, and `default=str` would hash its
+    repr, which shows the first five rows only (the digests before 2026-12-04 pinned no more than that)."""
+    rows = env.task_set()[split]
+    return [list(rows["id"]), list(rows["tier"]), list(rows["task"])]
+
+
 def split_digests(env: Environment) -> dict[str, str]:
-    tasks = env.task_set()
-    return {split: digest([tasks[split]["id"], tasks[split]["tier"], tasks[split]["task"]])
-            for split in tasks}
+    return {split: digest(split_columns(env, split)) for split in env.task_set()}
 
 
 def transcript(env: Environment, task: dict[str, Any], rng: random.Random) -> list[list[Any]]:
@@ -61,35 +68,35 @@ def transcripts_digest(env: Environment, n: int = 20) -> str:
 # name -> (environment, split digests, transcripts digest (None: not played here))
 PINS: dict[str, tuple[Any, dict[str, str], str | None]] = {
     "toolplan": (lambda: ToolPlanEnv(ToolPlanConfig()),
-                 {"train": "49ebc5ba5db59042", "heldout": "29ed84216f3a654c", "dev": "e4667f3b05da854a"},
+                 {"train": "8aea02be262342f3", "heldout": "db2b49e3749f854d", "dev": "8fc50f37b303344f"},
                  "3d54430efc0747b2"),
     "toolplan-k5-demo": (
         lambda: ToolPlanEnv(ToolPlanConfig(k=5, demo_size=32, train_size=64, heldout_size=32, dev_size=16)),
-        {"train": "344dc6cbbd8397b5", "heldout": "e7b9f4c1fc5f6728", "demo": "c08a37478762706a",
-         "dev": "853c5a4460a523c7"}, "be317840a2546a92"),
+        {"train": "7f329d3643c85ed5", "heldout": "67227bbce0e2702b", "demo": "4e4fa7b1e7f5edb5",
+         "dev": "ab8960610cd3d4db"}, "be317840a2546a92"),
     "toolhops": (lambda: ToolHopsEnv(ToolHopsConfig()),
-                 {"train": "3474caca2b245b82", "heldout": "d6d834a46f32f90c", "dev": "2ff625017019ea13"},
+                 {"train": "6d1a7e86c044dd2c", "heldout": "97ed6e604445a79c", "dev": "85eee9cb7518bb64"},
                  "c9a6d97fc6440876"),
     "toolhops-parallel": (
         lambda: ToolHopsEnv(ToolHopsConfig(mode="parallel", k=4, extra_workers=2, classes=8, demo_size=32)),
-        {"train": "c94084aa1b16f468", "heldout": "6a6cd8ba5672d144", "demo": "de36d6490801803f",
-         "dev": "2b9a97167054360f"}, "2ecbe34c2b30ee96"),
+        {"train": "f687488d9e482474", "heldout": "f0e32ff0f65042e6", "demo": "f7d7d45eeee884b5",
+         "dev": "1418985fcdfd957c"}, "2ecbe34c2b30ee96"),
     "terminal": (lambda: TerminalEnv(TerminalConfig(backend="sim")),
-                 {"train": "7af3212de1e0e3b0", "heldout": "4591759f85e00ea9", "dev": "c4a3cbe371726c53"},
+                 {"train": "7133e1bf6fe219e5", "heldout": "932f676d0a7153b5", "dev": "82ae7fe235e27b4d"},
                  "cc5018c2595852fa"),
     "terminal-demo": (
         lambda: TerminalEnv(TerminalConfig(backend="sim", demo_size=16, train_size=40, heldout_size=20,
                                            dev_size=10)),
-        {"train": "7cb89016885323f2", "heldout": "9a87dbe6a8a6b91d", "demo": "8698c4ed952b5f2a",
-         "dev": "7aaba98186534bc0"}, "da79a3580933f871"),
+        {"train": "93ac39a23882ddfd", "heldout": "3b9b37a9b8674989", "demo": "8fbcaf0049fdf6e1",
+         "dev": "c462f76c76ff4484"}, "da79a3580933f871"),
     # textworld's task rows are (quest length, seed); its games are made on first play (seconds each), not
     # here
     "textworld": (lambda: TextWorldEnv(TextWorldConfig()),
-                  {"train": "df911217212effe4", "heldout": "bb8993e87f4ae139", "dev": "e34794b669be6a5f"},
+                  {"train": "192f594caab76ca5", "heldout": "267b83c73c1451ae", "dev": "18cddbc893d10b2c"},
                   None),
     "textworld-demo": (
         lambda: TextWorldEnv(TextWorldConfig(demo_size=8, quest_lengths=[2, 4], dev_size=0)),
-        {"train": "09e2a94029567209", "heldout": "665a187cd38af6d1", "demo": "53cd7fcd63f4cfdb"}, None),
+        {"train": "9ea6b006272afb88", "heldout": "10606d4b6321e191", "demo": "15a6f9d581bdf9e8"}, None),
 }
 
 
@@ -100,6 +107,13 @@ def test_splits_and_demonstrations_are_unchanged(name):
     assert split_digests(env) == splits
     if plays is not None:
         assert transcripts_digest(env) == plays
+
+
+def test_a_split_digest_covers_every_row():
+    env = PINS["toolplan"][0]()
+    last = env.task_set()["train"][-1]
+    assert json.dumps(split_columns(env, "train")).count(last["id"]) == 1  # the last row is hashed
+    assert last["task"] in split_columns(env, "train")[2]
 
 
 def play_first_train_task(env: Environment) -> list[str]:
