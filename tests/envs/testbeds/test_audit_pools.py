@@ -47,7 +47,8 @@ def transcript(env: Environment, task: dict[str, Any], rng: random.Random, varia
 
 def pins(env: Environment, n: int = 20) -> tuple[dict[str, str], dict[str, str]]:
     tasks = env.task_set()
-    splits = {s: digest([tasks[s]["id"], tasks[s]["tier"], tasks[s]["task"]]) for s in tasks}
+    # whole columns as lists (a datasets Column hashed by its repr would cover its first five rows only)
+    splits = {s: digest([list(tasks[s][c]) for c in ("id", "tier", "task")]) for s in tasks}
     plays = {}
     for split in tasks:
         rows = [json.loads(r["task"]) for r in tasks[split].select(range(min(n, len(tasks[split]))))]
@@ -68,13 +69,13 @@ CHOICE: dict[str, Any] = dict(setting="choice", delays=[0, 8], demo_right_tool=0
 # recorded before arith and service_desk offered env_pool_with_audit
 PINS: dict[str, tuple[Any, dict[str, str], dict[str, str]]] = {
     "arith": (lambda: ArithEnv(ArithConfig()),
-              {"train": "10144054211d6d83", "heldout": "67cddb3f8d353b6a", "dev": "aee4baaa747b2749"},
+              {"train": "8764f37191205754", "heldout": "bd6b6d9d59d3a119", "dev": "1871365f69251e73"},
               {"train/main": "93dff8906a328754", "train/main/random": "009dff558822fe80",
                "heldout/main": "687db889918f6ef9", "heldout/main/random": "18d081f1dd324d90",
                "dev/main": "3d53e317e95b4bab", "dev/main/random": "585c5a3c2e66dc00"}),
     "arith-conf": (lambda: ArithEnv(ArithConfig(**ARITH_CONF)),
-                   {"train": "be0201a38fdb6b6f", "heldout": "32891ff67c4805fd", "demo": "61117c7bc4d2f62f",
-                    "dev": "6c48663de9d951e5"},
+                   {"train": "c6f43b9a2fcb042c", "heldout": "8eb38971aecdd5fd", "demo": "c779250528d8d6bb",
+                    "dev": "6ec85f925194c846"},
                    {"train/main": "8fc6f8c1981d28d4", "train/main/random": "95a4603871c76bbb",
                     "heldout/main": "6c7757e20e8b6005", "heldout/main/random": "3a0f8615dbce02ff",
                     "demo/main": "30119973e0b3aa95", "demo/main/random": "e8b73e640c356e49",
@@ -82,13 +83,13 @@ PINS: dict[str, tuple[Any, dict[str, str], dict[str, str]]] = {
     "arith-stepwise": (
         lambda: ArithEnv(ArithConfig(mode="stepwise", max_ops=4, train_size=100, heldout_size=40,
                                      dev_size=20)),
-        {"train": "4a8cd45bda328144", "heldout": "42f3234a6a3f14ad", "dev": "66d79fedf2845220"},
+        {"train": "ad7103ce30676f4f", "heldout": "d3bd352408f6f615", "dev": "e388b7f9eba24db8"},
         {"train/main": "589822a77d6d697f", "train/main/random": "61d52ac91bab5de4",
          "heldout/main": "8635791b0eda8553", "heldout/main/random": "db91ef9bdc881797",
          "dev/main": "078514af00731a63", "dev/main/random": "84faaa653812bc66"}),
     "service_desk": (
         lambda: ServiceDeskEnv(ServiceDeskConfig()),
-        {"train": "3121d6dffaa06b29", "heldout": "cdcca02a7d107ece", "dev": "33ebcbdbfbdcb3da"},
+        {"train": "219699684527079c", "heldout": "286f6cba19015b40", "dev": "70cb9e9e5bde556f"},
         {"train/main": "b11eabf55b0c7d76", "train/main/random": "9be25180351d7042",
          "train/probe": "286c174fc3905ccf", "train/probe/random": "8e3ae860c662c82b",
          "heldout/main": "823ae640262836c3", "heldout/main/random": "a13e270f0a5a253e",
@@ -97,7 +98,7 @@ PINS: dict[str, tuple[Any, dict[str, str], dict[str, str]]] = {
          "dev/probe": "13000565e314300c", "dev/probe/random": "01982ed520b97c3b"}),
     "service_desk-choice": (
         lambda: ServiceDeskEnv(ServiceDeskConfig(**CHOICE)),
-        {"train": "a5529491cd580347", "heldout": "8dd06d20ec631926", "dev": "1f068f73a21d1aaa"},
+        {"train": "abdb7edac8e9bcc1", "heldout": "73863c3ea56c813a", "dev": "5fc820060b86b6cf"},
         {"train/main": "10e4072bcb49cc3f", "train/main/random": "d0b05f491b15fefb",
          "heldout/main": "97da893988bc2ed4", "heldout/main/random": "72e814187f8a90de",
          "dev/main": "8fe2e3a134aa83f3", "dev/main/random": "bcaf77de569b3499"}),

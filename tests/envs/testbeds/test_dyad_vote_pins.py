@@ -56,7 +56,8 @@ def transcript(env: Environment, task: dict[str, Any], rng: random.Random, varia
 
 def pins(env: Environment, n: int = 20) -> tuple[dict[str, str], dict[str, str]]:
     tasks = env.task_set()
-    splits = {s: digest([tasks[s]["id"], tasks[s]["tier"], tasks[s]["task"]]) for s in tasks}
+    # whole columns as lists (a datasets Column hashed by its repr would cover its first five rows only)
+    splits = {s: digest([list(tasks[s][c]) for c in ("id", "tier", "task")]) for s in tasks}
     rows = [json.loads(r["task"]) for r in tasks["train"].select(range(n))]
     plays = {}
     for variant in env.variants():
@@ -77,23 +78,23 @@ FACTS_PLAYS = {"main/expert": "ecc3bc0fac71c435", "main/random": "a70d8077deba94
 # (environment, config file or None for the defaults) -> (split digests, transcript digests)
 PINS: dict[tuple[type[Environment], str | None], tuple[dict[str, str], dict[str, str]]] = {
     (VotingEnv, None): (
-        {"train": "2319a61039036d5b", "heldout": "2c156b3ab7e9e6cc", "dev": "d39f482013a0fcec"},
+        {"train": "d37193cdda778af8", "heldout": "0e781808a902b8d6", "dev": "a52a6fe392821be0"},
         VOTING_PLAYS),
     (VotingEnv, "voting"): (
-        {"train": "2319a61039036d5b", "heldout": "a7acbaba8b0e8b80", "dev": "25bcfe2c0edf6654"},
+        {"train": "a592d02611222459", "heldout": "3b8719c87ed27fb3", "dev": "e5976662e0d6c405"},
         VOTING_PLAYS),
     (ThinkerSolverEnv, None): (
-        {"train": "2330c3e5389b03d3", "heldout": "cf347094b529f17a", "dev": "d96e7a6bc453904d"}, FACTS_PLAYS),
+        {"train": "b93cee95be9439e2", "heldout": "659cebc57d27fc36", "dev": "d044168027f916ef"}, FACTS_PLAYS),
     (ThinkerSolverEnv, "thinker_solver"): (
-        {"train": "2330c3e5389b03d3", "heldout": "8a33ef17eac04204", "dev": "eb8a344307637617"}, FACTS_PLAYS),
+        {"train": "a86bb980bec583c7", "heldout": "dda0ee5fe16dfe30", "dev": "e2e4c8a70bb14581"}, FACTS_PLAYS),
     (ThinkerSolverEnv, "thinker_solver_freeride"): (
-        {"train": "1eb14700b8174fe0", "heldout": "d11d6a17c74440fc", "dev": "a410b4d08306889d"},
+        {"train": "94bfdb912819db58", "heldout": "53628497c99a5eec", "dev": "e733c0422fbdae77"},
         {"main/expert": "9210500ae3f38926", "main/random": "0c69db054f3e2fc7",
          "solo/expert": "e003eb1ede32baad", "solo/random": "f23e03eeb6510341",
          "empty_guidance/expert": "305cd5930d33e847", "empty_guidance/random": "9b1cd6a4e05fadbe",
          "paired/expert": "a162dd7add4b6411", "paired/random": "72f0f509ecaccc7d"}),
     (ThinkerSolverEnv, "thinker_solver_dyad"): (
-        {"train": "17ff37fde4440a8c", "heldout": "eeb020aa1af05f5a", "dev": "659ef9a5efe0bd91"},
+        {"train": "d8ab59f3714e5158", "heldout": "f0593e6e2ebac94b", "dev": "ca93888c033e9ae9"},
         {"main/expert": "badc317b644bf233", "main/random": "4e17770eae848aec",
          "solo/expert": "1d162b6f70283057", "solo/random": "c780e21d8ba47c11",
          "empty_guidance/expert": "21129f092d8269f1", "empty_guidance/random": "42b6d3575cb81aec",
