@@ -18,8 +18,9 @@ Imported only with `engine=vllm` (vLLM is an optional extra: `pip install .[gpu]
   (`collective_rpc("reload_weights")`), resets the prefix cache, then re-registers every adapter.
   `merged` (a policy of one adapter, every request for it): that adapter's LoRA merged into the base
   weights (`vllm_weights.merged_state_dict`), reloaded in place like `full`, vLLM's LoRA off, so no
-  LoRA kernel runs (SmolLM2 on this CPU, 32 rows x 16 tokens: 2.3 s a call against 14.1 s served as
-  LoRA; `bench.generation`); a request for the base model or another adapter is refused. `auto` picks
+  LoRA kernel runs (SmolLM2 on a 2-core CPU, 32 rows x 16 tokens: 1.79 s a call against 16.45 s served
+  as LoRA; results/bench/generation-vllm.json); a request for the base model or another adapter is
+  refused. `auto` picks
   `merged` for a policy of one adapter on a machine without a GPU (on a GPU vLLM's LoRA kernels cost
   little and a merged sync reloads every weight each step: ask for it with `engine.sync=merged`), else
   `full` when base parameters are trainable, else `adapter`. Besides, every
