@@ -128,7 +128,7 @@ SHARE_MAX_FRACTION = 0.75
 # The lean forward keeps each layer's attention scores and probabilities (B x H x T x S, fp32) for the
 # backward; rows whose layers would keep more than this in all run through HF's forward instead (SDPA,
 # whose memory grows with T, and the recompute of trainer.gradient_checkpointing). A tau2 row of ~6k tokens
-# on SmolLM2 (30 layers, 9 heads) would keep ~18 GB: the first small-scale IAPO step was OOM-killed so.
+# on SmolLM2 (30 layers, 9 heads) would keep ~18 GB: the first small-scale tau2 step was OOM-killed so.
 LEAN_ATTENTION_BYTES = 4 << 30
 
 

@@ -315,17 +315,25 @@ class Environment(ABC):
                              f"trainer.max_new_tokens={max_new_tokens}; "
                              f"raise model.max_length to at least {longest + max_new_tokens}")
 
+    def corpus_splits(self) -> tuple[str, ...]:
+        """The splits whose scripted episodes train the tokenizer, in order (families: the demo split's
+        chains, whose curate rows only it holds, then train)."""
+        return ("train",)
+
     def corpus(self, n: int = 400) -> Iterator[str]:
-        """Texts for training a tokenizer: full expert episodes of train tasks."""
-        tasks = self.task_set()["train"]
+        """Texts for training a tokenizer: full expert episodes of the first `n` tasks of each of
+        `corpus_splits` present, one random stream across them."""
+        tasks = self.task_set()
         rng = random.Random(0)
-        for row in tasks.select(range(min(n, len(tasks)))):
-            ep = self.new_episode(json.loads(row["task"]), rng)
-            obs: Observation | None = ep.start()
-            while obs is not None:
-                action = ep.expert_action()
-                yield obs.text + action
-                obs = ep.step(action).next
+        for split in [s for s in self.corpus_splits() if s in tasks]:
+            rows = tasks[split]
+            for row in rows.select(range(min(n, len(rows)))):
+                ep = self.new_episode(json.loads(row["task"]), rng)
+                obs: Observation | None = ep.start()
+                while obs is not None:
+                    action = ep.expert_action()
+                    yield obs.text + action
+                    obs = ep.step(action).next
 
     # ---- the check: `python -m envs check` (envs/api/check.py) --------------------------------------------
     @classmethod

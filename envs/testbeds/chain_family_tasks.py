@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from datasets import Dataset, DatasetDict
@@ -18,7 +18,6 @@ from envs.testbeds.chain_families import ROLES, STEPS, CurateEpisode, FamilyEpis
 from envs.testbeds.skill_families import parse_skill
 
 if TYPE_CHECKING:
-    from envs.api.base import Environment
     from envs.testbeds.chain_tasks import ChainTasksConfig
 
 
@@ -127,19 +126,3 @@ def scripted_chain(cfg: ChainTasksConfig, tasks: list[dict[str, Any]],
         document = CurateEpisode(curate, cfg, rng).expert_action()
         doc = " ".join(parse_skill(document, cfg.max_skill_words) or [])
     return rows
-
-
-
-def corpus(env: Environment, n: int) -> Iterator[str]:
-    """Tokenizer texts: scripted episodes of the demo split (solve and curate rows) and of train tasks."""
-    tasks = env.task_set()
-    rng = random.Random(0)
-    for split in [s for s in ("demo", "train") if s in tasks]:
-        rows = tasks[split]
-        for row in rows.select(range(min(n, len(rows)))):
-            ep = env.new_episode(json.loads(row["task"]), rng)
-            obs: Observation | None = ep.start()
-            while obs is not None:
-                action = ep.expert_action()
-                yield obs.text + action
-                obs = ep.step(action).next

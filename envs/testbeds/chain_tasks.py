@@ -76,7 +76,7 @@ in the demonstrations, so reading them is a skill the warm start has. A turn bud
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -323,9 +323,8 @@ class ChainTasksEnv(Environment):
             raise ValueError(f"chain_tasks has no episode variant {variant!r}")
         return ChainEpisode(task, self.cfg, rng)
 
-    def corpus(self, n: int = 400) -> Iterator[str]:
-        """The base's (expert episodes of train tasks); with families, the demo split's chains first."""
-        return chain_family_tasks.corpus(self, n) if self.cfg.families else super().corpus(n)
+    def corpus_splits(self) -> tuple[str, ...]:
+        return ("demo", "train") if self.cfg.families else ("train",)
 
     def provenance(self) -> dict[str, Any]:
         if not self.cfg.families:

@@ -365,19 +365,8 @@ class SkillFamiliesEnv(Environment):
             return CurateEpisode(task, self.cfg, rng)
         return SolveEpisode(task, self.cfg, rng)
 
-    def corpus(self, n: int = 400) -> Any:
-        """Tokenizer texts: scripted episodes of the demo split (solve and curate rows) and of train tasks."""
-        tasks = self.task_set()
-        rng = random.Random(0)
-        for split in [s for s in ("demo", "train") if s in tasks]:
-            rows = tasks[split]
-            for row in rows.select(range(min(n, len(rows)))):
-                ep = self.new_episode(json.loads(row["task"]), rng)
-                obs: Observation | None = ep.start()
-                while obs is not None:
-                    action = ep.expert_action()
-                    yield obs.text + action
-                    obs = ep.step(action).next
+    def corpus_splits(self) -> tuple[str, ...]:
+        return ("demo", "train")
 
     def provenance(self) -> dict[str, Any]:
         return {**super().provenance(), "demo": self.cfg.demo_size,
