@@ -4,15 +4,15 @@ split's scripted chains (`scripted_chain`) and the tokenizer's texts (`corpus`).
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from datasets import Dataset, DatasetDict
+from datasets import DatasetDict
 
 from envs.api.base import Observation
+from envs.api.families import family_splits
 from envs.testbeds.chain_apps import DAYS, NAMES
 from envs.testbeds.chain_families import ROLES, STEPS, CurateEpisode, FamilyEpisode
 from envs.testbeds.skill_families import parse_skill
@@ -80,27 +80,15 @@ def family_tasks(cfg: ChainTasksConfig) -> DatasetDict:
     rng = random.Random(f"{cfg.data_seed}/chain-families")
     play_rng = random.Random(f"{cfg.data_seed}/chain-families-demo")
     plans = tiers(cfg)
-    used: set[tuple[str, ...]] = set()
-    splits: dict[str, Dataset] = {}
-    for split, size in [("train", cfg.train_size), ("heldout", cfg.heldout_size), ("dev", cfg.dev_size),
-                        ("demo", cfg.demo_size)]:
-        if not size:
-            continue
-        rows: dict[str, list[Any]] = {"id": [], "tier": [], "task": []}
-        for f in range(size // len(plans)):
-            order = rng.sample(STEPS, cfg.family_steps)
-            while tuple(order) in used:
-                order = rng.sample(STEPS, cfg.family_steps)
-            used.add(tuple(order))
-            tasks: list[dict[str, Any]] = []
-            for plan in plans:
-                tasks.append(member(rng, cfg, f"{split}-f{f:04d}", order, plan, tasks))
-            for task in scripted_chain(cfg, tasks, play_rng) if split == "demo" else tasks:
-                rows["id"].append(f"{split}-{len(rows['id']):05d}")
-                rows["tier"].append(task["plan"])
-                rows["task"].append(json.dumps(task, sort_keys=True))
-        splits[split] = Dataset.from_dict(rows)
-    return DatasetDict(splits)
+
+    def members(family: str, order: list[str]) -> list[dict[str, Any]]:
+        tasks: list[dict[str, Any]] = []
+        for plan in plans:
+            tasks.append(member(rng, cfg, family, order, plan, tasks))
+        return tasks
+
+    return family_splits(cfg, len(plans), lambda: rng.sample(STEPS, cfg.family_steps), tuple, members,
+                         lambda tasks: scripted_chain(cfg, tasks, play_rng))
 
 
 def scripted_chain(cfg: ChainTasksConfig, tasks: list[dict[str, Any]],

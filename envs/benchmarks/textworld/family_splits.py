@@ -8,9 +8,10 @@ import json
 import random
 from typing import Any
 
-from datasets import Dataset, DatasetDict
+from datasets import DatasetDict
 
 from envs.api.base import Observation
+from envs.api.families import family_splits
 from envs.benchmarks.textworld.families import CurateEpisode, FamilyEpisode, parse_skill
 from envs.benchmarks.textworld.family_games import COLOURS, PLACE_NOUNS, THING_NOUNS, family_game, new_recipe
 from envs.benchmarks.textworld.games import TextWorldConfig
@@ -22,25 +23,9 @@ def family_tasks(cfg: TextWorldConfig, tiers: tuple[int, ...]) -> DatasetDict:
     so that the other splits do not depend on it."""
     rng = random.Random(f"{cfg.data_seed}/families")
     play_rng = random.Random(f"{cfg.data_seed}/demo-chains")
-    used: set[str] = set()
-    splits: dict[str, Dataset] = {}
-    for split, size in [("train", cfg.train_size), ("heldout", cfg.heldout_size), ("dev", cfg.dev_size),
-                        ("demo", cfg.demo_size)]:
-        if not size:
-            continue
-        rows: dict[str, list[Any]] = {"id": [], "tier": [], "task": []}
-        for f in range(size // len(tiers)):
-            recipe = new_recipe(rng, tiers)
-            while json.dumps(recipe) in used:
-                recipe = new_recipe(rng, tiers)
-            used.add(json.dumps(recipe))
-            games = [family_game(cfg, rng, f"{split}-f{f:04d}", recipe, plan) for plan in tiers]
-            for game in scripted_chain(cfg, games, play_rng) if split == "demo" else games:
-                rows["id"].append(f"{split}-{len(rows['id']):05d}")
-                rows["tier"].append(game["plan"])
-                rows["task"].append(json.dumps(game, sort_keys=True))
-        splits[split] = Dataset.from_dict(rows)
-    return DatasetDict(splits)
+    return family_splits(cfg, len(tiers), lambda: new_recipe(rng, tiers), json.dumps,
+                         lambda name, recipe: [family_game(cfg, rng, name, recipe, plan) for plan in tiers],
+                         lambda games: scripted_chain(cfg, games, play_rng))
 
 
 def scripted_chain(cfg: TextWorldConfig, games: list[dict[str, Any]],
