@@ -76,3 +76,39 @@ def play_skill(e: Any, task: dict[str, Any], actions: list[str],
         if obs is None:
             break
     return texts, result
+
+
+# ---- pins: an environment's splits and plays as digests (tests/envs/test_split_pins.py, #46's pins) ----
+def digest(obj: Any) -> str:
+    """sha256 (16 hex) of the JSON of `obj` (sorted keys; anything else as its str)."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def split_digests(env: Any) -> dict[str, str]:
+    """Each split's digest over its whole columns (id, tier, task) as lists: a datasets Column hashed
+    through str would cover its repr, the first five rows only."""
+    tasks = env.task_set()
+    return {s: digest([list(tasks[s][c]) for c in ("id", "tier", "task")]) for s in tasks}
+
+
+def transcript(env: Any, task: dict[str, Any], rng: Any, variant: str = "main", policy: str = "expert",
+               action_rng: Any = None, keep_event: Any = None,
+               drop_info: tuple[str, ...] = ()) -> list[list[Any]]:
+    """One episode played by the demonstrator (`policy="expert"`) or `env.random_action` (drawing from
+    `action_rng`, else `rng`): each turn's role, observation, new_context, action, reward, success, events
+    (those `keep_event` keeps) and info (without `drop_info`)."""
+    ep = env.new_episode(task, rng, variant)
+    obs = ep.start()
+    turns: list[list[Any]] = []
+    while obs is not None:
+        action = (ep.expert_action() if policy == "expert"
+                  else env.random_action(ep, obs, rng if action_rng is None else action_rng))
+        r = ep.step(action)
+        events = [dataclasses.asdict(e) for e in r.events if keep_event is None or keep_event(e)]
+        info = {k: v for k, v in r.info.items() if k not in drop_info}
+        turns.append([obs.role, obs.text, obs.new_context, action, r.reward, r.success, events, info])
+        obs = r.next
+    return turns

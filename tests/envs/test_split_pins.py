@@ -16,10 +16,8 @@ tests/envs/testbeds/test_planner_workers_provenance.py.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
-from dataclasses import asdict
 from typing import Any
 
 import pytest
@@ -29,10 +27,7 @@ from envs.benchmarks.textworld.env import TextWorldConfig, TextWorldEnv
 from envs.testbeds.terminal.env import TerminalConfig, TerminalEnv
 from envs.testbeds.toolhops import ToolHopsConfig, ToolHopsEnv
 from envs.testbeds.toolplan import ToolPlanConfig, ToolPlanEnv
-
-
-def digest(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+from tests.helpers import digest, split_digests, transcript
 
 
 def split_columns(env: Environment, split: str) -> list[list[Any]]:
@@ -42,27 +37,11 @@ def split_columns(env: Environment, split: str) -> list[list[Any]]:
     return [list(rows["id"]), list(rows["tier"]), list(rows["task"])]
 
 
-def split_digests(env: Environment) -> dict[str, str]:
-    return {split: digest(split_columns(env, split)) for split in env.task_set()}
-
-
-def transcript(env: Environment, task: dict[str, Any], rng: random.Random) -> list[list[Any]]:
-    ep = env.new_episode(task, rng)
-    obs: Observation | None = ep.start()
-    turns: list[list[Any]] = []
-    while obs is not None:
-        action = ep.expert_action()
-        r = ep.step(action)
-        turns.append([obs.role, obs.text, obs.new_context, action, r.reward, r.success,
-                      [asdict(e) for e in r.events if e.kind != "provenance"], r.info])
-        obs = r.next
-    return turns
-
-
 def transcripts_digest(env: Environment, n: int = 20) -> str:
     rng = random.Random(0)
     rows = env.task_set()["train"].select(range(n))
-    return digest([transcript(env, json.loads(row["task"]), rng) for row in rows])
+    return digest([transcript(env, json.loads(row["task"]), rng, keep_event=lambda e: e.kind != "provenance")
+                   for row in rows])
 
 
 # name -> (environment, split digests, transcripts digest (None: not played here))

@@ -11,44 +11,25 @@ episode variant.
 from __future__ import annotations
 
 import collections
-import hashlib
 import json
 import random
-from dataclasses import asdict
 from typing import Any
 
 import pytest
 
-from envs.api.base import Environment, Observation
+from envs.api.base import Environment
 from envs.api.protocols import AuditLabels
 from envs.registry import ENVS
 from envs.testbeds.arith import ArithConfig, ArithEnv
 from envs.testbeds.service_desk import ServiceDeskConfig, ServiceDeskEnv
 from envs.testbeds.terminal.env import TerminalConfig, TerminalEnv
-
-
-def digest(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def transcript(env: Environment, task: dict[str, Any], rng: random.Random, variant: str,
-               policy: str) -> list[list[Any]]:
-    ep = env.new_episode(task, rng, variant)
-    obs: Observation | None = ep.start()
-    turns: list[list[Any]] = []
-    while obs is not None:
-        action = ep.expert_action() if policy == "expert" else env.random_action(ep, obs, rng)
-        r = ep.step(action)
-        turns.append([obs.role, obs.text, obs.new_context, action, r.reward, r.success,
-                      [asdict(e) for e in r.events], r.info])
-        obs = r.next
-    return turns
+from tests.helpers import digest, split_digests, transcript
 
 
 def pins(env: Environment, n: int = 20) -> tuple[dict[str, str], dict[str, str]]:
     tasks = env.task_set()
     # whole columns as lists (a datasets Column hashed by its repr would cover its first five rows only)
-    splits = {s: digest([list(tasks[s][c]) for c in ("id", "tier", "task")]) for s in tasks}
+    splits = split_digests(env)
     plays = {}
     for split in tasks:
         rows = [json.loads(r["task"]) for r in tasks[split].select(range(min(n, len(tasks[split]))))]

@@ -11,42 +11,19 @@ tokenizer corpus's first 40 texts.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
-from dataclasses import asdict
-from typing import Any
 
 import pytest
 
-from envs.api.base import Observation
 from envs.testbeds.chain_tasks import ChainTasksConfig, ChainTasksEnv
-
-
-def digest(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def split_digests(env: ChainTasksEnv) -> dict[str, str]:
-    tasks = env.task_set()
-    return {s: digest([list(tasks[s]["id"]), list(tasks[s]["tier"]), list(tasks[s]["task"])]) for s in tasks}
+from tests.helpers import digest, split_digests, transcript
 
 
 def plays_digest(env: ChainTasksEnv, policy: str, n: int = 30) -> str:
     rng = random.Random(0)
-    out = []
-    for row in env.task_set()["train"].select(range(n)):
-        ep = env.new_episode(json.loads(row["task"]), rng)
-        obs: Observation | None = ep.start()
-        turns, prng = [], random.Random(7)
-        while obs is not None:
-            action = ep.expert_action() if policy == "expert" else env.random_action(ep, obs, prng)
-            r = ep.step(action)
-            turns.append([obs.role, obs.text, obs.new_context, action, r.reward, r.success,
-                          [asdict(e) for e in r.events], r.info])
-            obs = r.next
-        out.append(turns)
-    return digest(out)
+    return digest([transcript(env, json.loads(row["task"]), rng, policy=policy, action_rng=random.Random(7))
+                   for row in env.task_set()["train"].select(range(n))])
 
 
 # name -> (settings, split digests, demonstrator, random policy, corpus)

@@ -12,26 +12,20 @@ record itself is tested in tests/envs/testbeds/test_voting_replay.py.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from common.config import build_dataclass
-from envs.api.base import Environment, Observation
+from envs.api.base import Environment
 from envs.testbeds.thinker_solver import ThinkerSolverEnv
 from envs.testbeds.voting import VotingEnv
+from tests.helpers import digest, split_digests, transcript
 
 CONF = Path(__file__).resolve().parents[3] / "common" / "conf" / "env"
-
-
-def digest(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def build(cls: type[Environment], config_file: str | None) -> Environment:
@@ -39,31 +33,17 @@ def build(cls: type[Environment], config_file: str | None) -> Environment:
     return cls(build_dataclass(cls.config_class, settings, "env"))
 
 
-def transcript(env: Environment, task: dict[str, Any], rng: random.Random, variant: str,
-               policy: str) -> list[list[Any]]:
-    ep = env.new_episode(task, rng, variant)
-    obs: Observation | None = ep.start()
-    turns: list[list[Any]] = []
-    while obs is not None:
-        action = ep.expert_action() if policy == "expert" else env.random_action(ep, obs, rng)
-        r = ep.step(action)
-        info = {k: v for k, v in r.info.items() if k != "record"}
-        turns.append([obs.role, obs.text, obs.new_context, action, r.reward, r.success,
-                      [asdict(e) for e in r.events], info])
-        obs = r.next
-    return turns
-
-
 def pins(env: Environment, n: int = 20) -> tuple[dict[str, str], dict[str, str]]:
     tasks = env.task_set()
     # whole columns as lists (a datasets Column hashed by its repr would cover its first five rows only)
-    splits = {s: digest([list(tasks[s][c]) for c in ("id", "tier", "task")]) for s in tasks}
+    splits = split_digests(env)
     rows = [json.loads(r["task"]) for r in tasks["train"].select(range(n))]
     plays = {}
     for variant in env.variants():
         for policy in ("expert", "random"):
             rng = random.Random(0)
-            plays[f"{variant}/{policy}"] = digest([transcript(env, t, rng, variant, policy) for t in rows])
+            played = [transcript(env, t, rng, variant, policy, drop_info=("record",)) for t in rows]
+            plays[f"{variant}/{policy}"] = digest(played)
     return splits, plays
 
 
