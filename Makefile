@@ -92,7 +92,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # the next (measured: CANOPY's smoke run, entropy 0.4911961378 vs 0.4911961400 at step 3, two hash seeds)
 export PYTHONHASHSEED ?= 0
 
-.PHONY: help setup test test-fast replicate-% design-% paper verify bench lint status collect slurm-up slurm-down clean
+.PHONY: help setup test test-fast replicate-% design-% compare-design paper verify bench lint status collect slurm-up slurm-down clean
 
 help:
 	@echo "make setup                 create .venv and install the suite (VLLM=1 adds the vLLM CPU build)"
@@ -101,6 +101,7 @@ help:
 	@echo "make tune-<method>         the same dev-split sweep for every arm (GRID=trainer.lr=5e-4,1e-3 SEEDS=0)"
 	@echo "make new-method NAME=<name> scaffold replications/<name>/ (runs as GRPO until its hooks are edited)"
 	@echo "make compare               every method on every env where it applies, GRPO beside it (ENVS= METHODS= SCALE= SEEDS=)"
+	@echo "make compare-design        can each compare cell tell? GRPO learns on dev, each method separated from it"
 	@echo "make paper                 rebuild paper/REPORT.md, tables and figures from results/ (OUT=<folder>: yours)"
 	@echo "make evaluate RUN=<run>    a run's exported adapters evaluated again (SPLIT=; or ADAPTER=<dir> ENV=)"
 	@echo "make plan-memory           per-GPU memory plan of every paper scale (METHOD= GPU_GB=80,141 ARGS=)"
@@ -179,6 +180,14 @@ compare: setup
 	  $(if $(strip $(SEEDS)),--seeds '$(strip $(SEEDS))') $(if $(filter 0,$(strip $(WAIT))),--no-wait) \
 	  $(if $(strip $(DRY_RUN)),--dry-run) $(if $(strip $(PROFILE)),--profile $(strip $(PROFILE))) \
 	  $(if $(strip $(FORCE)),--force) $(if $(strip $(OUT)),--out-dir '$(strip $(OUT))') $(ARGS)
+
+# can each cell of the head to head tell? GRPO's dev pilot per column, each method's separation from GRPO on a
+# shared batch (experiments/compare_design.py): results/compare/design-<scale>.json, which greys REPORT's matrix
+.PHONY: compare-design
+compare-design: setup
+	@$(PY) -m experiments.compare_design --scale $(strip $(SCALE)) \
+	  $(if $(strip $(ENVS)),--envs '$(strip $(ENVS))') $(if $(strip $(METHODS)),--methods '$(strip $(METHODS))') \
+	  $(if $(strip $(OUT)),--out '$(strip $(OUT))')
 
 # a new method's folder, CARD.md and registry line (scripts/new_method.py); no NAME: the usage
 .PHONY: new-method

@@ -6,7 +6,9 @@
     python -m experiments.compare --cluster slurm --no-wait
 
 **Where a method runs.** The environments are `experiments/compare.yaml` (env tag -> environment and
-the *home* replication arm whose scale sets the budget there). A method runs on an environment when
+the *home* replication arm whose scale sets the budget there; a column may add Hydra `overrides`, composed
+after the home's `scale=`, `arm=`, to be another setting of the environment, and `scales`, the home's scale
+whose budget it takes at each compare scale, existing at those only). A method runs on an environment when
 everything it `needs` (a class attribute of its Method) is in what the environment class `offers`
 (envs/api/features.py): `applicable`. GRPO and CANOPY need nothing, so they run everywhere; with
 `--methods` naming others, GRPO runs only beside them, and the matrix shows only the environments where
@@ -19,7 +21,7 @@ home's (`RECIPE`: its `method.*` settings from its compare arm, `Method.compare_
 and model settings that define the method rather than the budget). The config is written as Hydra
 overrides of the method's own tree and checked to compose back to exactly that config
 (`experiments.compare_config`). The method runs its compare arm; GRPO runs its `grpo` arm, on the
-same seeds (the home replication's seeds at the scale, or `--seeds`), paired by seed.
+same seeds (the home replication's seeds at the home's scale, or `--seeds`), paired by seed.
 
 **Equal steps** cells go to `<out_dir>/compare/steps/<method>/<env>/<arm>/seed-<k>/` (out_dir: the
 scale's, `results/` at cpu, `runs/smoke/` at smoke). A cell whose config equals a finished run of the
@@ -67,6 +69,7 @@ from experiments.compare_config import (
     applicable,
     compare_arm,
     home_env,
+    home_seeds,
     hydra_value,
     load_settings,
     matrix,
@@ -92,9 +95,8 @@ TOKEN_TOLERANCE = 0.10  # as paper/claims.py: generated tokens differing by more
 __all__ = [
     "BASELINE", "COMPARE_FILE", "RECIPE", "STEPS_DIR", "TOKENS_DIR", "TOKEN_TOLERANCE", "CompareCell", "Plan",
     "Setting", "applicable", "cells_for", "compare_arm", "compare_tables", "generated_tokens", "hydra_value",
-    "home_env", "link_reused", "load_settings", "main", "matrix", "matrix_text", "overrides_for",
-    "parse_args",
-    "plan", "reusable", "target_config", "token_cells", "estimate_line",
+    "home_env", "home_seeds", "link_reused", "load_settings", "main", "matrix", "matrix_text",
+    "overrides_for", "parse_args", "plan", "reusable", "target_config", "token_cells", "estimate_line",
 ]
 
 
@@ -102,14 +104,14 @@ __all__ = [
 def plan_data(scale: str) -> dict[str, Any]:
     """The whole comparison at `scale` as declared, whatever --envs and --methods chose to run: every
     method of the registry, every env tag of compare.yaml (in its order), where each method applies
-    and each env's seeds (the home replication's at `scale`): the paper's matrix and its missing cells."""
+    and each env's seeds (the home's at its scale for `scale`): the paper's matrix and its missing cells."""
     from replications import METHODS
 
     settings = load_settings()
     applies = matrix(list(METHODS), settings, scale)
     return {"scale": scale, "baseline": BASELINE, "methods": list(METHODS), "envs": list(settings),
             "applies": {m: {t: applies[m, t] for t in settings} for m in METHODS},
-            "seeds": {t: list(load_replication(s.home).seeds.get(scale, [])) for t, s in settings.items()}}
+            "seeds": {t: home_seeds(s, scale) or [] for t, s in settings.items()}}
 
 
 def write_plan(out_root: str | Path, scale: str) -> Path:
@@ -168,7 +170,7 @@ def plan(scale: str, envs: list[str] | None = None, methods: list[str] | None = 
         if unknown:
             raise ValueError(f"ENVS: {unknown} not in experiments/compare.yaml; "
                              f"choose from {', '.join(settings)}")
-        settings = {t: s for t, s in settings.items() if t in envs or s.env in envs}
+        settings = {t: s for t, s in settings.items() if t in envs or s.env in envs and s.env not in settings}
     chosen = methods or list(METHODS)
     unknown = [m for m in chosen if m not in METHODS]
     if unknown:
@@ -185,9 +187,9 @@ def plan(scale: str, envs: list[str] | None = None, methods: list[str] | None = 
             else:
                 del settings[tag]
             continue
-        home = load_replication(s.home)
-        if scale not in home.seeds:
-            skipped.append(f"{tag}: {s.home} (the budget's home) has no scale {scale}")
+        column_seeds = home_seeds(s, scale)  # the home replication's at the scale of the column's budget
+        if column_seeds is None:
+            skipped.append(f"{tag}: {s.absent(scale)}")
             continue
         for m in chosen:
             if not applicable(m, s.env, env_settings):
@@ -195,7 +197,7 @@ def plan(scale: str, envs: list[str] | None = None, methods: list[str] | None = 
             if scale not in load_replication(m).seeds:
                 skipped.append(f"{m} on {tag}: {m} has no scale {scale}")
                 continue
-            cells += cells_for(m, s, scale, seeds if seeds is not None else home.seeds[scale], compare_arm(m),
+            cells += cells_for(m, s, scale, seeds if seeds is not None else column_seeds, compare_arm(m),
                                STEPS_DIR, extra, out_root=out_root)
     return Plan(cells, skipped, settings, chosen, out_root, scale)
 
@@ -293,8 +295,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m experiments.compare", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", default="cpu")
-    p.add_argument("--envs", default=None,
-                   help="comma-separated env tags or names of compare.yaml (default: all)")
+    p.add_argument("--envs", default=None, help="comma-separated env tags of compare.yaml (that column) or "
+                   "environment names (all their columns; a tag is its column only; default: all)")
     p.add_argument("--methods", default=None, help="comma-separated methods (default: all; GRPO always runs)")
     p.add_argument("--cluster", default="local", choices=["local", "slurm"])
     p.add_argument("--seeds", type=seed_list, default=None,
@@ -389,7 +391,6 @@ def main(argv: list[str] | None = None) -> int:
     for f in failures:
         print(f"\n[compare] FAILED {f}", file=sys.stderr)
     return 1 if failures else 0
-
 
 
 if __name__ == "__main__":

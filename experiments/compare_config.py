@@ -1,8 +1,9 @@
 """What `make compare` runs, as configs: the environments of the comparison (`compare.yaml`: env tag
--> environment and the home replication arm whose scale sets the budget there), which methods apply
-where (`applicable`, `matrix`), the arm a method runs (`compare_arm`), and one cell's config: the
-home arm's budget with the method's recipe (`RECIPE`), written as Hydra overrides of the method's
-own tree and checked to compose back to exactly that config (`target_config`, `overrides_for`).
+-> environment and the home replication arm whose scale sets the budget there, optionally with Hydra
+`overrides` after the home's `scale=`, `arm=` and `scales`, the home's scale per compare scale: `Setting`),
+which methods apply where (`applicable`, `matrix`), the arm a method runs (`compare_arm`), and one cell's
+config: the home arm's budget with the method's recipe (`RECIPE`), written as Hydra overrides of the
+method's own tree and checked to compose back to exactly that config (`target_config`, `overrides_for`).
 `experiments.compare` plans, reuses and runs the cells.
 """
 
@@ -17,13 +18,14 @@ from typing import Any
 import yaml
 
 from common.util import dotted_get, dotted_set, flatten
-from experiments.replicate import _plain_config, load_replication
+from experiments.replicate import RESERVED, _plain_config, load_replication
 
 COMPARE_FILE = Path(__file__).resolve().parent / "compare.yaml"
 # what a method brings to an environment; everything else of a cell's config is the home arm's budget
 RECIPE = ("method", "trainer.ppo_epochs", "trainer.minibatches", "trainer.clip_low", "trainer.clip_high",
           "trainer.loss_agg", "trainer.entropy_coef", "trainer.kl", "model.roles", "model.default_adapter",
           "model.frozen_adapters")
+OPTIONAL = ("overrides", "scales")  # a column's optional keys in compare.yaml
 
 
 @dataclass(frozen=True)
@@ -33,18 +35,49 @@ class Setting:
     tag: str  # the env tag: results folder and matrix column
     env: str  # the environment's name in envs.registry.ENVS
     home: str  # the method whose replication arm sets the budget
-    arm: str
+    arm: str  # that arm (`default`: the home's scale alone, no arm's settings)
+    overrides: tuple[str, ...] = ()  # Hydra overrides after `scale=`, `arm=` where the home is composed
+    scales: tuple[tuple[str, str], ...] = ()  # (compare scale, the home's scale); none: the same scale
+
+    def home_scale(self, scale: str) -> str | None:
+        """The home's scale whose budget the column has at compare scale `scale` (None: no column there)."""
+        return dict(self.scales).get(scale) if self.scales else scale
+
+    def home_overrides(self, scale: str) -> tuple[str, ...]:
+        """What composes the home's config for compare scale `scale` (a scale it has: `home_seeds`)."""
+        return (f"scale={self.home_scale(scale)}", f"arm={self.arm}", *self.overrides)
+
+    def absent(self, scale: str) -> str:
+        """Why the column has no cells at compare scale `scale` (its home has no budget for it)."""
+        if self.home_scale(scale) is None:
+            named = ", ".join(f"{s} ({self.home}'s scale {h})" for s, h in self.scales)
+            return f"compare.yaml's scales give it a budget at compare scale {named} only"
+        return f"{self.home} (the budget's home) has no scale {self.home_scale(scale)}"
 
 
 def load_settings(path: Path = COMPARE_FILE) -> dict[str, Setting]:
     data = yaml.safe_load(path.read_text()) or {}
     out = {}
     for tag, s in (data.get("envs") or {}).items():
-        missing = {"env", "home", "arm"} - set(s or {})
-        if missing:
-            raise ValueError(f"{path}: env {tag!r} lacks {sorted(missing)}")
-        out[tag] = Setting(tag, s["env"], s["home"], s["arm"])
+        keys = set(s or {})
+        missing, unknown = {"env", "home", "arm"} - keys, keys - {"env", "home", "arm", *OPTIONAL}
+        if missing or unknown:
+            raise ValueError(f"{path}: env {tag!r} lacks {sorted(missing)} or has unknown {sorted(unknown)}")
+        overrides = tuple(str(o) for o in s.get("overrides") or ())
+        moved = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in RESERVED]
+        if moved:
+            raise ValueError(f"{path}: env {tag!r}: overrides {moved} set what compare.yaml's home, arm and "
+                             "scales (or the cell) set")
+        scales = tuple((str(k), str(v)) for k, v in (s.get("scales") or {}).items())
+        out[tag] = Setting(tag, s["env"], s["home"], s["arm"], overrides, scales)
     return out
+
+
+def home_seeds(setting: Setting, scale: str) -> list[int] | None:
+    """The column's seeds at compare scale `scale`: the home replication's at the scale that sets the budget
+    (None: the column has no budget at `scale`)."""
+    at, seeds = setting.home_scale(scale), load_replication(setting.home).seeds
+    return list(seeds[at]) if at in seeds else None
 
 
 def compare_arm(method: str) -> str:
@@ -71,11 +104,11 @@ def applicable(method: str, env: str, settings: dict[str, Any] | None = None) ->
 
 
 def home_env(setting: Setting, scale: str) -> dict[str, Any] | None:
-    """The resolved `env` config of the column's home arm at `scale` (None when the home has no such
-    scale): what the column's environment is, so what it offers."""
-    if scale not in load_replication(setting.home).seeds:
+    """The resolved `env` config of the column's home arm at `scale`, with the column's overrides (None when
+    the column has no budget at `scale`): what the column's environment is, so what it offers."""
+    if home_seeds(setting, scale) is None:
         return None
-    return dict(_plain_config(setting.home, (f"scale={scale}", f"arm={setting.arm}"))["env"])
+    return dict(_plain_config(setting.home, setting.home_overrides(scale))["env"])
 
 
 def matrix(methods: list[str], settings: dict[str, Setting],
@@ -115,11 +148,17 @@ def target_config(method: str, setting: Setting, scale: str, arm: str, out_sub: 
                   out_root: str | None = None) -> dict[str, Any]:
     """The cell's config (seed 0): the home arm's budget, the method's recipe, `arm` as its name; its records
     under `<out_root>/<out_sub>` (out_root: the scale's out_dir unless given)."""
-    home = _config(setting.home, (f"scale={scale}", f"arm={setting.arm}"))
+    at = setting.home_scale(scale)
+    if home_seeds(setting, scale) is None:
+        raise ValueError(f"compare.yaml: {setting.tag}: {setting.absent(scale)}")
+    home = _config(setting.home, setting.home_overrides(scale))
     found = home["env"].get("tag") or home["env"]["name"]
     if home["env"]["name"] != setting.env or found != setting.tag:
         raise ValueError(f"compare.yaml: {setting.tag} says env {setting.env}, but {setting.home}'s arm "
-                         f"{setting.arm} at scale={scale} plays env {home['env']['name']} with tag {found}")
+                         f"{setting.arm} at scale={at} plays env {home['env']['name']} with tag {found}")
+    if at != scale and home["scale"] != scale:
+        raise ValueError(f"compare.yaml: {setting.tag} at scale {scale}: {setting.home}'s scale {at} "
+                         f"is scale {home['scale']}")
     own = _config(method, (f"scale={scale}", f"arm={arm}"))
     target = home
     for key in RECIPE:

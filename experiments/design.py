@@ -212,23 +212,11 @@ def separation_of(spec: ClaimSpec, method: str, scale: str, cache: dict[str, Any
         if oracle and difference_kind(cfgs[treated], asdict(arm_config(method, oracle, scale))) == "credit":
             compared.append(oracle)  # figures only: is the treated credit more than the oracle's signal?
         methods = {arm: arm_method(method, arm, scale) for arm in compared}
-        values = {}
-        for arm, m in methods.items():
-            adv = advantages_of(m, batch)  # once per arm (it was once per turn: SHARP's check never ended)
-            values[arm] = np.array([adv.scalar(k) for k in batch.keys])
         n = pieces.cfg.trainer.tasks_per_step
-        snr = {arm: signal_to_noise(values[arm], label, batch, n) for arm in values}
-        out["correlation"] = correlation(values[treated], values[control])
-        cells = cells_of(batch, methods[treated].agent_of)  # a pair: one group's rollouts of one agent
-        out["reversals"] = reversal_share(values[treated], values[control], cells)
-        if oracle in values:
-            out["oracle_correlation"] = correlation(values[treated], values[oracle])
-            out["oracle_reversals"] = reversal_share(values[treated], values[oracle], cells)
-        out["credit_gap"] = {arm: credit_gap(values[arm], label) for arm in values}
-        out["snr"] = snr
-        out["snr_ratio"] = snr[treated] / snr[control] if snr[control] not in (0, None) else float("nan")
-        close = out["correlation"] > CORRELATION_MAX and abs(out["snr_ratio"] - 1) < SNR_BAND
-        out["pass"] = not close
+        out.update(credit_separation(methods, treated, control, label, batch, n))
+        if oracle in methods:
+            out["oracle_correlation"], out["oracle_reversals"] = out.pop("_vs")[oracle]
+        out.pop("_vs", None)
     elif kind == "schedule":  # the update is made with the multi-pass arm's schedule, whichever side it is on
         multi = schedule_arm({arm: cfgs[arm] for arm in (treated, control)})
         out["arm"] = multi
@@ -246,6 +234,29 @@ def separation_of(spec: ClaimSpec, method: str, scale: str, cache: dict[str, Any
         out["pass"] = not abs(ratio - 1) < SAMPLING_BAND
     else:
         out["pass"] = None  # the arms differ in the objective (KL, aggregation): no same-batch figure
+    return out
+
+
+def credit_separation(methods: dict[str, Any], treated: str, control: str, label: np.ndarray, batch: Any,
+                      n: int) -> dict[str, Any]:
+    """The credit figures of `treated` against `control` on one shared batch (`methods`: name -> the
+    Method whose credit each uses; more names: figures against them too, under `_vs`): correlation,
+    reversals, credit gaps, signal-to-noise and its ratio, and the gate (`pass`: not a design null)."""
+    values = {}
+    for name, m in methods.items():
+        adv = advantages_of(m, batch)  # once per arm (it was once per turn: SHARP's check never ended)
+        values[name] = np.array([adv.scalar(k) for k in batch.keys])
+    snr = {name: signal_to_noise(values[name], label, batch, n) for name in values}
+    cells = cells_of(batch, methods[treated].agent_of)  # a pair: one group's rollouts of one agent
+    out: dict[str, Any] = {"correlation": correlation(values[treated], values[control]),
+                           "reversals": reversal_share(values[treated], values[control], cells),
+                           "credit_gap": {name: credit_gap(values[name], label) for name in values},
+                           "snr": snr}
+    out["snr_ratio"] = snr[treated] / snr[control] if snr[control] not in (0, None) else float("nan")
+    out["_vs"] = {name: (correlation(values[treated], values[name]),
+                         reversal_share(values[treated], values[name], cells))
+                  for name in values if name not in (treated, control)}
+    out["pass"] = not (out["correlation"] > CORRELATION_MAX and abs(out["snr_ratio"] - 1) < SNR_BAND)
     return out
 
 

@@ -47,6 +47,11 @@ class Pieces:
 
 
 def build(method: str, arm: str, scale: str, work: Path) -> Pieces:
+    return build_from(arm_config(method, arm, scale))
+
+
+def build_from(cfg: Any) -> Pieces:
+    """The warm-started policy of a composed config (`arm_config`, or a compare cell's on dev)."""
     import torch
 
     from common.chat import ChatFormat
@@ -58,7 +63,6 @@ def build(method: str, arm: str, scale: str, work: Path) -> Pieces:
     from common.warmstart import warm_started_base
     from replications import METHODS
 
-    cfg = arm_config(method, arm, scale)
     r = resolve(cfg, METHODS)
     torch.manual_seed(cfg.seed)
     tokenizer, base, _ = warm_started_base(cfg.model, cfg.sft, r.env, cfg.seed, cfg.work_dir, progress=False)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 
 from experiments import compare
-from experiments.compare import applicable, estimate_line, load_settings, matrix_text, plan
+from experiments.compare import applicable, estimate_line, home_env, load_settings, matrix_text, plan
 
 
 def test_grpo_runs_only_beside_the_chosen_methods():
     """METHODS=iapo planned GRPO on all 8 environments, most of which IAPO did not apply to."""
-    homes = [t for t, s in load_settings().items() if applicable("iapo", s.env)]
+    homes = [t for t, s in load_settings().items() if applicable("iapo", s.env, home_env(s, "smoke"))]
     p = plan("smoke", methods=["iapo"], seeds=[0])
     assert list(p.settings) == homes and {c.env for c in p.cells} == set(homes)
     assert {c.method for c in p.cells} == {"grpo", "iapo"} and not p.skipped

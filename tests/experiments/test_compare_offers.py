@@ -38,4 +38,5 @@ def test_a_pool_offers_its_audit_only_with_defects_in_it():
     assert not applicable("river", "arith", {"share_reject": 0.0})
     assert applicable("river", "arith", {"share_reject": 0.1})
     applies = matrix(["river"], load_settings())
-    assert [t for (m, t), a in applies.items() if a] == ["terminal"]  # no column has a defective pool yet
+    # the defective pools are the columns whose overrides choose them (#46); arith's own column stays clean
+    assert [t for (m, t), a in applies.items() if a] == ["terminal", "arith-defects", "service_desk-defects"]
