@@ -14,8 +14,8 @@ so the outputs always match the results. Invalid runs (listed in the report, nev
 that do not parse and claims or tables that cannot be evaluated are warnings on stderr; `--strict`
 makes them exit 1.
 
-`results/compare/` (`make compare`'s runs and its plan, `plan-<scale>.json`) is read by
-paper/head_to_head.py: the head-to-head section.
+`results/compare/` (`make compare`'s runs, its plan, `plan-<scale>.json`, and `make compare-design`'s
+design check, `design-<scale>.json`) is read by paper/head_to_head.py: the head-to-head section.
 
 `method_tables(method, results)` is one method's section alone, as `make replicate-<method>`
 prints it after its runs.

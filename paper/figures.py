@@ -297,9 +297,12 @@ def matrix_figure(methods: list[str], results: Results, cards: dict[str, Card], 
 
 # ---- verdicts as categories (the head-to-head matrix, paper/head_to_head.py) ------------------------
 # Okabe-Ito colours (safe for colour-blind readers); every cell also names its category in words.
+# "testbed cannot tell": a cell the head to head's design check greys (void or design null: not counted),
+# a darker grey than "n/a" (the method does not apply), with its gate written in the cell.
 CATEGORY_COLORS = {
     "holds": "#009E73", "opposite": "#D55E00", "no effect": "#56B4E9", "inconclusive": "#F0E442",
-    "void": "#CC79A7", "design null": "#0072B2", "missing": "#FFFFFF", "n/a": "#DDDDDD",
+    "void": "#CC79A7", "design null": "#0072B2", "testbed cannot tell": "#999999", "missing": "#FFFFFF",
+    "n/a": "#DDDDDD",
 }
 DARK_CATEGORIES = {"opposite", "design null", "holds"}  # white text on these
 

@@ -22,18 +22,19 @@ Per environment:
 was set before any head-to-head run, as a card's margin is. The matrix figure shows every method
 (rows) against every environment of experiments/compare.yaml (columns), each cell coloured by its
 verdict against GRPO (a category, with a legend) with the difference, its interval and the pairs
-written in it; grey where the method does not apply, "missing" where it applies and has no run.
+written in it; grey where the method does not apply, "missing" where it applies and has no run. The
+design check (`<results>/compare/design-<scale>.json`, paper/compare_design.py) is shown beside each verdict;
+a cell whose testbed cannot tell (void, design null) is greyed with its reason and not counted.
 
 Which methods and environments, where each method applies and how many seeds each environment runs
 are read from `<results>/compare/plan-<scale>.json`, the plan `make compare` leaves there as data
-(experiments/compare.py: `write_plan`; the cpu scale's is committed): this module imports neither the
-runner nor the methods. Without that file the section says so and draws no matrix; a file that is not
-a plan is also a problem `--strict` fails on.
+(experiments/compare.py: `write_plan`; the cpu scale's is committed; paper/compare_plan.py reads it):
+this module imports neither the runner nor the methods. Without that file the section says so and draws
+no matrix; a file that is not a plan is also a problem `--strict` fails on.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Collection
@@ -45,13 +46,23 @@ from matplotlib.figure import Figure
 
 from common import stats
 from paper.claims import INCONCLUSIVE, pair_verdict, seeds_for_margin, table_verdict, verdict_note
+from paper.compare_design import (
+    CompareDesign,
+    cell_text,
+    columns,
+    design_path,
+    figure_cell,
+    read_design,
+    summary,
+)
+from paper.compare_plan import BASELINE, ComparePlan, only, plan_path, read_plan
+from paper.compare_plan import load_plan as load_plan  # re-exported: the plan's reader
 from paper.load import Results, Run, load_results
 from paper.tables import Table, fmt, fmt_ci
 
 MARGIN = 0.05
 METRIC = "mean@k"
 TOKEN_TOLERANCE = 0.10
-BASELINE = "grpo"
 N_BOOT = 2000
 
 
@@ -158,54 +169,6 @@ def load_compare(root: Path) -> tuple[Results, dict[str, Results]]:
     return steps, tokens
 
 
-@dataclass(frozen=True)
-class ComparePlan:
-    """What `make compare` plans at one scale, as it left it in `<results>/compare/plan-<scale>.json`
-    (experiments/compare.py, `write_plan`): the matrix's rows and columns, where each method applies and
-    each env's seeds (the home replication's at the scale)."""
-
-    methods: list[str]  # GRPO first, then alphabetically
-    envs: list[str]  # env tags, in experiments/compare.yaml's order
-    applies: dict[tuple[str, str], bool]  # (method, env tag) -> whether the method runs there
-    seeds: dict[str, int]  # env tag -> how many seeds the comparison runs there
-
-
-def plan_path(root: Path, scale: str) -> Path:
-    return root / "compare" / f"plan-{scale}.json"
-
-
-def _names(value: object, what: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-        raise ValueError(f"{what} is not a list of names")
-    return value
-
-
-def load_plan(root: Path, scale: str) -> ComparePlan | None:
-    """The plan at `scale`, None when there is none; ValueError (one line) when the file is not one."""
-    path = plan_path(root, scale)
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"not readable JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
-    if data.get("scale") != scale:
-        raise ValueError(f"its scale is {data.get('scale')!r}, not {scale!r}")
-    methods, envs = _names(data.get("methods"), "methods"), _names(data.get("envs"), "envs")
-    applies, seeds = data.get("applies"), data.get("seeds")
-    if not isinstance(applies, dict) or not all(
-            isinstance(applies.get(m), dict) and all(isinstance(applies[m].get(e), bool) for e in envs)
-            for m in methods):
-        raise ValueError("applies does not say for every method and env whether the method applies")
-    if not isinstance(seeds, dict) or not all(
-            isinstance(seeds.get(e), list) and all(type(s) is int for s in seeds[e]) for e in envs):
-        raise ValueError("seeds does not list the seeds of every env")
-    return ComparePlan(sorted(methods, key=lambda m: (m != BASELINE, m)), envs,
-                {(m, e): applies[m][e] for m in methods for e in envs}, {e: len(seeds[e]) for e in envs})
-
-
 def _cell(v: Versus | str | None) -> str:
     if v is None:
         return "—"
@@ -214,40 +177,45 @@ def _cell(v: Versus | str | None) -> str:
     return f"{fmt_ci(v.diff, signed=True)} n={v.n}: {v.verdict}" + (f" ({v.note})" if v.note else "")
 
 
-def tables(comparisons: list[EnvComparison], scale: str) -> list[Table]:
+def tables(comparisons: list[EnvComparison], scale: str, design: CompareDesign | None = None) -> list[Table]:
+    """The per-environment tables; with `design`, each row's design check (a pair: its greyed cells)."""
     out = []
     rows = []
+    head, col, pair_col = columns(design)
     for c in comparisons:
         for m, v in c.vs_grpo_steps.items():
             rows.append([c.env, m, f"{fmt(c.tokens[m] / 1e3)}k vs {fmt(c.tokens[BASELINE] / 1e3)}k", _cell(v),
-                         _cell(c.vs_grpo_tokens.get(m))])
+                         _cell(c.vs_grpo_tokens.get(m)), *col(m, c.env)])
     out.append(Table(f"compare-vs-grpo-{scale}",
                      f"Each method minus GRPO, final held-out {METRIC}, paired by seed "
                      f"(scale {scale}, margin {MARGIN})",
                      ["env", "method", "generated tokens (method vs GRPO)", "equal steps",
-                      "equal generated tokens"], rows))
+                      "equal generated tokens", *head], rows))
     rows = []
     for c in comparisons:
         for v in c.pairs:
             ratio = c.tokens[v.a] / c.tokens[v.b] if c.tokens[v.b] else math.nan
             flag = "" if np.isfinite(ratio) and abs(ratio - 1) <= TOKEN_TOLERANCE else f"tokens {ratio:.2f}x"
-            rows.append([c.env, f"{v.a} − {v.b}", _cell(v), flag or "—"])
+            rows.append([c.env, f"{v.a} − {v.b}", _cell(v), flag or "—", *pair_col(v.a, v.b, c.env)])
     out.append(Table(f"compare-pairs-{scale}", f"Every pair of methods at equal RL steps (scale {scale})",
-                     ["env", "pair", "difference [95% CI], verdict", "tokens differ"], rows))
+                     ["env", "pair", "difference [95% CI], verdict", "tokens differ", *head], rows))
     rows = []
     for c in comparisons:
         for i, (m, mean, (lo, hi), p1) in enumerate(c.ranking, 1):
             rank = "—" if math.isnan(lo) else (f"{lo:.0f}" if lo == hi else f"{lo:.0f}–{hi:.0f}")
-            rows.append([c.env, str(i), m, fmt_ci(mean), str(len(c.scores[m])), rank, fmt(p1)])
+            rows.append([c.env, str(i), m, fmt_ci(mean), str(len(c.scores[m])), rank, fmt(p1),
+                         *col(m, c.env)])
     out.append(Table(f"compare-ranking-{scale}",
                      f"Ranking per environment by final held-out {METRIC} (scale {scale})",
                      ["env", "rank", "method", f"{METRIC} [95% CI]", "seeds", "rank 95% interval",
-                      "P(first)"], rows))
+                      "P(first)", *head], rows))
     return out
 
 
-def matrix_table(comparisons: list[EnvComparison], scale: str, plan: ComparePlan) -> tuple[Table, list[str]]:
-    """Methods x environments: the difference to GRPO at equal steps, n/a, or what is missing."""
+def matrix_table(comparisons: list[EnvComparison], scale: str, plan: ComparePlan,
+                 design: CompareDesign | None = None) -> tuple[Table, list[str]]:
+    """Methods x environments: the difference to GRPO at equal steps and its design check, n/a, or what is
+    missing."""
     methods, envs, applies, seeds = plan.methods, plan.envs, plan.applies, plan.seeds
     by_env = {c.env: c for c in comparisons}
     rows, missing = [], []
@@ -261,11 +229,13 @@ def matrix_table(comparisons: list[EnvComparison], scale: str, plan: ComparePlan
             elif have == 0:
                 row.append("missing")
                 missing.append(f"{m} on {e}")
-            elif m == BASELINE:
-                row.append(f"{fmt_ci(stats.t_interval(list(c.scores[m].values())))} (baseline)" if c else "—")
+            elif m == BASELINE and c:
+                base = f"{fmt_ci(stats.t_interval(list(c.scores[m].values())))} (baseline)"
+                row.append(cell_text(base, base, design, m, e))
+            elif (v := c.vs_grpo_steps.get(m) if c else None) is not None:
+                row.append(cell_text(_cell(v), f"{fmt_ci(v.diff, signed=True)} n={v.n}", design, m, e))
             else:
-                v = c.vs_grpo_steps.get(m) if c else None
-                row.append(_cell(v) if v else "no GRPO runs")
+                row.append("no GRPO runs")
             if applies[m, e] and 0 < have < seeds[e]:
                 row[-1] += f" [{have} of {seeds[e]} seeds]"
                 missing.append(f"{m} on {e}: {have} of {seeds[e]} seeds")
@@ -274,11 +244,11 @@ def matrix_table(comparisons: list[EnvComparison], scale: str, plan: ComparePlan
                  f"(scale {scale}); n/a: the method does not apply", ["method", *envs], rows), missing
 
 
-def matrix_cells(comparisons: list[EnvComparison], plan: ComparePlan) -> tuple[list[str], list[list[str]],
-                                                                              list[list[str]]]:
+def matrix_cells(comparisons: list[EnvComparison], plan: ComparePlan, design: CompareDesign | None = None
+                 ) -> tuple[list[str], list[list[str]], list[list[str]]]:
     """The figure's cells, methods (GRPO aside) x the plan's envs: each cell's category (its verdict
-    against GRPO at equal steps, "missing" or "n/a") and its text (the estimate [95% t interval], the
-    pairs and the verdict)."""
+    against GRPO at equal steps, CANNOT_TELL where the design check greys it, "missing" or "n/a") and its
+    text (the estimate [95% t interval], the pairs and the verdict or the gate; the gate beside a verdict)."""
     methods = [m for m in plan.methods if m != BASELINE]
     by_env = {c.env: c for c in comparisons}
     category = [["n/a" for _ in plan.envs] for _ in methods]
@@ -291,31 +261,34 @@ def matrix_cells(comparisons: list[EnvComparison], plan: ComparePlan) -> tuple[l
             if v is None:
                 category[i][j] = text[i][j] = "missing"
                 continue
-            category[i][j] = v.verdict
             ci = "" if math.isnan(v.diff[1]) else f"\n[{v.diff[1]:+.2f}, {v.diff[2]:+.2f}]"
-            text[i][j] = f"{v.diff[0]:+.3f}{ci}\nn={v.n}: {v.verdict}"
+            estimate = f"{v.diff[0]:+.3f}{ci}\nn={v.n}"
+            category[i][j], text[i][j] = figure_cell(estimate, v.verdict, design, m, e)
     return methods, category, text
 
 
-def matrix_plot(comparisons: list[EnvComparison], scale: str, plan: ComparePlan) -> Figure:
-    """`matrix_figure`'s figure: each cell coloured by its verdict (legend), estimate and interval in it."""
+def matrix_plot(comparisons: list[EnvComparison], scale: str, plan: ComparePlan,
+                design: CompareDesign | None = None) -> Figure:
+    """`matrix_figure`'s figure: each cell coloured by its verdict (legend), estimate and interval in it;
+    with `design`, its design gate beside the verdict, and a greyed cell its own category."""
     from paper.figures import category_grid, new_figure, wrap
 
-    methods, category, text = matrix_cells(comparisons, plan)
+    methods, category, text = matrix_cells(comparisons, plan, design)
     width = 2.0 + 1.5 * len(plan.envs)
-    fig, axes = new_figure(1, 1, (width, 2.0 + 0.75 * len(methods)))
+    fig, axes = new_figure(1, 1, (width, 2.0 + (0.75 if design is None else 0.9) * len(methods)))
     category_grid(fig, axes[0, 0], methods, plan.envs, category, text,
                   f"verdict against GRPO (margin {MARGIN}, paired by seed)")
+    checked = "" if design is None else "; design check: its gate (a greyed cell is not counted)"
     fig.suptitle(wrap(f"Head to head at equal RL steps (scale {scale}): method − GRPO, final held-out "
-                      f"{METRIC}, estimate [95% t interval], n pairs: verdict", width))
+                      f"{METRIC}, estimate [95% t interval], n pairs: verdict{checked}", width))
     return fig
 
 
 def matrix_figure(comparisons: list[EnvComparison], scale: str, out_dir: Path,
-                  plan: ComparePlan) -> list[Path]:
+                  plan: ComparePlan, design: CompareDesign | None = None) -> list[Path]:
     """`matrix_plot`, written as `compare-matrix-<scale>.{png,pdf}`."""
     from paper.figures import save
-    return save(matrix_plot(comparisons, scale, plan), out_dir, f"compare-matrix-{scale}")
+    return save(matrix_plot(comparisons, scale, plan, design), out_dir, f"compare-matrix-{scale}")
 
 
 def compare_section(root: Path, scale: str | None = None, out_dir: Path | None = None,
@@ -323,14 +296,6 @@ def compare_section(root: Path, scale: str | None = None, out_dir: Path | None =
     """The head-to-head section of REPORT.md from `root`/compare (every scale, or `scale`); with `out_dir`
     its tables and figure are written there and linked; only `methods`, `envs` (None: all; GRPO always)."""
     return build_compare(root, out_dir, scale, methods, envs)[0]
-
-
-def only(plan: ComparePlan, methods: Collection[str] | None, envs: Collection[str] | None) -> ComparePlan:
-    """The plan's rows and columns that `methods` and `envs` name (None: all); GRPO's row always."""
-    keep_m = [m for m in plan.methods if methods is None or m in methods or m == BASELINE]
-    keep_e = [e for e in plan.envs if envs is None or e in envs]
-    applies = {(m, e): plan.applies[m, e] for m in keep_m for e in keep_e}
-    return ComparePlan(keep_m, keep_e, applies, {e: plan.seeds[e] for e in keep_e})
 
 
 def _runs_of(results: Results, methods: Collection[str] | None, envs: Collection[str] | None) -> Results:
@@ -342,8 +307,8 @@ def _runs_of(results: Results, methods: Collection[str] | None, envs: Collection
 def build_compare(root: Path, out_dir: Path | None, scale: str | None = None,
                   methods: Collection[str] | None = None,
                   envs: Collection[str] | None = None) -> tuple[str, list[str]]:
-    """The section's text and the problems `--strict` fails on (invalid runs under compare/, a plan
-    that is not one); only `methods` and `envs` (None: all; see `compare_section`)."""
+    """The section's text and the problems `--strict` fails on (invalid runs under compare/, a plan or a
+    design check that is not one); only `methods` and `envs` (None: all; see `compare_section`)."""
     steps, tokens = load_compare(root)
     steps = _runs_of(steps, methods, envs)
     tokens = {m: _runs_of(r, None, envs) for m, r in tokens.items() if methods is None or m in methods}
@@ -360,41 +325,34 @@ def build_compare(root: Path, out_dir: Path | None, scale: str | None = None,
         tok = {m: r.at_scale(sc) for m, r in tokens.items()}
         comparisons = [compare_env(e, at, tok) for e in sorted({r.env for r in at.runs})]
         out += [f"### Scale {sc}", ""]
-        plan, why = _read_plan(root, sc)
+        plan, why = read_plan(root, sc)
         plan = only(plan, methods, envs) if plan is not None else None
         matrix: Table | None = None
         missing: list[str] = []
-        if why:
-            problems.append(f"{plan_path(root, sc)}: {why}")
+        design, why_not = read_design(root, sc)
+        for where, w in ((plan_path(root, sc), why), (design_path(root, sc), why_not)):
+            problems += [f"{where}: {w}"] if w else []
         if plan is None:
             state = f"`{plan_path(root, sc)}` is {why}" if why else f"there is no `{plan_path(root, sc)}`"
             out += [f"No matrix at scale {sc}: {state}; `make compare SCALE={sc}` writes that plan (which "
                     "methods apply where, the seeds per environment).", ""]
         else:
-            matrix, missing = matrix_table(comparisons, sc, plan)
-            out += [matrix.markdown()]
+            matrix, missing = matrix_table(comparisons, sc, plan, design)
+            out += [matrix.markdown(), *summary(comparisons, plan, design, root, sc, why_not)]
         if not at.runs:
             out += [f"No head-to-head runs at scale {sc} under `{root}/compare/steps` yet: "
                     f"`make compare SCALE={sc}` fills the matrix.", ""]
         if missing:
             out += ["Missing cells: " + "; ".join(missing) + ".", ""]
-        written = tables(comparisons, sc) if at.runs else []
+        written = tables(comparisons, sc, design) if at.runs else []
         if out_dir is not None:
             for t in [*([matrix] if matrix is not None else []), *written]:
                 t.write(out_dir / "tables")
             if at.runs and plan is not None:
-                png = next((p for p in matrix_figure(comparisons, sc, out_dir / "figures", plan)
+                png = next((p for p in matrix_figure(comparisons, sc, out_dir / "figures", plan, design)
                             if p.suffix == ".png"), None)
                 if png is not None:
                     out += [f"![head to head]({os.path.relpath(png, out_dir)})", ""]
         for t in written:
             out += [f"**{t.caption}**", "", t.markdown()]
     return "\n".join(out) + "\n", problems
-
-
-def _read_plan(root: Path, scale: str) -> tuple[ComparePlan | None, str | None]:
-    """`load_plan`, and why a file there is not a plan (`--strict` fails on it)."""
-    try:
-        return load_plan(root, scale), None
-    except ValueError as e:
-        return None, f"not a plan of the comparison ({e})"
