@@ -179,7 +179,8 @@ compare: setup
 	  $(if $(strip $(ENVS)),--envs '$(strip $(ENVS))') $(if $(strip $(METHODS)),--methods '$(strip $(METHODS))') \
 	  $(if $(strip $(SEEDS)),--seeds '$(strip $(SEEDS))') $(if $(filter 0,$(strip $(WAIT))),--no-wait) \
 	  $(if $(strip $(DRY_RUN)),--dry-run) $(if $(strip $(PROFILE)),--profile $(strip $(PROFILE))) \
-	  $(if $(strip $(FORCE)),--force) $(if $(strip $(OUT)),--out-dir '$(strip $(OUT))') $(ARGS)
+	  $(if $(strip $(FORCE)),--force) $(if $(strip $(FORCE_DESIGN)),--force-design) \
+	  $(if $(strip $(OUT)),--out-dir '$(strip $(OUT))') $(ARGS)
 
 # can each cell of the head to head tell? GRPO's dev pilot per column, each method's separation from GRPO on a
 # shared batch (experiments/compare_design.py): results/compare/design-<scale>.json, which greys REPORT's matrix

@@ -43,8 +43,9 @@ importing the runner or the methods. The cpu scale's is committed with `results/
 
 Before the cells start, a launch prints how many will run and how long they will take, from the recorded
 runs' own timings at the scale (`estimate_line`; a dry run prints every cell's). At the end it prints the
-comparison (`paper/head_to_head.py`, as `make paper` builds it). A bad
-setting is one line `error: ...` and exit status 2 before anything runs.
+comparison (`paper/head_to_head.py`, as `make paper` builds it). A bad setting is one line `error: ...`
+and exit status 2 before anything runs. Cells that `make compare-design` found cannot tell (void or design
+null, experiments/compare_design.py) do not run unless --force-design (FORCE_DESIGN=1).
 """
 
 from __future__ import annotations
@@ -299,14 +300,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    "environment names (all their columns; a tag is its column only; default: all)")
     p.add_argument("--methods", default=None, help="comma-separated methods (default: all; GRPO always runs)")
     p.add_argument("--cluster", default="local", choices=["local", "slurm"])
-    p.add_argument("--seeds", type=seed_list, default=None,
-                   help="default: the home replication's seeds at the scale")
+    p.add_argument("--seeds", type=seed_list, default=None, help="default: the home's seeds at the scale")
     p.add_argument("--no-wait", action="store_true", help="SLURM: submit and return")
     p.add_argument("--dry-run", action="store_true", help="print the matrix and the cells; run nothing")
     p.add_argument("--out-dir", default=None,
                    help="write the records under this folder instead of the scale's (results/ at cpu scale)")
-    p.add_argument("--force", action="store_true",
-                   help="rerun finished cells (the records stay until each rerun is done)")
+    p.add_argument("--force", action="store_true", help="rerun finished cells (records kept until rerun)")
+    p.add_argument("--force-design", action="store_true", help="run the cells the design check blocks")
     p.add_argument("--profile", default=None, help="cluster profile (slurm/profiles/<name>.yaml)")
     p.add_argument("--parallel", type=int, default=None,
                    help="local: cells at once (default: the homes' parallel)")
@@ -331,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from experiments.compare_design import blocks_text, design_blocks
     from experiments.replicate import check_extra_overrides, run_cell, validate_cells
 
     try:
@@ -344,8 +345,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, HydraException, OmegaConfBaseException) as e:
         print(f"error: {one_line(e, 'compare')}", file=sys.stderr)
         return 2
+    blocks = design_blocks(p.cells, args.scale)
+    p.cells = [c for c in p.cells if args.force_design or c.name not in blocks]
     reused = link_reused(p.cells, dry_run=args.dry_run)
-    print(matrix_text(p, reused), flush=True)
+    print(matrix_text(p, reused) + blocks_text(blocks, args.force_design), flush=True)
     parallel = args.parallel or max(load_replication(s.home).parallel.get(args.scale, 1)
                                     for s in p.settings.values())
     todo = [c for c in p.cells if c.name not in reused]
@@ -370,13 +373,11 @@ def main(argv: list[str] | None = None) -> int:
         if not args.force and all(c.done for c in [*p.cells, *tokens]):
             print(compare_tables("compare", args.scale, p.cells))
             return 0
-        # every cell, done ones too: the launcher submits those not done (all with FORCE=1, as locally), and
-        # the tables it prints at the end (compare_tables, from the cells it recorded) keep every chosen
-        # method and env
+        # every cell, done ones too: the launcher submits those not done (all with FORCE=1, as locally);
+        # the tables it prints at the end (compare_tables) keep every chosen method and env
         return launch([*p.cells, *tokens], args.profile or "slurm", wait=not args.no_wait, dry_run=False,
                       run=run_cell, validate=validate_cells, aggregate=compare_tables)
-    t0, failures = time.time(), []
-    work = p.cells[0].work_dir if p.cells else ".cache"
+    t0, work = time.time(), p.cells[0].work_dir if p.cells else ".cache"
     failures = launch_local(list(p.cells), parallel, work)
     tokens, waiting = token_cells(p, args.scale, extra)
     if waiting:

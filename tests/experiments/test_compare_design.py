@@ -90,3 +90,35 @@ def test_the_home_claim_is_the_compare_arm_against_the_columns_home_arm(tmp_path
         "graph-not-distribution": {"arms": ["iapo", "shuffled"], "gate": "design null"}}}))
     setting = Setting("service_desk-choice-d8", "service_desk", home, "grpo")
     assert home_claim("iapo", setting, "cpu", "iapo") == found
+
+
+def test_make_compare_does_not_run_the_cells_its_design_check_greys(tmp_path):
+    """design_blocks reads `<out root>/compare/design-<scale>.json` beside the cells' records: a void or
+    design-null cell that is not done is blocked with its reason; a passing, unnamed or finished one is not."""
+    from experiments.compare_design import blocks_text, design_blocks
+    from experiments.plan import Cell
+
+    out = tmp_path / "results" / "compare" / "steps"
+
+    def cell(method, env):
+        return Cell(method, env, method, 0, "cpu", (), str(out), str(tmp_path / "work"))
+
+    cells = [cell("grpo", "voting"), cell("sharp", "voting"), cell("grpo", "arith"), cell("river", "arith"),
+             cell("canopy", "arith")]
+    assert design_blocks(cells, "cpu") == {}  # no design file: nothing blocked
+    out.mkdir(parents=True)
+    (tmp_path / "results" / "compare" / "design-cpu.json").write_text(json.dumps({"scale": "cpu", "cells": {
+        "grpo": {"voting": {"gate": "void", "reason": "GRPO gains -0.035"},
+                 "arith": {"gate": "pass", "reason": "ok"}},
+        "sharp": {"voting": {"gate": "void", "reason": "GRPO gains -0.035"}},
+        "ccpo": {"voting": {"gate": "void", "reason": "GRPO gains -0.035"}},
+        "river": {"arith": {"gate": "design null", "reason": "groups with a signal x1.00"}}}}))
+    cells.append(cell("ccpo", "voting"))  # finished: nothing to block
+    cells[5].run_dir.mkdir(parents=True)
+    (cells[5].run_dir / "done").write_text("")
+    blocks = design_blocks(cells, "cpu")
+    assert blocks == {cells[0].name: "void: GRPO gains -0.035", cells[1].name: "void: GRPO gains -0.035",
+                      cells[3].name: "design null: groups with a signal x1.00"}
+    text = blocks_text(blocks, forced=False)
+    assert text.startswith("\n[compare] 3 cell(s) not run") and "FORCE_DESIGN=1" in text
+    assert blocks_text({}, forced=False) == ""
