@@ -108,7 +108,7 @@ def plan_data(scale: str) -> dict[str, Any]:
     and each env's seeds (the home's at its scale for `scale`): the paper's matrix and its missing cells."""
     from replications import METHODS
 
-    settings = load_settings()
+    settings = {t: s for t, s in load_settings().items() if home_seeds(s, scale) is not None}  # a budget
     applies = matrix(list(METHODS), settings, scale)
     return {"scale": scale, "baseline": BASELINE, "methods": list(METHODS), "envs": list(settings),
             "applies": {m: {t: applies[m, t] for t in settings} for m in METHODS},

@@ -173,7 +173,10 @@ def overrides_for(method: str, target: dict[str, Any], scale: str) -> tuple[str,
     base = (f"scale={scale}", f"arm={target['arm']}")
     start, want = flatten(_config(method, base), keep_empty=True), flatten(target, keep_empty=True)
     changes = [f"++{k}={hydra_value(v)}" for k, v in want.items() if k not in start or start[k] != v]
-    changes += [f"~{k}" for k in start if k not in want]
+    # a key `want` lacks goes with its topmost parent that holds nothing `want` keeps (a whole nested dict:
+    # removing its leaves one by one would leave its empty dicts behind)
+    removed = dict.fromkeys(_topmost_absent(k, want) for k in start if k not in want)
+    changes += [f"~{k}" for k in removed]
     overrides = (*base, *changes)
     got = flatten(_config(method, overrides), keep_empty=True)
     wrong = sorted(k for k in want.keys() | got.keys() if want.get(k, "(absent)") != got.get(k, "(absent)"))
@@ -181,3 +184,13 @@ def overrides_for(method: str, target: dict[str, Any], scale: str) -> tuple[str,
         raise ValueError(f"{method} on {target['env'].get('tag')}: the overrides do not compose to the "
                          f"cell's config (differ: {wrong[:5]})")
     return overrides
+
+
+def _topmost_absent(key: str, want: dict[str, Any]) -> str:
+    """The shortest dotted prefix of `key` under which `want` (flat) holds nothing."""
+    parts = key.split(".")
+    for n in range(1, len(parts) + 1):
+        prefix = ".".join(parts[:n])
+        if not any(k == prefix or k.startswith(prefix + ".") for k in want):
+            return prefix
+    return key

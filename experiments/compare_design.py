@@ -219,7 +219,7 @@ def compare_design(scale: str = "cpu", envs: list[str] | None = None, methods: l
     cells: dict[str, dict[str, Any]] = {}
     for c in p.cells:
         setting, sep, home = p.settings[c.env], None, None
-        if c.method != BASELINE:
+        if c.method != BASELINE and learn[c.env].get("pass") is not False:  # a void column: no batch needed
             try:
                 sep = separation(compose(c.method, dev_overrides(c)),
                                  compose(BASELINE, dev_overrides(grpo_cells[c.env])), work / c.method / c.env)

@@ -8,10 +8,10 @@ transcripts (each turn: role, observation, new_context, action, reward, success,
 the first 20 train tasks. The split digests were re-recorded on 2026-12-04 over the whole columns (the
 earlier ones hashed a repr that showed the first five rows; they held for the code of that day, and the
 transcripts' digests are unchanged). A deliberate change of an environment's tasks updates its digests here,
-with the reason in the commit. Provenance events (added to `toolplan` / `toolhops` by #46, after these
-digests were recorded) are left out of the transcripts, so the digests also pin that emitting them
-changed no observation, action, reward, other event or info; their own tests are
-tests/envs/testbeds/test_planner_workers_provenance.py.
+with the reason in the commit. Provenance events (added to `toolplan` / `toolhops` and `terminal` by #46,
+after these digests were recorded) are left out of the transcripts, so the digests also pin that emitting
+them changed no observation, action, reward, other event or info; their own tests are
+tests/envs/testbeds/test_planner_workers_provenance.py and test_terminal_provenance.py.
 """
 
 from __future__ import annotations

@@ -68,8 +68,9 @@ def test_the_matrix_follows_the_declarations():
     assert applicable("river", "arith") and applicable("river", "terminal")  # env_pool_with_audit (#46)
     # ... as classes; a column offers the audit only where its home arm (and the column's overrides) put
     # defects into the pool
+    # (terminal-smollm2 has no cpu budget, so no cpu cells: there the class's offers say River applies)
     assert [t for t, s in settings.items() if applicable("river", s.env, home_env(s, "cpu"))] == [
-        "terminal", "arith-defects", "service_desk-defects"]
+        "terminal", "arith-defects", "service_desk-defects", "terminal-smollm2"]
 
 
 def test_hydra_values_survive_the_override_grammar():
@@ -157,7 +158,10 @@ def test_the_printed_comparison_keeps_only_the_chosen_methods_and_envs(tmp_path)
     write_plan(tmp_path, "cpu")
     everything = compare_section(tmp_path, scale="cpu")
     header = next(line for line in everything.splitlines() if line.startswith("| method |"))
-    assert header.count("|") - 2 == len(load_settings())  # unfiltered: every env of compare.yaml
+    from experiments.compare_config import home_seeds
+
+    budgets = [t for t, s in load_settings().items() if home_seeds(s, "cpu") is not None]
+    assert header.count("|") - 2 == len(budgets)  # unfiltered: every env of compare.yaml with a cpu budget
     p = plan("cpu", envs=["arith"], methods=["canopy"], seeds=[0], out_root=str(tmp_path))
     assert {c.out_dir.split("/compare/")[0] for c in p.cells} == {str(tmp_path)}
     text = compare_tables("compare", "cpu", list(p.cells))

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from common.util import flatten
-from experiments.compare import cells_for, plan, plan_data
-from experiments.compare_config import Setting, applicable, home_env, home_seeds, load_settings
-from experiments.replicate import _plain_config, load_replication
+from experiments.compare import cells_for, plan, plan_data, reusable
+from experiments.compare_config import Setting, applicable, compare_arm, home_env, home_seeds, load_settings
+from experiments.replicate import _plain_config, load_replication, validate_cells
+from replications import METHODS
 
 # the columns declared before `overrides` and `scales` (#23-#45): (home, arm)
 BEFORE = {"arith": ("grpo", "grpo"), "toolplan-k4": ("sharp", "grpo-k4"),
@@ -84,7 +85,7 @@ def test_a_column_takes_its_budget_and_seeds_from_the_home_scale_it_names():
     p = plan("smoke", envs=["thinker_solver-dyad"])
     assert not p.cells and p.skipped == ["thinker_solver-dyad: compare.yaml's scales give it a budget at "
                                          "compare scale cpu (ccpo's scale dyad) only"]
-    assert home_env(s, "smoke") is None and plan_data("smoke")["seeds"]["thinker_solver-dyad"] == []
+    assert home_env(s, "smoke") is None and "thinker_solver-dyad" not in plan_data("smoke")["envs"]
 
 
 @pytest.mark.parametrize(("line", "error"), [
@@ -106,3 +107,33 @@ def test_envs_names_a_column_by_its_tag_and_an_environment_by_its_name():
     assert list(plan("smoke", envs=["arith"], methods=["grpo"], seeds=[0]).settings) == ["arith"]
     assert list(plan("smoke", envs=["thinker_solver"], methods=["grpo"], seeds=[0]).settings) == [
         "thinker_solver-freeride", "thinker_solver-arith", "thinker_solver-dyad"]
+
+
+# ---- the head to head at small scale (#46): terminal-smollm2, River's small budget, one seed ----------
+SMALL_METHODS = ("canopy", "river", "iapo")
+
+
+def test_the_small_terminal_column_is_rivers_small_budget_with_four_methods():
+    s = load_settings()["terminal-smollm2"]
+    assert home_seeds(s, "small") == [0] and home_seeds(s, "cpu") is None and home_seeds(s, "smoke") is None
+    env = home_env(s, "small")
+    assert env is not None and (env["name"], env["tag"], env["backend"]) == ("terminal", s.tag, "sandbox")
+    assert [m for m in METHODS if applicable(m, "terminal", env)] == ["grpo", "canopy", "iapo", "river"]
+    cells = [c for m in SMALL_METHODS for c in cells_for(m, s, "small", [0], compare_arm(m), "compare/steps")]
+    validate_cells(cells)
+    river = _plain_config("river", ("scale=small", "arm=river"))
+    for c in cells:
+        cfg = _plain_config(c.method, c.overrides)
+        assert (cfg["scale"], cfg["model"], cfg["env"], cfg["sft"], cfg["eval"]) == (
+            "small", river["model"], river["env"], river["sft"], river["eval"])
+        assert {k: cfg["trainer"][k] for k in ("steps", "tasks_per_step", "group_size")} == {
+            "steps": 12, "tasks_per_step": 4, "group_size": 4}
+    # River's own committed small cell is this column's River cell (reused, not run again)
+    assert reusable(cells[1]) == Path("results/river/terminal-smollm2/river/seed-0")
+
+
+def test_grpo_composes_on_the_small_terminal_column():
+    """overrides_for removes a nested dict the target lacks as a whole (GRPO's small env is reasoning_gym,
+    whose generator_settings removed leaf by leaf left empty dicts behind, and the cell did not compose)."""
+    cells = cells_for("grpo", load_settings()["terminal-smollm2"], "small", [0], "grpo", "compare/steps")
+    assert any(o == "~env.generator_settings" for o in cells[0].overrides)

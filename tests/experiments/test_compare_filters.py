@@ -5,21 +5,34 @@ from __future__ import annotations
 import re
 
 from experiments import compare
-from experiments.compare import applicable, estimate_line, home_env, load_settings, matrix_text, plan
+from experiments.compare import (
+    applicable,
+    estimate_line,
+    home_env,
+    home_seeds,
+    load_settings,
+    matrix_text,
+    plan,
+)
 
 
 def test_grpo_runs_only_beside_the_chosen_methods():
     """METHODS=iapo planned GRPO on all 8 environments, most of which IAPO did not apply to."""
-    homes = [t for t, s in load_settings().items() if applicable("iapo", s.env, home_env(s, "smoke"))]
+    settings = load_settings()
+    homes = [t for t, s in settings.items() if applicable("iapo", s.env, home_env(s, "smoke"))]
+    # a column without a budget at smoke (terminal-smollm2: small only) is shown, said why, with no cells
+    budget = [t for t in homes if home_seeds(settings[t], "smoke") is not None]
     p = plan("smoke", methods=["iapo"], seeds=[0])
-    assert list(p.settings) == homes and {c.env for c in p.cells} == set(homes)
-    assert {c.method for c in p.cells} == {"grpo", "iapo"} and not p.skipped
+    assert list(p.settings) == homes and {c.env for c in p.cells} == set(budget)
+    assert {c.method for c in p.cells} == {"grpo", "iapo"}
+    no_budget = [f"{t}: {settings[t].absent('smoke')}" for t in homes if t not in budget]
+    assert p.skipped == no_budget
     text = matrix_text(p, {})
     assert "arith" not in text and "sharp" not in text and homes[0] in text
     # an environment named in ENVS where none of METHODS applies: shown, said why, nothing planned there
     p = plan("smoke", envs=["arith", *homes], methods=["iapo"], seeds=[0])
     assert "arith" in p.settings and not [c for c in p.cells if c.env == "arith"]
-    assert p.skipped == ["arith: iapo does not apply (GRPO runs only beside it)"]
+    assert p.skipped == ["arith: iapo does not apply (GRPO runs only beside it)", *no_budget]
     # GRPO alone (or no METHODS) still runs everywhere it is asked to
     assert {c.env for c in plan("smoke", envs=["arith"], methods=["grpo"], seeds=[0]).cells} == {"arith"}
 

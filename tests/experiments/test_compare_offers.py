@@ -3,7 +3,7 @@ the tasks are (families, a defective pool) changes which methods apply there."""
 
 from envs.benchmarks.textworld.env import TextWorldEnv
 from envs.testbeds.chain_tasks import ChainTasksConfig, ChainTasksEnv
-from experiments.compare_config import applicable, home_env, load_settings, matrix
+from experiments.compare_config import applicable, home_env, home_seeds, load_settings, matrix
 
 
 def test_offers_for_follows_the_families_setting():
@@ -22,8 +22,12 @@ def test_applicable_reads_the_settings_when_given():
 
 def test_each_column_is_its_home_arms_environment():
     settings = load_settings()
-    envs = {tag: home_env(s, "cpu") for tag, s in settings.items()}
+    # a column without a cpu budget (terminal-smollm2: River's small scale only) at the scale it has
+    scale = {tag: "cpu" if home_seeds(s, "cpu") is not None else "small" for tag, s in settings.items()}
+    assert [tag for tag, at in scale.items() if at != "cpu"] == ["terminal-smollm2"]
+    envs = {tag: home_env(s, scale[tag]) for tag, s in settings.items()}
     assert all(e is not None and e["name"] == settings[tag].env for tag, e in envs.items())
+    assert (envs["terminal-smollm2"] or {}).get("tag") == "terminal-smollm2"
     applies = matrix(["grpo", "skillrise"], settings)
     assert applies["skillrise", "skill_families"] and not applies["skillrise", "chain_tasks"]
     assert all(applies["grpo", tag] for tag in settings)
@@ -38,5 +42,7 @@ def test_a_pool_offers_its_audit_only_with_defects_in_it():
     assert not applicable("river", "arith", {"share_reject": 0.0})
     assert applicable("river", "arith", {"share_reject": 0.1})
     applies = matrix(["river"], load_settings())
-    # the defective pools are the columns whose overrides choose them (#46); arith's own column stays clean
-    assert [t for (m, t), a in applies.items() if a] == ["terminal", "arith-defects", "service_desk-defects"]
+    # the defective pools are the columns whose overrides choose them (#46); arith's own column stays clean;
+    # terminal-smollm2 (no cpu budget, so no cpu cells) is the class's offers at cpu
+    assert [t for (m, t), a in applies.items() if a] == ["terminal", "arith-defects", "service_desk-defects",
+                                                         "terminal-smollm2"]

@@ -15,13 +15,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_plan_is_the_whole_declared_comparison():
+    """Every column with a budget at the scale (terminal-smollm2 has one at small only: not a column at cpu,
+    where the paper would show it as missing cells)."""
     data = plan_data("cpu")
-    settings = load_settings()
+    settings = {t: s for t, s in load_settings().items() if t != "terminal-smollm2"}
     assert data["methods"] == list(METHODS) and data["envs"] == list(settings) and data["baseline"] == "grpo"
     applies = matrix(list(METHODS), settings)
     assert all(data["applies"][m][t] == applies[m, t] for m in METHODS for t in settings)
     assert data["seeds"]["arith"] == list(range(7))  # grpo's cpu replication: seeds 0-6
-    assert all(v == [] for v in plan_data("nosuchscale")["seeds"].values())
+    assert plan_data("nosuchscale")["envs"] == []
 
 
 def test_the_committed_cpu_plan_is_current():

@@ -39,6 +39,13 @@ Reward: the task's own verifier (a defective one included) on `out`. `info` also
 `read_memo`, `failed_actions`, `repeat_rate` and `looped` (turns whose command and output both
 repeat an earlier turn's, Jaccard > 0.8: River's loop definition) and, not a metric, `record`.
 
+**Provenance events** (#46; IAPO's influence graph, `replications/iapo/graph.py`, as `chain_tasks`'s): a
+command that works gets `Event("provenance", j, {"source": i, "kind": "success_utilization"})` for each
+earlier turn i whose output first showed a name it writes (a file, a key, a value), and source -1 (`input`)
+when it writes a name of the task prompt; a failed action right after a failed one gets
+`failed_utilization` from it. Defined exactly in `envs/testbeds/terminal/provenance.py`; both backends. The
+events change no reward, observation, info, split or demonstrated play.
+
 Splits: `train` holds the defective tasks in their shares (tier 1 only); `dev`, `heldout` (the
 test split) and `demo` (the SFT warm start's demonstrations) are clean; `dev` and `heldout` add the
 composition tier 2 (a share `long_share`), never trained on. The scripted demonstrator follows the
@@ -57,6 +64,7 @@ from typing import Any, Literal
 from common.episode import Event
 from envs.api import sandbox
 from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult
+from envs.testbeds.terminal.provenance import Provenance
 from envs.testbeds.terminal.shells import SandboxShell, SimShell
 from envs.testbeds.terminal.tasks import DEFECTS, make_task, quota, verify
 
@@ -154,9 +162,13 @@ class TerminalEpisode(EpisodeState):
                           else "slip" if u < cfg.demo_shortcut + cfg.demo_slip else "right")
         self.demo_loops = 0
         self.demo_repeat_pending = False
+        self.provenance = Provenance(self._prompt())  # which earlier turn each command used (events)
+
+    def _prompt(self) -> str:
+        return f"task: {self.task['instruction']}\n$"
 
     def start(self) -> Observation:
-        return Observation("agent", f"task: {self.task['instruction']}\n$")
+        return Observation("agent", self._prompt())
 
     # ---- the demonstrator ----------------------------------------------------------------------------
     def expert_action(self) -> str:
@@ -197,7 +209,9 @@ class TerminalEpisode(EpisodeState):
     def step(self, action: str) -> StepResult:
         command = action.strip()
         events: list[Event] = []
+        turn = len(self.turns)  # the action's index in the episode (every action is one turn)
         if command == "submit":
+            events += self.provenance.step(turn, command, ran=False, failed=False, output="")
             self.turns.append((command, ""))
             return self._end(events, "submit")
         if not command or len(command) > MAX_COMMAND_CHARS or "\x00" in command or "\n" in command:
@@ -205,6 +219,7 @@ class TerminalEpisode(EpisodeState):
                    else f"a command of one line, at most {MAX_COMMAND_CHARS} characters, no NUL")
             events.append(Event("invalid_action", 0, {"role": "agent", "why": f"expected {why}"}))
             obs = f"error: invalid command: expected {why}"
+            events += self.provenance.step(turn, command, ran=False, failed=True, output="")
         else:
             outcome, seconds = self.shell.run(command, self.files)
             self.spent_s += seconds
@@ -216,8 +231,10 @@ class TerminalEpisode(EpisodeState):
                 events.append(Event("error", 0, {"why": outcome.failed, "command": command[:80]}))
                 obs = f"error: {outcome.failed}" + (f" {text}" if text else "")
                 obs = obs[: self.cfg.obs_chars]
+                shown = obs[len(f"error: {outcome.failed}"):]  # the output as shown, the framing left out
             else:
-                obs = text
+                obs = shown = text
+            events += self.provenance.step(turn, command, ran=True, failed=bool(outcome.failed), output=shown)
         self.turns.append((command, obs))
         if len(self.turns) >= self.cfg.max_turns:
             return self._end(events, "turn cap")
@@ -246,7 +263,7 @@ class TerminalEpisode(EpisodeState):
 class TerminalEnv(Environment):
     name = "terminal"
     roles = ("agent",)
-    offers = frozenset({"single_agent", "env_pool_with_audit"})  # envs/api/features.py
+    offers = frozenset({"single_agent", "env_pool_with_audit", "provenance_events"})  # envs/api/features.py
     config_class = TerminalConfig
     oracle_settings = {"demo_shortcut": 0.0, "demo_slip": 0.0, "demo_loop": 0.0, "share_leak": 0.0,
                        "share_weak": 0.0, "share_reject": 0.0, "share_unsolvable": 0.0, "share_trivial": 0.0,
