@@ -288,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     if path.exists() and (args.envs or args.methods):  # a partial check keeps the other cells' entries
         old = json.loads(path.read_text())
         for m, by_env in old.get("cells", {}).items():
-            for tag, entry in by_env.items():
-                result["cells"].setdefault(m, {}).setdefault(tag, entry)
+            for tag, entry in by_env.items():  # kept, with the code that checked it
+                result["cells"].setdefault(m, {}).setdefault(tag, {"checked_at": old.get("code"), **entry})
         for tag, entry in old.get("envs", {}).items():
             result["envs"].setdefault(tag, entry)
     atomic_write_json(path, result)
