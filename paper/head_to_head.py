@@ -47,6 +47,7 @@ from matplotlib.figure import Figure
 from common import stats
 from paper.claims import INCONCLUSIVE, pair_verdict, seeds_for_margin, table_verdict, verdict_note
 from paper.compare_design import (
+    CANNOT_TELL,
     CompareDesign,
     cell_text,
     columns,
@@ -226,6 +227,8 @@ def matrix_table(comparisons: list[EnvComparison], scale: str, plan: ComparePlan
             have = len(c.scores.get(m, {})) if c else 0
             if not applies[m, e]:
                 row.append("n/a")
+            elif have == 0 and design is not None and (g := design.greyed(m, e)) is not None:
+                row.append(f"not run (greyed: {g.gate} — {g.reason})")  # make compare does not run it
             elif have == 0:
                 row.append("missing")
                 missing.append(f"{m} on {e}")
@@ -259,7 +262,9 @@ def matrix_cells(comparisons: list[EnvComparison], plan: ComparePlan, design: Co
             if not plan.applies[m, e]:
                 continue
             if v is None:
-                category[i][j] = text[i][j] = "missing"
+                grey = design.greyed(m, e) if design is not None else None
+                category[i][j] = CANNOT_TELL if grey else "missing"
+                text[i][j] = f"not run:\n{grey.gate}" if grey else "missing"
                 continue
             ci = "" if math.isnan(v.diff[1]) else f"\n[{v.diff[1]:+.2f}, {v.diff[2]:+.2f}]"
             estimate = f"{v.diff[0]:+.3f}{ci}\nn={v.n}"

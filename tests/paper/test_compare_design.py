@@ -52,6 +52,11 @@ def test_a_greyed_cell_shows_its_reason_and_is_not_counted(checked, tmp_path):
     assert canopy[arith].endswith("n=5: holds; design: pass [5 of 7 seeds]")
     assert canopy[toolplan].endswith(f"n=5: opposite; {NOT_RUN} [5 of 10 seeds]")
     assert canopy[chain].startswith("(greyed: void — the column: GRPO gains +0.010 mean@k on dev")
+    # a cell without runs that the check greys is not missing: make compare does not run it
+    iapo = [c.strip() for c in row(text, "iapo").split("|")]
+    assert iapo[chain] == "not run (greyed: void — the column: GRPO gains +0.010 mean@k on dev (margin 0.05))"
+    missing = next((line for line in text.splitlines() if line.startswith("Missing cells: ")), "")
+    assert "iapo on chain_tasks" not in missing
     grpo = [c.strip() for c in row(text, "grpo").split("|")]
     assert grpo[arith].endswith("(baseline); design: pass [5 of 7 seeds]")
     assert grpo[chain] == "(greyed: void — GRPO gains +0.010 mean@k on dev (margin 0.05)) 0.300 (no CI) " \
