@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from experiments.compare_design import blocks_text, design_blocks
+    from experiments.compare_gate import blocks_text, design_blocks
     from experiments.replicate import check_extra_overrides, run_cell, validate_cells
 
     try:

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from common.util import atomic_write_json, flatten
+from experiments.compare_gate import GREY  # the gates of the cells that cannot tell
 
 MARGIN = 0.05  # the head to head's margin (paper/head_to_head.py MARGIN): what GRPO must gain on dev
 DEV = ("eval.split=dev", "eval.at_start=true")
@@ -177,7 +178,6 @@ def home_claim(method: str, setting: Any, scale: str, arm: str) -> dict[str, Any
     return None
 
 
-GREY = ("void", "design null")
 
 
 def cell_gate(learn: dict[str, Any], sep: dict[str, Any] | None,
@@ -232,37 +232,6 @@ def compare_design(scale: str = "cpu", envs: list[str] | None = None, methods: l
         print(f"[compare-design] {c.method} on {c.env}: {gate} ({reason})", flush=True)
     return {"scale": scale, "split": "dev", "margin": MARGIN, "code": git_state(),
             "envs": {t: {"learnable": v} for t, v in learn.items()}, "cells": cells}
-
-
-def design_blocks(cells: list[Any], scale: str) -> dict[str, str]:
-    """{cell name: why} for the cells of `make compare` that would run although their (method, env tag) is
-    void or a design null in `<out root>/compare/design-<scale>.json` (where the cells' records go; GRPO's
-    cells of a void column too): their runs could not be evidence. No file, or a cell it does not name:
-    nothing blocked."""
-    if not cells:
-        return {}
-    path = Path(cells[0].out_dir.split("/compare/")[0]) / "compare" / f"design-{scale}.json"
-    if not path.exists():
-        return {}
-    gates = json.loads(path.read_text()).get("cells", {})
-    out = {}
-    for c in cells:
-        entry = gates.get(c.method, {}).get(c.env)
-        if entry and entry.get("gate") in GREY and not c.done:
-            out[c.name] = f"{entry['gate']}: {entry['reason']}"
-    return out
-
-
-def blocks_text(blocks: dict[str, str], forced: bool) -> str:
-    """What the head to head's design gate does to the cells it blocks (`design_blocks`), as lines that
-    follow the dry run's matrix ("" when none)."""
-    if not blocks:
-        return ""
-    head = (f"[compare] FORCE_DESIGN: {len(blocks)} cell(s) run although the design check says they cannot "
-            "tell" if forced else f"[compare] {len(blocks)} cell(s) not run: the design check (make "
-            "compare-design: results/compare/design-<scale>.json) says they cannot tell; FORCE_DESIGN=1 "
-            "runs them")
-    return "".join(["\n" + head, *(f"\n  {name}: {why}" for name, why in blocks.items())])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -96,7 +96,7 @@ def test_make_compare_does_not_run_the_cells_its_design_check_greys(tmp_path):
     """design_blocks reads `<out root>/compare/design-<scale>.json` beside the cells' records: a void or
     design-null cell that is not done is blocked with its reason; a passing, unnamed or finished one is
     not."""
-    from experiments.compare_design import blocks_text, design_blocks
+    from experiments.compare_gate import blocks_text, design_blocks
     from experiments.plan import Cell
 
     out = tmp_path / "results" / "compare" / "steps"
