@@ -16,13 +16,12 @@ and one line says the check was not run; a file that is not a design check is a 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from paper.compare_plan import BASELINE, ComparePlan
+from paper.compare_plan import BASELINE, ComparePlan, read_scale_json
 from paper.verdicts import DESIGN_NULL, VERDICTS, VOID
 
 if TYPE_CHECKING:
@@ -78,16 +77,9 @@ def load_design(root: Path, scale: str) -> CompareDesign | None:
     """The design check at `scale`, None when there is none; ValueError (one line) when the file is not
     one (its gates are checked; the rest is read as far as it is there)."""
     path = design_path(root, scale)
-    if not path.is_file():
+    data = read_scale_json(path, scale)
+    if data is None:
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"not readable JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
-    if data.get("scale") != scale:
-        raise ValueError(f"its scale is {data.get('scale')!r}, not {scale!r}")
     cells = data.get("cells")
     if not isinstance(cells, dict) or not all(isinstance(v, dict) for v in cells.values()):
         raise ValueError("cells is not a map of method -> env tag -> entry")

@@ -11,6 +11,7 @@ import json
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 BASELINE = "grpo"
 
@@ -37,9 +38,9 @@ def _names(value: object, what: str) -> list[str]:
     return value
 
 
-def load_plan(root: Path, scale: str) -> ComparePlan | None:
-    """The plan at `scale`, None when there is none; ValueError (one line) when the file is not one."""
-    path = plan_path(root, scale)
+def read_scale_json(path: Path, scale: str) -> dict[str, Any] | None:
+    """A file `make compare` leaves for one scale (its plan, its design check) as a JSON object; None when
+    there is none; ValueError (one line) when it is not readable JSON, not an object or of another scale."""
     if not path.is_file():
         return None
     try:
@@ -50,6 +51,14 @@ def load_plan(root: Path, scale: str) -> ComparePlan | None:
         raise ValueError("not a JSON object")
     if data.get("scale") != scale:
         raise ValueError(f"its scale is {data.get('scale')!r}, not {scale!r}")
+    return data
+
+
+def load_plan(root: Path, scale: str) -> ComparePlan | None:
+    """The plan at `scale`, None when there is none; ValueError (one line) when the file is not one."""
+    data = read_scale_json(plan_path(root, scale), scale)
+    if data is None:
+        return None
     methods, envs = _names(data.get("methods"), "methods"), _names(data.get("envs"), "envs")
     applies, seeds = data.get("applies"), data.get("seeds")
     if not isinstance(applies, dict) or not all(
