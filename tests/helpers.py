@@ -112,3 +112,23 @@ def transcript(env: Any, task: dict[str, Any], rng: Any, variant: str = "main", 
         turns.append([obs.role, obs.text, obs.new_context, action, r.reward, r.success, events, info])
         obs = r.next
     return turns
+
+
+def play_to_end(env: Any, task: Any, actions: list[str]) -> list[Any]:
+    """Each step's result of one episode of `env` on `task`, played to its end with `actions`."""
+    import random
+
+    ep = env.new_episode(task, random.Random(0))
+    obs, results = ep.start(), []
+    for action in actions:
+        assert obs is not None
+        results.append(ep.step(action))
+        obs = results[-1].next
+    assert obs is None
+    return results
+
+
+def provenance_edges(results: list[Any]) -> list[tuple[int, int, str]]:
+    """(source, target, kind) of every provenance event, the target being the step's own turn."""
+    return [(e.data["source"], j, e.data["kind"]) for j, r in enumerate(results) for e in r.events
+            if e.kind == "provenance"]

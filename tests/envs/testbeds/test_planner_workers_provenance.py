@@ -11,6 +11,7 @@ from envs.testbeds.toolhops import TOOLS as HOP_TOOLS
 from envs.testbeds.toolhops import ToolHopsConfig, ToolHopsEnv, decoy, distractor_tool, fact, right_tool
 from envs.testbeds.toolplan import ToolPlanConfig, ToolPlanEnv
 from replications.iapo.graph import provenance_annotator
+from tests.helpers import play_to_end, provenance_edges
 
 PLAN_TASK = {"queries": [["pop", "k"], ["area", "m"], ["year", "b"]], "values": ["Q", "F", "Z"],
              "decoys": ["R", "G", "A"]}
@@ -20,22 +21,8 @@ PARALLEL = {"world": WORLD, "attrs": ["boss", "twin"], "entities": ["k", "m"]}
 IN, OK, FAIL = "input", "success_utilization", "failed_utilization"
 
 
-def play(env, task, actions):
-    """Each step's result, the episode played to its end with `actions`."""
-    ep = env.new_episode(task, random.Random(0))
-    obs, results = ep.start(), []
-    for action in actions:
-        assert obs is not None
-        results.append(ep.step(action))
-        obs = results[-1].next
-    assert obs is None
-    return results
-
-
-def edges(results):
-    """(source, target, kind) of every provenance event, the target being the step's own turn."""
-    return [(e.data["source"], j, e.data["kind"]) for j, r in enumerate(results) for e in r.events
-            if e.kind == "provenance"]
+play = play_to_end
+edges = provenance_edges
 
 
 def toolplan(actions, task=PLAN_TASK):

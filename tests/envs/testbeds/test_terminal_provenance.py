@@ -15,6 +15,7 @@ from envs.testbeds.terminal.env import TerminalConfig, TerminalEnv
 from envs.testbeds.terminal.provenance import names
 from experiments.compare_config import applicable
 from replications.iapo.graph import provenance_annotator
+from tests.helpers import play_to_end, provenance_edges
 
 IN, OK, FAIL = "input", "success_utilization", "failed_utilization"
 BACKENDS = ["sim", pytest.param("sandbox", marks=pytest.mark.skipif(
@@ -35,20 +36,10 @@ def env_of(backend: str = "sim") -> TerminalEnv:
 
 def play(task, actions, backend="sim"):
     """Each step's result, the episode played to its end with `actions`."""
-    ep = env_of(backend).new_episode(task, random.Random(0))
-    obs, results = ep.start(), []
-    for action in actions:
-        assert obs is not None
-        results.append(ep.step(action))
-        obs = results[-1].next
-    assert obs is None
-    return results
+    return play_to_end(env_of(backend), task, actions)
 
 
-def edges(results):
-    """(source, target, kind) of every provenance event, the target being the step's own turn."""
-    return [(e.data["source"], j, e.data["kind"]) for j, r in enumerate(results) for e in r.events
-            if e.kind == "provenance"]
+edges = provenance_edges
 
 
 def test_names():
