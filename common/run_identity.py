@@ -38,12 +38,13 @@ RESUME_IRRELEVANT = {"progress", "force", "force_design", "trainer.threads", "lo
 # is still the held-out split; every run before #16's supervised arms was RL; the paper scale's data paths
 # are read only at the paper scale; River's #40 settings: terminal's planted defect at share 0, its empty
 # tag, River's dynamic sampling off; SHARP's raw credit weights and soft toolhops value (#37); SkillRise's
-# numbered layout and its advantage and token normalisations as they were (#41)).
+# numbered layout and its advantage and token normalisations as they were (#41); service_desk choice's one
+# order per episode (#39)).
 ADDED_SETTINGS = {"env.dev_size": 64, "eval.split": "heldout", "method.update": "rl",
                   "method.paper_data": None, "method.paper_datasets": [], "env.share_planted": 0.0,
                   "env.tag": "", "method.dynamic": False, "method.dynamic_rounds": 4,
                   "method.weights": "raw", "env.layout": "numbered", "method.advantage_norm": "paper",
-                  "method.token_norm": "all", "env.value": "soft"}
+                  "method.token_norm": "all", "env.value": "soft", "env.orders": 1}
 
 
 def _settings(config: dict[str, Any] | None) -> dict[str, str]:

@@ -138,6 +138,7 @@ class ServiceDeskConfig(EnvConfig):
     demo_trap: float = 0.2  # the demonstrator first tries the schema's example id (errors, then looks up)
     demo_repeat: float = 0.2  # the demonstrator looks the order up twice (a redundant lookup)
     demo_right_tool: float = 0.5  # choice: the demonstrator's lookup tool is the right one (a coin)
+    orders: int = 1  # choice: orders per episode, one after the other, each its own lookup choice and refund
     # classic: shares of defective train tasks (River's filter; service_desk_audit.py), 0 = the default pool
     share_weak: float = 0.0  # the verifier checks only that the conversation was closed
     share_reject: float = 0.0  # the ticket's record is not what the customer asks
@@ -347,6 +348,9 @@ class ServiceDeskEnv(AuditedPool, Environment):
             raise ValueError(f"env.demo_right_tool must be in [0, 1]; got {cfg.demo_right_tool}")
         if cfg.slack < 0:
             raise ValueError(f"env.slack must be >= 0; got {cfg.slack}")
+        if cfg.orders < 1 or (cfg.orders > 1 and cfg.setting != "choice"):
+            raise ValueError(f"env.orders must be >= 1, and above 1 only with env.setting=choice; got "
+                             f"{cfg.orders} ({cfg.setting})")
         if any(check_shares(cfg, DEFECTS).values()) and cfg.setting != "classic":
             raise ValueError(f"env.share_* (defective train tasks) need env.setting=classic; {cfg.setting}")
         super().__init__(cfg)
@@ -359,7 +363,7 @@ class ServiceDeskEnv(AuditedPool, Environment):
     def generate_task(self, rng: random.Random, tier: int, defect: str | None = None) -> dict[str, Any]:
         """A task drawn from `rng`; with a label (`defect`), the same draw labelled, with its defect."""
         if self.cfg.setting == "choice":
-            return generate_choice_task(rng, tier, REMARKS)
+            return generate_choice_task(rng, tier, REMARKS, self.cfg.orders)
         order, trap = rng.sample(IDS, 2)
         task = {"intent": "human" if rng.random() < self.cfg.human_rate else "refund",
                 "method": rng.choice(METHODS),
@@ -384,7 +388,8 @@ class ServiceDeskEnv(AuditedPool, Environment):
 
     def provenance(self) -> dict[str, Any]:
         out = {**super().provenance(), "delays": list(self.tiers), "human_rate": self.cfg.human_rate}
-        return out if self.cfg.setting == "classic" else {**out, "setting": self.cfg.setting}
+        more = {"orders": self.cfg.orders} if self.cfg.orders > 1 else {}
+        return out if self.cfg.setting == "classic" else {**out, "setting": self.cfg.setting, **more}
 
     def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
         """A call, the verb uniform (ask, lookup, ok, refund, transfer, end); a refund's method uniform, its

@@ -39,9 +39,19 @@ between carry entropy of their own. One episode, the ideal way, at delay D = 2:
   that returned the id; `success_utilization` lookup -> refund (the refund used its id) and refund ->
   end; `failed_utilization` lookup -> refund when the refund used a wrong lookup's (missing) id, and
   an errored action -> the lookup or refund right after it; `error` / `invalid_action` on erring
-  actions. `info` events `{"decision": "lookup" | "refund"}` mark the decisions (the first lookup and
-  every refund call): hidden ground truth for IAPO's oracle-credit arm (`method.credit=oracle`), never
-  read by IAPO itself.
+  actions. `info` events `{"decision": "lookup" | "refund", "right": bool}` mark the decisions (the
+  first lookup and every refund call): hidden ground truth for IAPO's oracle-credit arm
+  (`method.credit=oracle`), never read by IAPO itself.
+- **Several orders** (`env.orders` = K > 1, #39's third revision): the customer brings K orders up one
+  after the other (`user: also, i ordered a mug last week`), each with its own deciding word, D remarks
+  and request (`user: please refund card`; the last one `that is all, please refund <method>`). A
+  refund that errors for want of an id (the wrong lookup) closes its order and the customer moves on to
+  the next; the reward is 1 only when every order was refunded right and the agent ended, within
+  K (D + 2) + 1 actions + `slack`. So an episode holds K upstream choices, and a failure's broadcast
+  blame falls on the right choices as much as on the wrong one. The decision events carry `right` (the
+  lookup returned the id; the refund succeeded): hidden ground truth for the oracle arm, which blames
+  a failure's wrong decisions only. The end uses every successful refund (`success_utilization`). One
+  order plays, draws and reads exactly as before (a task's extra orders are in `more`).
 - **The demonstrator** (the warm start): picks the right tool with probability `demo_right_tool`
   (default 0.5: a coin, whatever the word, so the warm start does not know the mapping and RL has to
   learn it), acknowledges with a uniform one of `ACKS`, and then refunds the customer's method and ends.
@@ -75,16 +85,44 @@ def final_line(method: str) -> str:
     return f"user: that is all, please refund {method}"
 
 
+def orders_of(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """The task's orders in play order: the first line's, then `more`'s (`env.orders` > 1)."""
+    return [{k: task[k] for k in ("word", "method", "order", "item", "remarks")}, *task.get("more", [])]
+
+
+def intro_line(task: dict[str, Any], k: int) -> str:
+    """The customer's line that brings order `k` up (its item and its deciding word)."""
+    if k == 0:
+        return first_line(task)
+    o = orders_of(task)[k]
+    return f"user: also, i ordered a {o['item']} last {o['word']}"
+
+
+def request_line(task: dict[str, Any], k: int) -> str:
+    """The customer's request for order `k`: `please refund <method>` (the last one: `that is all, ...`)."""
+    orders = orders_of(task)
+    method = orders[k]["method"]
+    return final_line(method) if k == len(orders) - 1 else f"user: please refund {method}"
+
+
 def ideal_choice(task: dict[str, Any], acks: list[str] | None = None) -> list[str]:
-    """The ideal actions of a `choice` task (acknowledgements `ok` unless given)."""
+    """The ideal actions of a `choice` task (acknowledgements `ok` unless given, reused for every order)."""
     acks = acks if acks is not None else ["ok"] * task["delay"]
-    return [TOOLS[task["word"]], *acks, f"refund {task['method']}", "end"]
+    return [a for o in orders_of(task) for a in (TOOLS[o["word"]], *acks, f"refund {o['method']}")] + ["end"]
 
 
-def generate_choice_task(rng: random.Random, tier: int, remarks: tuple[str, ...]) -> dict[str, Any]:
-    return {"setting": "choice", "word": rng.choice(sorted(TOOLS)), "method": rng.choice(METHODS),
+def generate_choice_task(rng: random.Random, tier: int, remarks: tuple[str, ...], orders: int = 1
+                         ) -> dict[str, Any]:
+    """A task of `orders` orders (the first one's fields at the top level, the others in `more`; one
+    order draws exactly what the one-order setting always drew)."""
+    task = {"setting": "choice", "word": rng.choice(sorted(TOOLS)), "method": rng.choice(METHODS),
             "order": rng.choice(IDS), "delay": tier, "remarks": rng.sample(remarks, tier),
             "name": rng.choice(NAMES), "item": rng.choice(ITEMS)}
+    if orders > 1:
+        task["more"] = [{"word": rng.choice(sorted(TOOLS)), "method": rng.choice(METHODS),
+                         "order": rng.choice(IDS), "item": rng.choice(ITEMS),
+                         "remarks": rng.sample(remarks, tier)} for _ in range(orders - 1)]
+    return task
 
 
 def random_choice_action(rng: random.Random) -> str:
@@ -97,26 +135,40 @@ def random_choice_action(rng: random.Random) -> str:
 
 
 class ChoiceEpisode(EpisodeState):
-    """One play of a `choice` task (see the module docstring)."""
+    """One play of a `choice` task (see the module docstring): its orders one after the other."""
 
     def __init__(self, task: dict[str, Any], slack: int, demo_right_tool: float, rng: random.Random):
         self.task, self.rng = task, rng
-        self.budget = task["delay"] + 3 + slack
+        self.orders = orders_of(task)
+        self.budget = len(self.orders) * (task["delay"] + 2) + 1 + slack
         self.turn = 0
-        self.looked_up: int | None = None  # the first lookup
-        self.order: str | None = None  # the id it returned (None: the wrong tool, or no lookup yet)
+        self.k = 0  # the order in play
+        self.refunds: list[int] = []  # the actions whose refunds succeeded, one per order done right
+        self.rights: list[bool] = []  # per order looked up: did its lookup return the id
         self.lookups = 0
-        self.acked = 0
-        self.talking = False  # a remark waits for an acknowledgement
-        self.asked = False  # the customer has made the request (`please refund <method>`)
-        self.refunded_by: int | None = None
         self.errored: int | None = None
         self.user_spoke = True
         self.bad_calls = 0
         self.refund_errors = 0
-        right = TOOLS[task["word"]]
-        wrong = next(t for t in TOOLS.values() if t != right)
-        self.demo_tool = right if rng.random() < demo_right_tool else wrong
+        self._open_order()
+        self.demo_tools = []
+        for o in self.orders:
+            right = TOOLS[o["word"]]
+            wrong = next(t for t in TOOLS.values() if t != right)
+            self.demo_tools.append(right if rng.random() < demo_right_tool else wrong)
+
+    def _open_order(self) -> None:
+        self.looked_up: int | None = None  # the order's first lookup
+        self.order: str | None = None  # the id it returned (None: the wrong tool, or no lookup yet)
+        self.acked = 0
+        self.talking = False  # a remark waits for an acknowledgement
+        self.asked = False  # the customer has made the request (`please refund <method>`)
+        self.refunded_by: int | None = None
+        self.closed_errors = 0  # refund errors of this order
+
+    @property
+    def last(self) -> bool:
+        return self.k == len(self.orders) - 1
 
     def start(self) -> Observation:
         return Observation("agent", f"{SCHEMA}\n{first_line(self.task)}\n> ")
@@ -124,16 +176,16 @@ class ChoiceEpisode(EpisodeState):
     def _line(self) -> str:
         """The customer's line after the lookup or an acknowledgement: a remark, or the request."""
         if self.acked < self.task["delay"]:
-            return f"user: {self.task['remarks'][self.acked]}"
-        return final_line(self.task["method"])
+            return f"user: {self.orders[self.k]['remarks'][self.acked]}"
+        return request_line(self.task, self.k)
 
     def expert_action(self) -> str:
         if self.looked_up is None:
-            return self.demo_tool
+            return self.demo_tools[self.k]
         if self.talking:
             return self.rng.choice(ACKS)
-        if self.refunded_by is None and self.refund_errors == 0:
-            return f"refund {self.task['method']}"
+        if self.refunded_by is None and self.closed_errors == 0:
+            return f"refund {self.orders[self.k]['method']}"
         return "end"
 
     def step(self, action: str) -> StepResult:
@@ -148,7 +200,7 @@ class ChoiceEpisode(EpisodeState):
         self.errored = j if error else None
         if error:
             bad = reply == "error: bad call"
-            events.append(Event("invalid_action" if bad else "error", j, {"why": reply}))
+            events.append(Event("invalid_action" if bad else "error", j, {"why": reply.split("\n", 1)[0]}))
         if done is not None:
             return StepResult(None, reward=float(done), success=done, events=events, info=self.summary())
         if self.turn >= self.budget:
@@ -160,40 +212,41 @@ class ChoiceEpisode(EpisodeState):
 
     def _apply(self, words: list[str], j: int, events: list[Event]) -> tuple[str, bool, bool | None]:
         """(reply, errored, None while the episode goes on / whether it succeeded when it ended)."""
-        t = self.task
+        o = self.orders[self.k]
         if len(words) == 1 and words[0] in TOOLS.values():
             self.lookups += 1
             if self.looked_up is not None:
                 return "tool: error: one lookup per call", True, None
             self.looked_up = j
-            events.append(Event("info", j, {"decision": "lookup"}))
-            self.talking = t["delay"] > 0
+            right = words[0] == TOOLS[o["word"]]
+            self.rights.append(right)
+            events.append(Event("info", j, {"decision": "lookup", "right": right}))
+            self.talking = self.task["delay"] > 0
             if not self.talking:
                 self.asked = True
-            if words[0] == TOOLS[t["word"]]:
-                self.order = t["order"]
-                events.append(Event("tool_result", j, {"tool": words[0], "id": t["order"]}))
-                return f"tool: order {t['order']}\n{self._line()}", False, None
+            if right:
+                self.order = o["order"]
+                events.append(Event("tool_result", j, {"tool": words[0], "id": o["order"]}))
+                return f"tool: order {o['order']}\n{self._line()}", False, None
             return f"tool: no order found\n{self._line()}", False, None
         if len(words) == 1 and words[0] in ACKS:
             if not self.talking:
                 return "user: yes?", False, None
             self.acked += 1
-            self.talking = self.acked < t["delay"]
+            self.talking = self.acked < self.task["delay"]
             self.asked = not self.talking
             return self._line(), False, None
         if len(words) == 2 and words[0] == "refund" and words[1] in METHODS:
             return self._refund(words[1], j, events)
         if words == ["end"]:
-            if self.refunded_by is not None:
-                events.append(Event("provenance", j,
-                                    {"source": self.refunded_by, "kind": "success_utilization"}))
-            return "", False, self.refunded_by is not None
+            for r in self.refunds:
+                events.append(Event("provenance", j, {"source": r, "kind": "success_utilization"}))
+            return "", False, len(self.refunds) == len(self.orders)
         self.bad_calls += 1
         return "error: bad call", True, None
 
     def _refund(self, method: str, j: int, events: list[Event]) -> tuple[str, bool, bool | None]:
-        events.append(Event("info", j, {"decision": "refund"}))
+        o = self.orders[self.k]
         error = None
         if self.refunded_by is not None:
             error = "tool: error: already refunded"
@@ -201,19 +254,35 @@ class ChoiceEpisode(EpisodeState):
             error = "tool: error: the customer is still talking"
         elif self.order is None:
             error = "tool: error: no order id"
-            if self.looked_up is not None and self.errored != self.looked_up:  # the wrong lookup's output
-                events.append(Event("provenance", j,
-                                    {"source": self.looked_up, "kind": "failed_utilization"}))
-        elif method != self.task["method"]:
+        elif method != o["method"]:
             error = "tool: error: wrong method"
+        events.append(Event("info", j, {"decision": "refund", "right": error is None}))
+        if error == "tool: error: no order id" and self.looked_up not in (None, self.errored):
+            # the wrong lookup's (missing) output used
+            events.append(Event("provenance", j, {"source": self.looked_up, "kind": "failed_utilization"}))
         if error is not None:
             self.refund_errors += 1
+            self.closed_errors += 1
+            if error == "tool: error: no order id" and not self.last:  # the customer gives it up, goes on
+                return f"{error}\n{self._next_order()}", True, None
             return error, True, None
         self.refunded_by = j
+        self.refunds.append(j)
         events.append(Event("provenance", j, {"source": self.looked_up, "kind": "success_utilization"}))
-        return f"tool: refunded order {self.order}", False, None
+        done = f"tool: refunded order {self.order}"
+        return done if self.last else f"{done}\n{self._next_order()}", False, None
+
+    def _next_order(self) -> str:
+        self.k += 1
+        self._open_order()
+        return intro_line(self.task, self.k)
 
     def summary(self) -> dict[str, Any]:
-        return {"right_tool": self.order is not None, "redundant_lookup": self.lookups > 1,
-                "refund_errors": self.refund_errors, "bad_calls": self.bad_calls, "actions": self.turn,
-                "out_of_turns": False}
+        info: dict[str, Any] = {
+            "right_tool": self.order is not None, "redundant_lookup": self.lookups > len(self.rights),
+            "refund_errors": self.refund_errors, "bad_calls": self.bad_calls, "actions": self.turn,
+            "out_of_turns": False}
+        if len(self.orders) > 1:  # per order: the share of orders whose lookup was right, and done right
+            info["right_tool"] = sum(self.rights) / len(self.orders)
+            info["orders_refunded"] = len(self.refunds) / len(self.orders)
+        return info

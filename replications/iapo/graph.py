@@ -222,6 +222,13 @@ def decision_turns(episode: Episode) -> set[int]:
     return {e.turn for e in episode.events if e.kind == "info" and "decision" in e.data}
 
 
+def right_turns(episode: Episode) -> set[int]:
+    """Turn indices of decisions the environment marked right (`info` events `{"decision": ..., "right":
+    True}`: service_desk choice's lookup that returned the id, refund that succeeded)."""
+    return {e.turn for e in episode.events
+            if e.kind == "info" and "decision" in e.data and e.data.get("right")}
+
+
 def fault_turns(episode: Episode) -> set[int]:
     """Turn indices whose action raised an `error` or `invalid_action` event."""
     return {e.turn for e in episode.events if e.kind in ("error", "invalid_action")}

@@ -28,8 +28,8 @@ order, rescaled so that sum_i L_i w_i = L still holds: the same weight distribut
 graph's information), and `oracle` (the positive control of the second testbed, #39: all of the
 advantage on the actions the environment marks as its decisions, `info` events `{"decision": ...}`:
 service_desk choice's lookup and refund; a failed episode's erring actions too, `error` and
-`invalid_action` events, and a success's erring decisions left out; w = 0 elsewhere, sum_i L_i w_i = L
-kept; an episode without any is broadcast; without the erring actions its pilot collapsed, CARD).
+`invalid_action` events, not its decisions marked right; a success's erring decisions left out; w = 0
+elsewhere, sum_i L_i w_i = L kept; an episode without any is broadcast; CARD).
 beta+ = 0 and c = 0.5 are the paper's ablations (`method.beta_plus`, `method.clip`).
 
 `routing_weights` (and the features, the graph, the annotators) are public and importable here.
@@ -60,6 +60,7 @@ from replications.iapo.graph import (  # noqa: F401  (public API of this module 
     hf_greedy,
     parse_annotation,
     provenance_annotator,
+    right_turns,
 )
 from replications.iapo.routing import (  # noqa: F401
     features,
@@ -137,10 +138,10 @@ class IAPO(Method):
         if not turns or sum(lengths) == 0:
             return {t: 1.0 for t in turns}
         if self.cfg.credit == "oracle":
-            # a success credits its decisions that did not err; a failure its decisions and every erring
-            # action (a bad call between the decisions is a cause of failure the decisions do not carry)
+            # a success credits its decisions that did not err; a failure its decisions not marked right and
+            # every erring action (a bad call between the decisions is a cause the decisions do not carry)
             decisions, faults = decision_turns(episode), fault_turns(episode)
-            marked = decisions - faults if advantage > 0 else decisions | faults
+            marked = decisions - faults if advantage > 0 else (decisions - right_turns(episode)) | faults
             return dict(zip(turns, oracle_weights(lengths, [t in marked for t in turns]), strict=True))
         graph = self.annotate(episode)
         w = routing_weights(lengths, *graph.degrees(), advantage, beta_plus=self.cfg.beta_plus,
@@ -150,8 +151,7 @@ class IAPO(Method):
         return dict(zip(turns, w, strict=True))
 
     def credit(self, groups: list[Group], step: int) -> Credit:
-        # the environment's behaviour rates over this step's episodes (trap use, redundant lookups), for the
-        # curves
+        # the environment's behaviour rates over this step's episodes (trap use, lookups), for the curves
         behaviour = info_means([e for g in groups for e in g.episodes])
         if self.cfg.credit == "broadcast":
             return Credit.outcome(groups, behaviour)

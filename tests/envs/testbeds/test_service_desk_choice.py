@@ -53,8 +53,8 @@ def test_ideal_dialogue_in_full():
         (0, "provenance", user), (1, "provenance", user), (2, "provenance", user), (3, "provenance", user),
         (3, "provenance", {"source": 0, "kind": "success_utilization"}),
         (4, "provenance", {"source": 3, "kind": "success_utilization"})]
-    assert [(j, d) for j, kind, d in events if kind == "info"] == [(0, {"decision": "lookup"}),
-                                                                    (3, {"decision": "refund"})]
+    assert [(j, d) for j, kind, d in events if kind == "info"] == [
+        (0, {"decision": "lookup", "right": True}), (3, {"decision": "refund", "right": True})]
     assert (0, "tool_result", {"tool": "archive", "id": "K"}) in events
 
 
@@ -150,3 +150,68 @@ def test_splits_have_enough_distinct_tasks_at_d0_and_the_classic_setting_is_unch
     assert "setting" not in classic.provenance() and classic.variants() == ("main", "probe")
     with pytest.raises(ValueError, match="setting"):
         ServiceDeskEnv(ServiceDeskConfig(setting="other"))
+
+
+def orders3(delay=1):
+    t = task(word="year", delay=delay)
+    t["more"] = [
+        {"word": "week", "method": "card", "order": "B", "item": "mug", "remarks": REMARKS[2:2 + delay]},
+        {"word": "year", "method": "credit", "order": "C", "item": "pen", "remarks": REMARKS[4:4 + delay]}]
+    return t
+
+
+def test_several_orders_one_after_the_other_in_full():
+    t = orders3()
+    assert ideal_choice(t, ["sure"]) == ["archive", "sure", "refund cash", "orders", "sure", "refund card",
+                                         "archive", "sure", "refund credit", "end"]
+    result, texts, events = play(ideal_choice(t), t, orders=3, delays=[1])
+    assert result.reward == 1.0 and result.info["actions"] == 10
+    assert result.info["right_tool"] == 1.0 and result.info["orders_refunded"] == 1.0
+    assert texts == [f"{SCHEMA}\nuser: hello, i am ann, i ordered a lamp last year\n> ",
+                     "tool: order K\nuser: it was a gift\n> ", "user: please refund cash\n> ",
+                     "tool: refunded order K\nuser: also, i ordered a mug last week\n> ",
+                     "tool: order B\nuser: i live far away\n> ", "user: please refund card\n> ",
+                     "tool: refunded order B\nuser: also, i ordered a pen last year\n> ",
+                     "tool: order C\nuser: i ordered two\n> ", "user: that is all, please refund credit\n> ",
+                     "tool: refunded order C\n> "]
+    # the end uses every refund; each refund its order's lookup
+    used = [(j, d["source"]) for j, kind, d in events
+            if kind == "provenance" and d["kind"] == "success_utilization"]
+    assert used == [(2, 0), (5, 3), (8, 6), (9, 2), (9, 5), (9, 8)]
+    # the budget: 3 x (D + 2) + 1 + slack = 11 actions
+    assert play(["archive", "ok", "ok"] + ["yes"] * 20, t, orders=3, delays=[1])[0].info["actions"] == 11
+
+
+def test_a_wrong_choice_fails_the_episode_and_the_customer_moves_on():
+    t = orders3()
+    result, texts, events = play(["archive", "ok", "refund cash", "archive", "ok", "refund card", "archive",
+                                  "ok", "refund credit", "end"], t, orders=3, delays=[1])
+    assert texts[6] == "tool: error: no order id\nuser: also, i ordered a pen last year\n> "
+    assert (5, "error", {"why": "tool: error: no order id"}) in events
+    assert (5, "provenance", {"source": 3, "kind": "failed_utilization"}) in events
+    assert [(j, d) for j, kind, d in events if kind == "info"][2:4] == [
+        (3, {"decision": "lookup", "right": False}), (5, {"decision": "refund", "right": False})]
+    assert result.reward == 0.0 and result.info["orders_refunded"] == pytest.approx(2 / 3)
+
+
+def test_one_order_tasks_draw_what_they_always_drew_and_the_demonstrator_plays_every_order():
+    from envs.testbeds.service_desk import REMARKS as POOL
+    from envs.testbeds.service_desk_choice import generate_choice_task
+
+    one, three = (generate_choice_task(random.Random(7), 2, POOL, k) for k in (1, 3))
+    assert {k: v for k, v in three.items() if k != "more"} == one and len(three["more"]) == 2
+    assert one == {"setting": "choice", **{k: one[k] for k in ("word", "method", "order", "delay", "remarks",
+                                                               "name", "item")}} and "more" not in one
+    e = env(orders=3, delays=[2], demo_right_tool=0.6)
+    wins, rights = [], []
+    for seed in range(200):
+        ep = e.new_episode(generate_choice_task(random.Random(seed), 2, POOL, 3), random.Random(seed))
+        obs = ep.start()
+        while obs is not None:
+            r = ep.step(ep.expert_action())
+            obs = r.next
+        wins.append(r.reward)
+        rights.append(r.info["right_tool"])
+    assert wins == [float(x == 1.0) for x in rights] and 0.1 < sum(wins) / 200 < 0.35  # 0.6^3 = 0.216
+    with pytest.raises(ValueError, match="env.orders"):
+        ServiceDeskEnv(ServiceDeskConfig(orders=2))

@@ -17,14 +17,14 @@ RIGHT = ["archive", "ok", "sure", "refund cash", "end"]  # the task's word is `y
 WRONG = ["orders", "ok", "sure", "refund cash", "end"]  # the refund errors: no order id
 
 
-def played(actions, delay=2):
+def played(actions, delay=2, task=None, **cfg):
     """A choice episode of scripted actions, recorded as the rollout records a model's (an action of w
     words has 1 + w tokens)."""
-    t = {"setting": "choice", "word": "year", "method": "cash", "order": "K", "delay": delay,
-         "remarks": ["it was a gift", "the box was blue"][:delay], "name": "ann", "item": "lamp"}
-    env = ServiceDeskEnv(ServiceDeskConfig(setting="choice", human_rate=0.0))
+    t = task or {"setting": "choice", "word": "year", "method": "cash", "order": "K", "delay": delay,
+                 "remarks": ["it was a gift", "the box was blue"][:delay], "name": "ann", "item": "lamp"}
+    env = ServiceDeskEnv(ServiceDeskConfig(setting="choice", human_rate=0.0, **cfg))
     state = env.new_episode(t, random.Random(0))
-    ep, obs = Episode("t", delay), state.start()
+    ep, obs = Episode("t", t["delay"]), state.start()
     for a in actions:
         ep.turns.append(Turn("agent", "policy", [1], [5] * (1 + len(a.split())), [0.0], a,
                              prompt_text=obs.text))
@@ -34,6 +34,7 @@ def played(actions, delay=2):
             ep.events.append(e)
         if result.next is None:
             ep.reward = result.reward
+            ep.info = result.info
             break
         obs = result.next
     return ep
@@ -83,8 +84,8 @@ def test_oracle_arm_puts_the_whole_advantage_on_the_lookup_and_the_refund():
     right, wrong, short = gs[0].episodes
     assert [adv.scalar(t) for t in right.turns] == pytest.approx([a_G[0] * 2.2, 0, 0, a_G[0] * 2.2, 0])
     assert [adv.scalar(t) for t in wrong.turns] == pytest.approx([a_G[1] * 2.2, 0, 0, a_G[1] * 2.2, 0])
-    # no refund: the lookup (2 of L = 6 tokens) is the only decision: w = 3
-    assert [adv.scalar(t) for t in short.turns] == pytest.approx([a_G[2] * 3, 0, 0])
+    # no refund, a right lookup (marked right: not blamed) and no erring action: nothing to blame, broadcast
+    assert [adv.scalar(t) for t in short.turns] == pytest.approx([a_G[2]] * 3)
     for e, a in zip(gs[0].episodes, a_G, strict=True):  # the mass and the sign kept
         assert sum(x for t in e.turns for x in adv.tokens(t)) == pytest.approx(a * sum(t.num_action_tokens
                                                                                         for t in e.turns))
@@ -102,8 +103,9 @@ def test_classic_episodes_have_no_decisions_so_the_oracle_is_grpo():
 
 def test_oracle_blames_a_failures_bad_calls_and_never_credits_a_successs():
     """By hand: a success with a bad call (within the slack) credits only its lookup (2 tokens) and refund
-    (3) of L = 13: w = 2.6, the bad call 0; a failure with two bad calls and no refund blames the lookup and
-    both bad calls, 6 of L = 12 tokens: w = 2 (before the fix the bad calls got 0 and drifted)."""
+    (3) of L = 13: w = 2.6, the bad call 0; a failure with two bad calls and no refund blames both bad calls,
+    4 of L = 12 tokens: w = 3, not its lookup, which the environment marked right (before the first fix the
+    bad calls got 0 and drifted; before the second the right lookup was blamed too: w = 2)."""
     ok = played(["archive", "xyz", "ok", "sure", "refund cash", "end"])
     bad = played(["archive", "xyz", "xyz", "ok", "sure", "end"])
     assert ok.reward == 1.0 and bad.reward == 0.0
@@ -111,4 +113,22 @@ def test_oracle_blames_a_failures_bad_calls_and_never_credits_a_successs():
     adv, _ = credit_advantages(method(credit="oracle"), gs)
     a_ok, a_bad = grpo([1.0, 0.0])
     assert [adv.scalar(t) for t in ok.turns] == pytest.approx([a_ok * 2.6, 0, 0, 0, a_ok * 2.6, 0])
-    assert [adv.scalar(t) for t in bad.turns] == pytest.approx([a_bad * 2, a_bad * 2, a_bad * 2, 0, 0, 0])
+    assert [adv.scalar(t) for t in bad.turns] == pytest.approx([0, a_bad * 3, a_bad * 3, 0, 0, 0])
+
+
+def test_oracle_with_several_orders_blames_only_the_wrong_choice_and_its_consumer():
+    """Three orders (`year`, `week`, `year`), D = 1: the second lookup is the wrong tool, its refund errors
+    (no order id) and the customer moves on; the others are right. Lengths: lookups 2, acks 2, refunds 3,
+    end 2: L = 3 x 7 + 2 = 23. The failure blames the wrong lookup and its erring refund only (5 tokens):
+    w = 23 / 5 = 4.6 there, 0 on the two right orders' decisions."""
+    more = [{"word": "week", "method": "card", "order": "B", "item": "mug", "remarks": ["it came late"]},
+            {"word": "year", "method": "credit", "order": "C", "item": "pen", "remarks": ["i ordered two"]}]
+    t = {"setting": "choice", "word": "year", "method": "cash", "order": "K", "delay": 1,
+         "remarks": ["it was a gift"], "name": "ann", "item": "lamp", "more": more}
+    ep = played(["archive", "ok", "refund cash", "archive", "sure", "refund card", "archive", "ok",
+                 "refund credit", "end"], task=t, delays=[1], orders=3)
+    assert ep.reward == 0.0 and len(ep.turns) == 10 and ep.info["right_tool"] == pytest.approx(2 / 3)
+    gs = [Group("t", 2, [played(RIGHT), ep])]
+    adv, _ = credit_advantages(method(credit="oracle"), gs)
+    a = grpo([1.0, 0.0])[1]
+    assert [adv.scalar(t) for t in ep.turns] == pytest.approx([0, 0, 0, a * 4.6, 0, a * 4.6, 0, 0, 0, 0])
