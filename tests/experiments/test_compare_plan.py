@@ -42,3 +42,13 @@ def test_a_run_writes_the_plan_and_a_dry_run_does_not(tmp_path, monkeypatch):
     assert compare.main(args) == 0
     assert json.loads(plan_path(tmp_path, "smoke").read_text()) == plan_data("smoke")  # all methods, all envs
     assert write_plan(tmp_path, "smoke") == tmp_path / "compare" / "plan-smoke.json"
+
+
+def test_the_small_plan_holds_the_small_column_only(tmp_path):
+    """At small scale only terminal-smollm2 has a budget of its own: the columns whose overrides are written
+    for their homes' cpu scales are left out (compare.yaml's `scales`), so the plan of a small run writes
+    (it stopped composing chain_tasks-families' overrides on CANOPY's BFCL config before)."""
+    path = write_plan(tmp_path, "small")
+    data = json.loads(path.read_text())
+    derived = ("arith-defects", "service_desk-defects", "thinker_solver-arith", "chain_tasks-families")
+    assert "terminal-smollm2" in json.dumps(data) and not any(f'"{t}"' in json.dumps(data) for t in derived)
