@@ -65,6 +65,10 @@ change no reward, observation or split.
 that story. Off, no family setting is read and every split, observation and reward is as before (pinned by
 tests/envs/testbeds/test_chain_tasks_default_pins.py). The apps themselves are `chain_apps.py`'s.
 
+**Defective train tasks** (`env_pool_with_audit`, River's filter; the default tasks; 0 by default):
+`share_weak`, `share_reject` and `share_unsolvable` put labelled defects into the train split
+(`chain_tasks_audit.py`; `audit_pool.py`: how, leaving every stream as it was).
+
 The scripted demonstrator (SFT warm start) solves every task, except that with probability
 `demo_slip` it misreads a quantity (`add`) or a day (`book`), as a weak agent's demonstrations
 would: the warm start inherits that error rate, which compounds over a long task (2, 3 and 6 such
@@ -85,7 +89,9 @@ from datasets import DatasetDict
 from common.episode import Event
 from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult, parse_int
 from envs.testbeds import chain_families, chain_family_tasks
+from envs.testbeds.audit_pool import AuditedPool, check_shares
 from envs.testbeds.chain_apps import DAYS, ITEMS, NAMES, World, apply_call  # importable from here as before
+from envs.testbeds.chain_tasks_audit import DEFECTS, AuditedPlay, with_defect
 
 ITEMS_PER_TIER = {1: 2, 2: 3, 3: 5}
 
@@ -97,6 +103,10 @@ class ChainTasksConfig(EnvConfig):
     fault_rate: float = 0.0  # chance per episode of an infrastructure fault (episode flagged `faulted`)
     demo_slip: float = 0.0  # chance that the demonstrator gets a quantity or a day wrong (families: any step)
     slack: int = 3  # calls allowed beyond the solution's length (busy refusals not counted)
+    # shares of defective train tasks (River's filter; chain_tasks_audit.py), 0 = the default pool
+    share_weak: float = 0.0  # the verifier checks only that the episode ended with `done`
+    share_reject: float = 0.0  # the recorded cart differs from the to-do lines' (one quantity by one)
+    share_unsolvable: float = 0.0  # the shop does not stock one of the task's items
     train_size: int = 1500
     heldout_size: int = 150
     # families (SkillRise's chains with a curate turn: envs/testbeds/chain_families.py). Off: the settings
@@ -254,9 +264,9 @@ class ChainEpisode(EpisodeState):
         """Run one call; returns (reply, ok). Errors leave the state unchanged (`chain_apps.apply_call`)."""
         return apply_call(self.world, call)
 
-    def solved(self) -> bool:
-        """The final state is exactly what the task asks (nothing missing, nothing extra)."""
-        t, w = self.task, self.world
+    def solved(self, task: dict[str, Any] | None = None) -> bool:
+        """The final state is exactly what the task (or `task`) asks (nothing missing, nothing extra)."""
+        t, w = self.task if task is None else task, self.world
         cid = w.contact_ids.get(t.get("contact") or "", -1)
         return (w.cart == {item: qty for item, qty in t["items"]} and w.paid
                 and w.mails == ([(cid, w.order_id)] if t.get("contact") else [])
@@ -268,17 +278,25 @@ class ChainEpisode(EpisodeState):
                 "out_of_turns": False}
 
 
-class ChainTasksEnv(Environment):
+class AuditedEpisode(AuditedPlay, ChainEpisode):
+    """A default play in a pool with defects (envs/testbeds/chain_tasks_audit.py)."""
+
+
+class ChainTasksEnv(AuditedPool, Environment):
     name = "chain_tasks"
     roles: ClassVar[tuple[str, ...]] = ("agent",)
-    offers = frozenset({"single_agent", "provenance_events"})  # envs/api/features.py (families: below)
+    # envs/api/features.py; an instance's: `offers_for` its settings (the audit with defects only; families)
+    offers = frozenset({"single_agent", "provenance_events", "env_pool_with_audit"})
     config_class = ChainTasksConfig
-    oracle_settings = {"demo_slip": 0.0, "fault_rate": 0.0}
+    oracle_settings = {"demo_slip": 0.0, "fault_rate": 0.0, **{f"share_{d}": 0.0 for d in DEFECTS}}
     stop = ("\n",)
+    DEFECTS = DEFECTS
+    SHORTCUT_DEFECTS = ("weak",)  # `done` at once earns its reward
+    DEFECT_FIELDS = ("defect", "verifier", "missing")
 
     @classmethod
     def offers_for(cls, settings: Mapping[str, Any]) -> frozenset[str]:
-        return frozenset({"task_families"}) if settings.get("families") else cls.offers
+        return frozenset({"task_families"}) if settings.get("families") else super().offers_for(settings)
 
     def __init__(self, cfg: ChainTasksConfig):
         for key in ("busy_rate", "fault_rate", "demo_slip"):
@@ -286,11 +304,15 @@ class ChainTasksEnv(Environment):
                 raise ValueError(f"env.{key} must be in [0, 1); got {getattr(cfg, key)}")
         if cfg.slack < 0:
             raise ValueError(f"env.slack must be >= 0; got {cfg.slack}")
+        shares = check_shares(cfg, DEFECTS)
         if cfg.families:
+            if any(shares.values()):
+                raise ValueError(f"env.share_* (defective train tasks) need env.families=false; {shares}")
             chain_family_tasks.check(cfg)
-            # this instance's roles and offers (the class's are those of the default tasks), as textworld's
+            # this instance's roles (the class's are those of the default tasks), as textworld's
             self.roles = ("solver", "curator")  # type: ignore[misc]
-            self.offers = self.offers_for({"families": True})  # type: ignore[misc]
+        settings = {"families": cfg.families, **{f"share_{d}": v for d, v in shares.items()}}
+        self.offers = self.offers_for(settings)  # type: ignore[misc]
         super().__init__(cfg)
         self.cfg: ChainTasksConfig = cfg
 
@@ -307,20 +329,23 @@ class ChainTasksEnv(Environment):
             self._tasks = chain_family_tasks.family_tasks(self.cfg)
         return super().task_set()
 
-    def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
+    def generate_task(self, rng: random.Random, tier: int, defect: str | None = None) -> dict[str, Any]:
+        """A task drawn from `rng`; with a label (`defect`), the same draw labelled, with its defect."""
         items = rng.sample(ITEMS, ITEMS_PER_TIER[tier])
         task: dict[str, Any] = {"items": [[item, rng.randint(1, 5)] for item in items]}
         if tier >= 2:
             task["contact"] = rng.choice(NAMES)
         if tier >= 3:
             task["day"] = rng.choice(DAYS)
-        return task
+        return task if defect is None else with_defect(task, defect, self.defect_rng(task))
 
     def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
         if self.cfg.families:
             return chain_families.new_episode(task, self.cfg, rng, variant)
         if variant != "main":
             raise ValueError(f"chain_tasks has no episode variant {variant!r}")
+        if self.audited or "defect" in task:  # a labelled task plays by its own verifier in any pool
+            return AuditedEpisode(task, self.cfg, rng)
         return ChainEpisode(task, self.cfg, rng)
 
     def corpus_splits(self) -> tuple[str, ...]:

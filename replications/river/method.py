@@ -21,8 +21,9 @@ shortcuts, which then carry over to clean tasks. River
 Arms (`method.pool`, `method.penalty`, `method.dynamic`): GRPO on the full train set (`full`), with
 dynamic sampling (`dynamic.py`), on a random subset of the filtered set's size (`random`), River's filter
 (`river`), with the penalty. Every arm is this class, so they share everything else.
-Environments: those offering `env_pool_with_audit` (envs.api.protocols.AuditLabels): `terminal`, `arith`
-and `service_desk` (their defects: `env.share_*`, 0 by default). The penalty reads `info["record"]`.
+Environments: those offering `env_pool_with_audit` (envs.api.protocols.AuditLabels): `terminal`, `arith`,
+`service_desk` and `chain_tasks` (their defects: `env.share_*`, 0 by default). The penalty reads
+`info["record"]`.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ class River(Method):
         if self.cfg.pool != "full" and not isinstance(self.env, AuditLabels):
             raise ValueError(f"method.pool={self.cfg.pool} filters train tasks by their audit labels; "
                              f"env={self.env.name} has none (it does not offer env_pool_with_audit): use "
-                             "env=terminal, arith or service_desk, or method.pool=full")
+                             "env=terminal, arith, service_desk or chain_tasks, or method.pool=full")
         audit_rates(self.cfg.audit_agreement, self.cfg.audit_flag_precision, self.cfg.audit_clean_precision)
         if self.run.scale == "paper" and not (Path(self.cfg.paper_data or "") / "terminal_bench").is_dir():
             raise ValueError(f"scale=paper needs {self.cfg.paper_data}/terminal_bench (no terminal_bench "

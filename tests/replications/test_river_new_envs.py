@@ -1,6 +1,6 @@
-"""River on the audit-labelled pools of `arith` and `service_desk` (#46): the method built from its own config
-at the smoke scale on each, its filter reading the tasks' labels (a tiny case computed by hand), its pool's
-figures, and its repetition penalty on a service_desk dialogue."""
+"""River on the audit-labelled pools of `arith`, `service_desk` and `chain_tasks` (#46): the method built
+from its own config at the smoke scale on each, its filter reading the tasks' labels (a tiny case computed by
+hand), its pool's figures, and its repetition penalty on a service_desk dialogue."""
 
 from __future__ import annotations
 
@@ -41,6 +41,11 @@ CASES = {
     "service_desk_defects": (["clean", "clean", "unsolvable", "clean", "weak", "weak", "weak", "weak",
                               "reject", "clean"], [0, 1, 3, 4, 5, 9],
                              {"pool_size": 6.0, "pool_defective": 2 / 6, "pool_shortcut": 2 / 6}),
+    # audit Clean: 0 1 2 3 4 5 8 9; the oracle (the demonstrator: the asked cart; `done` once the shop says
+    # it does not stock an item) fails the reject task 8 and the unsolvable task 9, passes the weak tasks 1, 3
+    "chain_tasks_defects": (["clean", "weak", "clean", "weak", "clean", "clean", "weak", "weak", "reject",
+                             "unsolvable"], [0, 1, 2, 3, 4, 5],
+                            {"pool_size": 6.0, "pool_defective": 2 / 6, "pool_shortcut": 2 / 6}),
 }
 
 
@@ -90,7 +95,7 @@ def test_the_filter_reads_the_labels(env, tmp_path):
 
 def test_the_default_pools_are_all_clean(tmp_path):
     """Offered by default too: every train task clean, so the filter is the audit's draw and the oracle."""
-    for env in ("arith", "service_desk"):
+    for env in ("arith", "service_desk", "chain_tasks"):
         m = river(env, tmp_path, *AUDIT)
         report = m.filter_report()
         assert m.pool(10) == report.kept == [i for i, d in enumerate(DRAWS) if d >= 1 / 3]  # oracle: all

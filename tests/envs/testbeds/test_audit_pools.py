@@ -1,6 +1,7 @@
-"""Audit-labelled train pools of `arith` and `service_desk` (#46, env_pool_with_audit; envs/testbeds/
-audit_pool.py): by default every stream is what it was before they existed (digests recorded from the code
-before the change), and with defects on, the pool is the default one with labels and defects added.
+"""Audit-labelled train pools of `arith`, `service_desk` and `chain_tasks` (#46, env_pool_with_audit;
+envs/testbeds/audit_pool.py): by default every stream is what it was before they existed (digests recorded
+from the code before the change), and with defects on, the pool is the default one with labels and defects
+added.
 
 A digest is sha256 (16 hex) of the JSON of a split's columns (`id`, `tier`, `task`), or of the transcripts
 of the first 20 tasks of a split (each turn: role, observation, new_context, action, reward, success, every
@@ -21,6 +22,7 @@ from envs.api.base import Environment
 from envs.api.protocols import AuditLabels
 from envs.registry import ENVS
 from envs.testbeds.arith import ArithConfig, ArithEnv
+from envs.testbeds.chain_tasks import ChainTasksConfig, ChainTasksEnv
 from envs.testbeds.service_desk import ServiceDeskConfig, ServiceDeskEnv
 from envs.testbeds.terminal.env import TerminalConfig, TerminalEnv
 from tests.helpers import digest, split_digests, transcript
@@ -46,6 +48,11 @@ ARITH_CONF: dict[str, Any] = dict(mode="single", min_ops=2, max_ops=4, max_value
                                   demo_size=768)  # common/conf/env/arith.yaml
 CHOICE: dict[str, Any] = dict(setting="choice", delays=[0, 8], demo_right_tool=0.5, human_rate=0.0,
                               demo_trap=0.0, demo_repeat=0.0)  # common/conf/env/service_desk_choice.yaml
+CHAIN_CONF: dict[str, Any] = dict(busy_rate=0.1, fault_rate=0.0, demo_slip=0.0, slack=3, train_size=1500,
+                                  heldout_size=150, dev_size=64)  # common/conf/env/chain_tasks.yaml
+# CANOPY's cpu settings (faults, slips) on smaller splits, with a demo split
+CHAIN_DEMO: dict[str, Any] = {**CHAIN_CONF, "fault_rate": 0.05, "demo_slip": 0.3, "train_size": 300,
+                              "heldout_size": 30, "dev_size": 20, "demo_size": 60}
 
 # recorded before arith and service_desk offered env_pool_with_audit
 PINS: dict[str, tuple[Any, dict[str, str], dict[str, str]]] = {
@@ -85,6 +92,22 @@ PINS: dict[str, tuple[Any, dict[str, str], dict[str, str]]] = {
         {"train/main": "1f12694a2f21e6ca", "train/main/random": "c829f25a776c9fdb",
          "heldout/main": "54adb4baa39b0530", "heldout/main/random": "0f951e934d79d0ff",
          "dev/main": "b69fe0d732c72071", "dev/main/random": "cf7dc82e7cf82bed"}),
+    # recorded before chain_tasks offered env_pool_with_audit (its split digests are also
+    # test_chain_tasks_default_pins.py's, recorded before families)
+    "chain_tasks": (
+        lambda: ChainTasksEnv(ChainTasksConfig(**CHAIN_CONF)),
+        {"train": "2be50d31f47f2fe0", "heldout": "07fbe2f05b05a357", "dev": "5946260760674d7f"},
+        {"train/main": "4215ea4ca6a70423", "train/main/random": "fc85b3b3ff03b8db",
+         "heldout/main": "b999933369663696", "heldout/main/random": "0716a27a7d9ff435",
+         "dev/main": "3beadb980cdfec8a", "dev/main/random": "29efbc7f03ce22ba"}),
+    "chain_tasks-demo": (
+        lambda: ChainTasksEnv(ChainTasksConfig(**CHAIN_DEMO)),
+        {"train": "904173258b9f3e2f", "heldout": "2bde4f6486aa8bf3", "demo": "d4f41a2e5f8256b5",
+         "dev": "4527c28db1da8920"},
+        {"train/main": "2a3f16caac01f39c", "train/main/random": "84daa92f1dae3ddf",
+         "heldout/main": "d16809495fc409a0", "heldout/main/random": "4f228f7ba1777328",
+         "demo/main": "fa82203884755c5c", "demo/main/random": "4f4b9bd0020717c5",
+         "dev/main": "00b98c91bb756038", "dev/main/random": "4d09a89842c4d1be"}),
 }
 
 
@@ -106,6 +129,7 @@ def test_the_pins_see_a_change():
 
 ARITH_SHARES = dict(share_reject=0.1, share_unsolvable=0.1, share_weak=0.2, share_first_number=0.2)
 DESK_SHARES = dict(share_weak=0.2, share_reject=0.1, share_unsolvable=0.1)
+CHAIN_SHARES = dict(share_weak=0.3, share_reject=0.1, share_unsolvable=0.15)
 SMALL: dict[str, Any] = dict(train_size=200, heldout_size=40, dev_size=20)
 
 
@@ -118,6 +142,8 @@ def strip(task: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
      ("defect", "verifier", "hide_last")),
     (lambda **kw: ServiceDeskEnv(ServiceDeskConfig(**SMALL, **kw)), DESK_SHARES,
      ("defect", "verifier", "missing")),
+    (lambda **kw: ChainTasksEnv(ChainTasksConfig(**{**CHAIN_DEMO, **SMALL, "demo_size": 30, **kw})),
+     CHAIN_SHARES, ("defect", "verifier", "missing")),
 ])
 def test_defects_join_the_default_pool_and_change_nothing_else(make, shares, fields):
     default, audited = make(), make(**shares)
@@ -146,9 +172,10 @@ def test_every_env_offering_the_pool_has_its_labels():
     for name, cls in ENVS.items():
         assert ("env_pool_with_audit" in cls.offers) == issubclass(cls, AuditLabels), name
     offering = {n for n, c in ENVS.items() if "env_pool_with_audit" in c.offers}
-    assert {"terminal", "arith", "service_desk"} <= offering
+    assert {"terminal", "arith", "service_desk", "chain_tasks"} <= offering
     assert ArithEnv(ArithConfig()).shortcut_defects() == {"weak", "first_number"}
     assert ServiceDeskEnv(ServiceDeskConfig()).shortcut_defects() == {"weak"}
+    assert ChainTasksEnv(ChainTasksConfig()).shortcut_defects() == {"weak"}
     assert TerminalEnv(TerminalConfig(backend="sim")).shortcut_defects() == {"leak", "weak", "planted"}
 
 
@@ -157,6 +184,12 @@ def test_bad_shares_are_refused_in_one_line():
         ArithEnv(ArithConfig(share_weak=0.7, share_reject=0.5))
     with pytest.raises(ValueError, match="env.share_"):
         ServiceDeskEnv(ServiceDeskConfig(share_weak=-0.1))
+    with pytest.raises(ValueError, match="env.share_"):
+        ChainTasksEnv(ChainTasksConfig(share_unsolvable=0.6, share_reject=0.5))
+    with pytest.raises(ValueError, match="env.families=false"):
+        ChainTasksEnv(ChainTasksConfig(families=True, share_weak=0.1))
+    with pytest.raises(ValueError, match="unknown chain_tasks defect"):
+        ChainTasksEnv(ChainTasksConfig()).generate_task(random.Random(0), 2, defect="leak")
     with pytest.raises(ValueError, match="env.mode=single"):
         ArithEnv(ArithConfig(mode="stepwise", share_weak=0.1))
     with pytest.raises(ValueError, match="env.setting=classic"):
