@@ -1,10 +1,12 @@
 """`make compare` leaves its plan as data (`<out_dir>/compare/plan-<scale>.json`) for paper/head_to_head.py,
-which imports neither the runner nor the methods; the committed cpu plan is the one the code makes."""
+which imports neither the runner nor the methods; the committed cpu and small plans are the code's."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import pytest
 
 from experiments import compare
 from experiments.compare import load_settings, matrix, plan_data, write_plan
@@ -26,11 +28,12 @@ def test_the_plan_is_the_whole_declared_comparison():
     assert plan_data("nosuchscale")["envs"] == []
 
 
-def test_the_committed_cpu_plan_is_current():
-    path = plan_path(REPO / "results", "cpu")
-    assert json.loads(path.read_text()) == plan_data("cpu"), (
-        "results/compare/plan-cpu.json is out of date: PYTHONPATH=. python -c "
-        "\"from experiments.compare import write_plan; write_plan('results', 'cpu')\"")
+@pytest.mark.parametrize("scale", ["cpu", "small"])
+def test_the_committed_plans_are_current(scale):
+    path = plan_path(REPO / "results", scale)
+    assert json.loads(path.read_text()) == plan_data(scale), (
+        f"results/compare/plan-{scale}.json is out of date: PYTHONPATH=. python -c "
+        f"\"from experiments.compare import write_plan; write_plan('results', '{scale}')\"")
 
 
 def test_a_run_writes_the_plan_and_a_dry_run_does_not(tmp_path, monkeypatch):
