@@ -172,6 +172,7 @@ class Rollout:
                     slot.episode.truncated = True
                     slot.episode.events.append(Event("info", len(slot.episode.turns),
                                                      {"context_overflow": len(ctx)}))
+                    slot.episode.info.update(slot.state.summary())  # its behaviour figures so far
                     slot.obs = None  # type: ignore[assignment]
                 elif demonstrator is not None:
                     action = slot.state.expert_action()

@@ -147,6 +147,13 @@ class EpisodeState(ABC):
     def expert_action(self) -> str:
         """The scripted demonstrator's action for the role that acts now."""
 
+    def summary(self) -> dict[str, Any]:
+        """The episode's info so far (behaviour figures such as `right_tool`), which the rollout records
+        when it cuts the episode short (its context ran out), so that those figures average over every
+        episode, not only the ones that ended; {} by default. An environment whose last step reports
+        `{**self.summary(), ...}` overrides it."""
+        return {}
+
 
 @dataclass
 class EnvConfig:

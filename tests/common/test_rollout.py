@@ -81,6 +81,9 @@ class _Episode(EpisodeState):
     def expert_action(self) -> str:
         return "ok"
 
+    def summary(self) -> dict[str, Any]:
+        return {"played": self.turn} if self.task.get("summarise") else super().summary()
+
 
 class _Env(Environment):
     name, roles, stop = "toy", ("agent",), ("\n",)
@@ -121,6 +124,17 @@ def test_an_episode_that_runs_out_of_context_is_flagged_truncated():
                        [{"id": "a", "tier": 1, "task": task(0, turns=3)["task"]},
                         {"id": "b", "tier": 1, "task": task(1)["task"]}], 0)
     assert summary["truncated_rate"] == 0.5  # over every episode, not only those that set a flag
+
+
+def test_an_episode_cut_by_the_context_records_its_summary_so_far():
+    """The environment's figures (`EpisodeState.summary`) of an episode the context cut, so that its info
+    means average over every episode (#39: right_tool read 0.82 over the episodes that ended, ~0.4 in all)."""
+    tasks = [task(0, turns=3, summarise=True), task(1, turns=1, summarise=True), task(2, turns=3)]
+    groups = rollout(_Echo(), max_length=12).play_groups(tasks, [1, 1, 1], step=0)
+    cut, ended, plain = (g.episodes[0] for g in groups)
+    assert cut.truncated and cut.info == {"played": 1}
+    assert not ended.truncated and ended.info == {}  # an episode that ends reports its last step's info only
+    assert plain.truncated and plain.info == {}  # an environment without a summary: nothing, as before
 
 
 def test_a_truncated_episode_trains_unless_the_method_drops_it():
