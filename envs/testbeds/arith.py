@@ -51,7 +51,7 @@ from typing import Any, Literal
 
 from common.episode import Event
 from envs.api.base import EnvConfig, Environment, EpisodeState, Observation, StepResult, parse_int
-from envs.testbeds.audit_pool import AuditedPool, check_shares
+from envs.testbeds.audit_pool import AuditedPool, check_shares, labelled
 
 OPS = ("+", "-", "*")
 _ANSWER = re.compile(r"#\s*(-?[0-9]+)\s*$")
@@ -230,9 +230,7 @@ class ArithEnv(AuditedPool, Environment):
 
     def _with_defect(self, task: dict[str, Any], defect: str) -> dict[str, Any]:
         """`task` labelled `defect`, with that defect's verifier (the module docstring)."""
-        if defect != "clean" and defect not in DEFECTS:
-            raise ValueError(f"unknown arith defect {defect!r}; choose from {DEFECTS}")
-        out: dict[str, Any] = {**task, "defect": defect}
+        out = labelled(task, defect, DEFECTS, "arith")
         if defect == "clean":
             return out
         r = self.defect_rng(task)

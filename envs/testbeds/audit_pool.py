@@ -41,6 +41,13 @@ def check_shares(cfg: EnvConfig, defects: Sequence[str]) -> dict[str, float]:
     return shares
 
 
+def labelled(task: dict[str, Any], defect: str, defects: Sequence[str], env: str) -> dict[str, Any]:
+    """`task` with its label (`defect`: one of `defects`, or `clean`); ValueError (one line) for another."""
+    if defect != "clean" and defect not in defects:
+        raise ValueError(f"unknown {env} defect {defect!r}; choose from {tuple(defects)}")
+    return {**task, "defect": defect}
+
+
 def loop_info(turns: list[tuple[str, str]]) -> dict[str, Any]:
     """River's loop figures of an episode's (action, observation) pairs, as `terminal` reports them."""
     flags = repeat_flags(turns)

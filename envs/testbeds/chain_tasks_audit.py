@@ -37,7 +37,7 @@ import random
 from typing import Any
 
 from envs.api.base import parse_int
-from envs.testbeds.audit_pool import loop_info
+from envs.testbeds.audit_pool import labelled, loop_info
 from envs.testbeds.chain_apps import CALL
 
 DEFECTS = ("weak", "reject", "unsolvable")
@@ -45,9 +45,7 @@ DEFECTS = ("weak", "reject", "unsolvable")
 
 def with_defect(task: dict[str, Any], defect: str, rng: random.Random) -> dict[str, Any]:
     """`task` (a default task as drawn) labelled `defect`, with that defect's fields (drawn from `rng`)."""
-    if defect != "clean" and defect not in DEFECTS:
-        raise ValueError(f"unknown chain_tasks defect {defect!r}; choose from {DEFECTS}")
-    out: dict[str, Any] = {**task, "defect": defect}
+    out = labelled(task, defect, DEFECTS, "chain_tasks")
     if defect == "weak":
         out["verifier"] = {"kind": "done"}
     elif defect == "reject":

@@ -36,7 +36,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from envs.testbeds.audit_pool import loop_info
+from envs.testbeds.audit_pool import labelled, loop_info
 from envs.testbeds.service_desk_choice import METHODS  # the desk's three refund methods, in both settings
 
 DEFECTS = ("weak", "reject", "unsolvable")
@@ -44,9 +44,7 @@ DEFECTS = ("weak", "reject", "unsolvable")
 
 def with_defect(task: dict[str, Any], defect: str, rng: random.Random) -> dict[str, Any]:
     """`task` (a classic task as drawn) labelled `defect`, with that defect's fields (drawn from `rng`)."""
-    if defect != "clean" and defect not in DEFECTS:
-        raise ValueError(f"unknown service_desk defect {defect!r}; choose from {DEFECTS}")
-    out: dict[str, Any] = {**task, "defect": defect}
+    out = labelled(task, defect, DEFECTS, "service_desk")
     if defect == "weak":
         out["verifier"] = {"kind": "closed"}
     elif defect == "reject":
