@@ -67,7 +67,7 @@ SEED_LIMIT = 2**63
 SIZE_LIMITS = {"trainer.steps": 10**6, "trainer.tasks_per_step": 2**16, "trainer.group_size": 2**12,
                "trainer.ppo_epochs": 10**3, "trainer.minibatches": 2**16, "trainer.max_new_tokens": 2**17,
                "eval.k": 2**12, "eval.max_tasks": 10**7,
-               "sft.steps": 10**6, "sft.demos": 10**7, "sft.batch_size": 2**16,
+               "sft.steps": 10**6, "sft.copy_steps": 10**6, "sft.demos": 10**7, "sft.batch_size": 2**16,
                "engine.max_batch": 2**16, "model.max_length": 2**20}
 # training episodes, trainer.steps x tasks_per_step x group_size (the largest shipped: 1.0M)
 MAX_EPISODES = 10**9
@@ -188,6 +188,10 @@ def run_config_errors(cfg: RunConfig) -> list[str]:
                               f"got {getattr(sft, key)}")
         if not _positive(sft.lr):
             errors.append(f"sft.lr must be > 0 and finite; got {sft.lr}")
+        if sft.copy_steps < 0:
+            errors.append(f"sft.copy_steps must be >= 0 (0: no copy pre-warm-start); got {sft.copy_steps}")
+        if sft.copy_steps and not _positive(sft.copy_lr):
+            errors.append(f"sft.copy_lr must be > 0 and finite; got {sft.copy_lr}")
         if sft.micro_batch_rows < 0:
             errors.append(f"sft.micro_batch_rows must be >= 0 (0: the whole batch at once); "
                           f"got {sft.micro_batch_rows}")

@@ -61,6 +61,12 @@ class SFTConfig:
     pack: bool = False  # one row per multi-turn context (every action of it labelled), not one row per turn
     micro_batch_rows: int = 0  # rows per forward/backward, gradients accumulated (0: the whole batch at once)
     seed: int | None = None  # None: the run's seed (each seed gets its own warm start)
+    # a synthetic copy pre-warm-start before the demonstrations (#41, `common.warmstart.copy_sequences`):
+    # `copy_steps` steps on random token sequences `x newline x`, the loss on the second x, at `copy_lr`.
+    # It grows the copy (induction) heads a pretrained model brings and a tiny one trained from scratch on
+    # demonstrations alone did not in 5000 steps. 0: none (and the warm start's cache key as before)
+    copy_steps: int = 0
+    copy_lr: float = 1e-3
 
 
 @dataclass

@@ -13,7 +13,7 @@ import inspect
 import json
 import random
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -88,8 +88,11 @@ def warm_start_key(model_cfg: ModelConfig, sft_cfg: SFTConfig, env: Environment,
     when SFT runs."""
     sft_seed = seed if sft_cfg.seed is None else sft_cfg.seed
     code = warm_start_code(env)
+    sft_settings = asdict(sft_cfg)
+    if not sft_cfg.copy_steps:  # no copy pre-warm-start: the key of before its settings existed
+        del sft_settings["copy_steps"], sft_settings["copy_lr"]
     key = fingerprint(model_cfg.__dict__ | {"roles": None, "frozen_adapters": None},
-                      asdict(sft_cfg) if sft_cfg.enabled else None,
+                      sft_settings if sft_cfg.enabled else None,
                       env.cfg, sft_seed if sft_cfg.enabled else None, type(env).__name__, code)
     return key, code
 
@@ -118,6 +121,25 @@ def demonstrations(env: Environment, tokenizer: Any, n_tasks: int, seed: int,
             pairs.append((ctx, action_ids))
             contexts[obs.role] = ctx + action_ids
             obs = ep.step(action).next
+    return pairs
+
+
+def copy_sequences(tokenizer: Any, n: int, seed: int, lengths: tuple[int, int] = (4, 16)
+                   ) -> list[tuple[list[int], list[int]]]:
+    """`n` (context, target) pairs of the copy pre-warm-start (`sft.copy_steps`): a context `x` then the
+    newline token, the target `x` again, x of 4-16 tokens drawn uniformly from the tokenizer's vocabulary
+    (its pad and EOS tokens left out). Predicting the second x token by token is what a copy (induction)
+    head does: find the current token earlier, emit the one after it."""
+    rng = random.Random(f"copy/{seed}")
+    special = {tokenizer.pad_token_id, tokenizer.eos_token_id}
+    vocab = [i for i in range(len(tokenizer)) if i not in special]
+    newline = tokenizer.encode("\n", add_special_tokens=False)
+    if len(newline) != 1:
+        raise ValueError(f"sft.copy_steps: the newline must be one token of this tokenizer; got {newline}")
+    pairs = []
+    for _ in range(n):
+        x = [rng.choice(vocab) for _ in range(rng.randint(*lengths))]
+        pairs.append((x + newline, x))
     return pairs
 
 
@@ -244,6 +266,11 @@ def warm_started_base(model_cfg: ModelConfig, sft_cfg: SFTConfig, env: Environme
             with torch.random.fork_rng():
                 torch.manual_seed(sft_seed)
                 model.to(device)  # the run's device; the batches follow the model
+                if sft_cfg.copy_steps:  # copy heads first, on as many sequences as the steps draw
+                    copy_cfg = replace(sft_cfg, steps=sft_cfg.copy_steps, lr=sft_cfg.copy_lr, pack=False)
+                    copies = copy_sequences(tokenizer, sft_cfg.copy_steps * sft_cfg.batch_size, sft_seed)
+                    copy_losses = sft(model, copies, copy_cfg, sft_seed, tokenizer.pad_token_id, progress)
+                    info.update(copy_loss_first=copy_losses[0], copy_loss_last=copy_losses[-1])
                 losses = sft(model, pairs, sft_cfg, sft_seed, tokenizer.pad_token_id, progress)
             info.update(pairs=len(pairs), loss_first=losses[0] if losses else None,
                         loss_last=losses[-1] if losses else None)

@@ -85,3 +85,52 @@ def test_micro_batches_give_the_whole_batch_step(tiny_parts):
     assert b == pytest.approx(a, rel=1e-5)
     for (name, x), (_, y) in zip(whole.state_dict().items(), parts.state_dict().items(), strict=True):
         assert torch.allclose(x, y, atol=1e-5), name
+
+
+def test_copy_sequences_by_hand(tiny_parts):
+    from common.warmstart import copy_sequences
+
+    _, _, tok, _ = tiny_parts
+    pairs = copy_sequences(tok, 200, seed=3)
+    newline = tok.encode("\n", add_special_tokens=False)
+    assert len(pairs) == 200 and pairs == copy_sequences(tok, 200, seed=3) != copy_sequences(tok, 200, seed=4)
+    for ctx, target in pairs:
+        assert ctx == target + newline and 4 <= len(target) <= 16
+        assert not {tok.pad_token_id, tok.eos_token_id} & set(target)
+    assert len({t for _, x in pairs for t in x}) > len(tok) // 2  # drawn from the whole vocabulary
+
+
+def test_the_copy_pre_warm_start_trains_first_and_keys_its_cache(tiny_parts, tmp_path):
+    """copy_steps = 0 leaves the cache key as it was before the setting existed (copy_lr is then unused);
+    copy_steps > 0 is another warm start, trained on copies before the demonstrations (losses recorded)."""
+    from dataclasses import asdict
+
+    from common.config import ModelConfig
+    from common.warmstart import fingerprint, warm_start_code, warm_start_key, warm_started_base
+
+    env, _, _, _ = tiny_parts
+    model = ModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
+                        head_dim=16, vocab_size=300, max_length=64)
+    plain = SFTConfig(steps=4, batch_size=4, demos=8)
+    before = {k: v for k, v in asdict(plain).items() if k not in ("copy_steps", "copy_lr")}
+    assert warm_start_key(model, plain, env, 0)[0] == fingerprint(
+        model.__dict__ | {"roles": None, "frozen_adapters": None}, before, env.cfg, 0, type(env).__name__,
+        warm_start_code(env))
+    assert warm_start_key(model, SFTConfig(steps=4, batch_size=4, demos=8, copy_lr=0.5), env, 0)[0] == \
+        warm_start_key(model, plain, env, 0)[0]
+    copying = SFTConfig(steps=4, batch_size=4, demos=8, copy_steps=60, copy_lr=3e-3)
+    assert warm_start_key(model, copying, env, 0)[0] != warm_start_key(model, plain, env, 0)[0]
+    _, _, info = warm_started_base(model, copying, env, 0, str(tmp_path))
+    assert info["copy_loss_last"] < info["copy_loss_first"]  # it trained on the copies
+    _, _, info = warm_started_base(model, plain, env, 0, str(tmp_path))
+    assert "copy_loss_last" not in info
+
+
+def test_a_bad_copy_setting_fails_before_anything_runs():
+    from common.config import RunConfig, run_config_errors
+
+    cfg = RunConfig()
+    cfg.sft.copy_steps = -1
+    assert any("sft.copy_steps" in e for e in run_config_errors(cfg))
+    cfg.sft.copy_steps, cfg.sft.copy_lr = 10, 0.0
+    assert any("sft.copy_lr" in e for e in run_config_errors(cfg))
