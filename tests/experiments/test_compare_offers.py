@@ -44,7 +44,8 @@ def test_a_pool_offers_its_audit_only_with_defects_in_it():
     assert not applicable("river", "arith", {"share_reject": 0.0})
     assert applicable("river", "arith", {"share_reject": 0.1})
     applies = matrix(["river"], load_settings())
-    # the defective pools are the columns whose overrides choose them (#46); arith's own column stays clean;
+    # the defective pools are the columns whose overrides choose them (#46); arith's and chain_tasks' own
+    # columns stay clean;
     # terminal-smollm2 (no cpu budget, so no cpu cells) is the class's offers at cpu
-    assert [t for (m, t), a in applies.items() if a] == ["terminal", "arith-defects", "service_desk-defects",
-                                                         "terminal-smollm2"]
+    assert [t for (m, t), a in applies.items() if a] == ["terminal", "arith-defects", "chain_tasks-defects",
+                                                         "service_desk-defects", "terminal-smollm2"]
