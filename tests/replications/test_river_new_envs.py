@@ -41,11 +41,12 @@ CASES = {
     "service_desk_defects": (["clean", "clean", "unsolvable", "clean", "weak", "weak", "weak", "weak",
                               "reject", "clean"], [0, 1, 3, 4, 5, 9],
                              {"pool_size": 6.0, "pool_defective": 2 / 6, "pool_shortcut": 2 / 6}),
-    # audit Clean: 0 1 2 3 4 5 8 9; the oracle (the demonstrator: the asked cart; `done` once the shop says
-    # it does not stock an item) fails the reject task 8 and the unsolvable task 9, passes the weak tasks 1, 3
-    "chain_tasks_defects": (["clean", "weak", "clean", "weak", "clean", "clean", "weak", "weak", "reject",
-                             "unsolvable"], [0, 1, 2, 3, 4, 5],
-                            {"pool_size": 6.0, "pool_defective": 2 / 6, "pool_shortcut": 2 / 6}),
+    # weak 0.2, reject 0.1, unsolvable 0.1 of ten: the reject task 6 and the unsolvable task 7 draw under 9/17
+    # (flagged); audit Clean: 0 1 2 3 4 5 8 9, where the oracle (the demonstrator: the asked cart; `done`
+    # once the shop says it does not stock an item) passes every task: the clean ones and the weak tasks 1, 3
+    "chain_tasks_defects": (["clean", "weak", "clean", "weak", "clean", "clean", "reject", "unsolvable",
+                             "clean", "clean"], [0, 1, 2, 3, 4, 5, 8, 9],
+                            {"pool_size": 8.0, "pool_defective": 2 / 8, "pool_shortcut": 2 / 8}),
 }
 
 

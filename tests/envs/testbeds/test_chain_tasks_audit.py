@@ -216,15 +216,19 @@ def test_offers_the_audit_only_with_defects():
 
 
 def test_the_config_file_is_chain_tasks_yaml_with_shares():
+    """chain_tasks.yaml's settings, the shares and a clean demo split: held-out as chain_tasks.yaml draws it,
+    dev drawn after the demo split (so not chain_tasks.yaml's dev), no demo task labelled."""
     conf = ROOT / "common" / "conf" / "env"
     plain = yaml.safe_load((conf / "chain_tasks.yaml").read_text())
     mine = yaml.safe_load((conf / "chain_tasks_defects.yaml").read_text())
     shares = {k: v for k, v in mine.items() if k.startswith("share_")}
-    assert shares == {"share_weak": 0.4, "share_reject": 0.1, "share_unsolvable": 0.1}
-    assert {k: v for k, v in mine.items() if k not in shares} == {**plain, "tag": "chain_tasks-defects"}
+    assert shares == {"share_weak": 0.2, "share_reject": 0.1, "share_unsolvable": 0.1}
+    assert {k: v for k, v in mine.items() if k not in shares} == {**plain, "tag": "chain_tasks-defects",
+                                                                  "demo_size": 1500}
     env, base = ChainTasksEnv(ChainTasksConfig(**mine)), ChainTasksEnv(ChainTasksConfig(**plain))
     a, d = env.task_set(), base.task_set()
-    assert a["heldout"]["task"] == d["heldout"]["task"] and a["dev"]["task"] == d["dev"]["task"]
+    assert a["heldout"]["task"] == d["heldout"]["task"]
     counts = collections.Counter(env.defect_of(json.loads(t)) for t in a["train"]["task"])
-    assert counts == {"weak": 600, "reject": 150, "unsolvable": 150, "clean": 600}
+    assert counts == {"weak": 300, "reject": 150, "unsolvable": 150, "clean": 900}
+    assert {env.defect_of(json.loads(t)) for t in a["demo"]["task"]} == {"clean"} and len(a["demo"]) == 1500
     assert "env_pool_with_audit" in env.offers and "env_pool_with_audit" not in base.offers
