@@ -70,7 +70,7 @@ def test_the_matrix_follows_the_declarations():
     # defects into the pool
     # (terminal-smollm2 has no cpu budget, so no cpu cells: there the class's offers say River applies)
     assert [t for t, s in settings.items() if applicable("river", s.env, home_env(s, "cpu"))] == [
-        "terminal", "arith-defects", "service_desk-defects", "terminal-smollm2"]
+        "terminal", "arith-defects", "chain_tasks-defects", "service_desk-defects", "terminal-smollm2"]
 
 
 def test_hydra_values_survive_the_override_grammar():
