@@ -100,7 +100,7 @@ def test_copy_sequences_by_hand(tiny_parts):
     assert len({t for _, x in pairs for t in x}) > len(tok) // 2  # drawn from the whole vocabulary
 
 
-def test_the_copy_pre_warm_start_trains_first_and_keys_its_cache(tiny_parts, tmp_path):
+def test_the_copy_pre_warm_start_trains_and_keys_its_cache(tiny_parts, tmp_path):
     """copy_steps = 0 leaves the cache key as it was before the setting existed (copy_lr is then unused);
     copy_steps > 0 is another warm start, trained on copies before the demonstrations (losses recorded)."""
     from dataclasses import asdict
