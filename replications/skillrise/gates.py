@@ -2,6 +2,7 @@
 does with documents, on the **dev** split, before any arm trains.
 
     flock /tmp/cpu-heavy.lock nice python -m replications.skillrise.gates   # -> results/skillrise/gates.json
+    python -m replications.skillrise.gates --setting prior   # -> results/skillrise/gates-prior.json
 
 One warm start (the `skillrise-ind` arm's, shared by every arm of the setting) plays the dev families'
 chains, `K_CHAINS` per family at the evaluation's temperature, three ways:
@@ -36,7 +37,17 @@ from typing import Any
 import numpy as np
 
 K_CHAINS = 16  # chains per dev family for each way of playing (16 families x 16 = 256 chains)
-ARMS = {"own": "skillrise-ind", "none": "grpo-ind", "oracle": "oracle-ind"}
+SETTINGS = ("ind", "prior")  # the arms' suffix: the induction layout, or it with a prior over orders
+
+
+def arms(setting: str = "ind") -> dict[str, str]:
+    """The arm of each way of playing in a setting."""
+    if setting not in SETTINGS:
+        raise ValueError(f"setting must be one of {SETTINGS}; got {setting!r}")
+    return {"own": f"skillrise-{setting}", "none": f"grpo-{setting}", "oracle": f"oracle-{setting}"}
+
+
+ARMS = arms("ind")
 FOLLOW_MIN, RIGHT_MIN, HELP_MIN = 0.8, 0.2, 0.1
 LATER = (3, 4)  # the plans of chain positions 1 and 2
 
@@ -87,19 +98,20 @@ def paired_later(own: list[Any], none: list[Any], families: dict[str, str]) -> l
     return bootstrap([a[f] - b[f] for f in sorted(a)])
 
 
-def measure(scale: str = "cpu") -> dict[str, Any]:
+def measure(scale: str = "cpu", setting: str = "ind") -> dict[str, Any]:
     from common.episode import tasks_of
     from common.fit import resolve
     from experiments.shared_batch import arm_config, build
     from replications import METHODS
 
     t0 = time.time()
-    work = Path(arm_config("skillrise", ARMS["own"], scale).work_dir) / "design" / "skillrise"
-    pieces = build("skillrise", ARMS["own"], scale, work)  # the warm start of the setting (cached)
+    ways = arms(setting)
+    work = Path(arm_config("skillrise", ways["own"], scale).work_dir) / "design" / "skillrise"
+    pieces = build("skillrise", ways["own"], scale, work)  # the warm start of the setting (cached)
     dev = tasks_of(pieces.env.task_set()["dev"])
     families = {t.id: t.data["family"] for t in dev}
     plays: dict[str, list[Any]] = {}
-    for way, arm in ARMS.items():
+    for way, arm in ways.items():
         m = resolve(arm_config("skillrise", arm, scale, f"eval.k={K_CHAINS}"), METHODS).method
         random.seed(0)
         plays[way] = m.play(pieces.rollout, dev, 0, mode="eval")
@@ -116,7 +128,7 @@ def measure(scale: str = "cpu") -> dict[str, Any]:
     }
     from common.provenance import git_state
 
-    out.update({"split": "dev", "scale": scale, "chains_per_family": K_CHAINS, "arms": ARMS,
+    out.update({"split": "dev", "scale": scale, "chains_per_family": K_CHAINS, "arms": ways,
                 "temperature": float(pieces.cfg.eval.temperature), "seconds": round(time.time() - t0),
                 "code": git_state()})
     return out
@@ -126,14 +138,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m replications.skillrise.gates", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", default="cpu")
-    p.add_argument("--out", default="results/skillrise/gates.json")
+    p.add_argument("--setting", default="ind", choices=SETTINGS)
+    p.add_argument("--out", default=None, help="results/skillrise/gates.json (ind), gates-<setting>.json")
     args = p.parse_args(argv)
-    result = measure(args.scale)
+    args.out = args.out or ("results/skillrise/gates.json" if args.setting == "ind"
+                            else f"results/skillrise/gates-{args.setting}.json")
+    result = measure(args.scale, args.setting)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     for name, g in result["gates"].items():
         print(f"[gates] {name}: {g['value']:.3f} (min {g['min']}) {'pass' if g['pass'] else 'FAIL'}")
-    for way in ARMS:
+    for way in result["arms"]:
         r = result[way]
         print(f"[gates] {way}: " + " ".join(f"plan{p} {r[f'plan{p}'][0]:.3f}" for p in (2, 3, 4))
               + (f" right {r['doc_right']:.3f} abstract {r['doc_abstract']:.3f}" if "doc_right" in r else ""))

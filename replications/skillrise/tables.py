@@ -1,7 +1,8 @@
 """SkillRise's own tables (read by paper/, see paper/extras.py), for what the card's claims cannot express.
 
 Arms: `grpo` (no document), `skillrise`, `skillrise-current` (curate rewarded by the current task); the
-second testbed's (issue #41, suffix `-ind`) get the same tables: `SETTINGS`.
+second testbed's (issue #41, suffix `-ind`) and its fourth attempt's (`-prior`) get the same tables
+(`SETTINGS`).
 Held-out evaluation plays chains in the chain arms, so tier L (plan length) is chain position
 L - 1; the grpo arm plays the same held-out tasks alone.
 
@@ -30,10 +31,11 @@ from paper.load import Run
 from paper.tables import CI, Table, fmt_ci
 
 # setting -> (grpo arm, skillrise arm, current-task control arm)
-SETTINGS = {"numbered": ("grpo", "skillrise", "skillrise-current"), "induction": ("grpo-ind", "skillrise-ind",
-                                                                                  "current-ind")}
-ARMS = ("grpo", "skillrise", "skillrise-current", "grpo-ind", "skillrise-ind", "current-ind")
-CHAIN_ARMS = ("skillrise", "skillrise-current", "skillrise-ind", "current-ind")
+SETTINGS = {"numbered": ("grpo", "skillrise", "skillrise-current"),
+            "induction": ("grpo-ind", "skillrise-ind", "current-ind"),
+            "prior": ("grpo-prior", "skillrise-prior", "current-prior")}
+ARMS = tuple(a for arms in SETTINGS.values() for a in arms)
+CHAIN_ARMS = tuple(a for arms in SETTINGS.values() for a in arms[1:])
 KINDS = ("abstract", "right", "concrete", "empty", "other")
 MARGIN = 0.05  # the smallest difference of success that matters (as the card's claims)
 WINDOW = 5  # training steps averaged at the start and at the end

@@ -121,3 +121,61 @@ def test_the_warm_start_writes_every_kind_of_document():
     # the curator's mix over traces with something found: abstract 30%, concrete 30%, empty 40%
     assert 0.24 < kinds["abstract"] / total < 0.36 and 0.24 < kinds["concrete"] / total < 0.36
     assert 0.33 < kinds["empty"] / total < 0.47 and kinds["other"] == 0
+
+
+def prior_player_success(e: SkillFamiliesEnv, know_prior: bool, n: int = 1500) -> float:
+    """Mean success over plans 2-4 without a document of a searcher by elimination that tries the prior's
+    successor of the last step found first (`know_prior`) or searches uniformly (the demonstrator)."""
+    from envs.testbeds.skill_families import PRIOR_NEXT
+
+    rng = random.Random(7)
+    wins = 0
+    for _ in range(n):
+        order = e.new_order(rng)
+        for plan in (2, 3, 4):
+            ep = e.new_episode(e.instance(rng, "f", order, plan), random.Random(rng.random()))
+            obs, r = ep.start(), None
+            while obs is not None:
+                action = ep.expert_action()
+                guess = PRIOR_NEXT[ep.step_of[ep.found[-1]] if ep.found else None]
+                untried = [s for n_, s in ep.tools if n_ not in ep.found and n_ not in ep.missed]
+                if know_prior and guess in untried:
+                    action = " " + ep.name_of[guess]
+                r = ep.step(action)
+                obs = r.next
+            wins += r.success
+    return wins / (3 * n)
+
+
+def test_order_prior_by_hand_and_what_it_leaves_to_learn():
+    from envs.testbeds.skill_families import PRIOR_NEXT
+
+    assert PRIOR_NEXT[None] == "read" and PRIOR_NEXT["read"] == "filter" and PRIOR_NEXT["clean"] == "read"
+    assert env(order_prior=1.0).new_order(random.Random(0)) == ["read", "filter", "sort", "merge"]
+    e = env(order_prior=0.5, demo_slip=0.0)
+    rng = random.Random(0)
+    orders = [e.new_order(rng) for _ in range(4000)]
+    assert all(len(set(o)) == 4 for o in orders)
+    # the first step is read with probability q + (1 - q) / 8; a next step is the successor with
+    # q + (1 - q) / 7 (the successor is free unless it was drawn before, rare)
+    assert sum(o[0] == "read" for o in orders) / 4000 == pytest.approx(0.5 + 0.5 / 8, abs=0.03)
+    follows = sum(o[1] == PRIOR_NEXT[o[0]] for o in orders) / 4000
+    assert follows == pytest.approx(0.5 + 0.5 / 7, abs=0.03)
+    # uniform orders (q = 0) are unchanged: the demonstrator's search, and a prior-aware one gains nothing
+    assert prior_player_success(env(demo_slip=0.0), True) == pytest.approx(
+        prior_player_success(env(demo_slip=0.0), False), abs=0.03)
+    # at q = 0.5 knowing the prior lifts no-document success by about a third (simulated: 0.24 -> 0.57), and a
+    # right document still solves every task, so a document carries what the prior does not
+    uniform, prior = prior_player_success(e, False), prior_player_success(e, True)
+    assert uniform == pytest.approx((1 / 2 + 1 / 6 + 1 / 24) / 3, abs=0.03) and prior > uniform + 0.25
+    with pytest.raises(ValueError, match="order_prior"):
+        env(order_prior=1.5)
+
+
+def test_with_a_prior_orders_are_drawn_independently_and_splits_stay_whole_families():
+    plain, prior = env().task_set(), env(order_prior=0.5).task_set()
+    assert plain["train"]["task"] == env(order_prior=0.0).task_set()["train"]["task"]  # q = 0: unchanged
+    rows = [json.loads(r["task"]) for r in prior["train"]]
+    assert [r["plan"] for r in rows] == [2, 3, 4] * (len(rows) // 3)
+    firsts = Counter(r["order"][0] for r in rows[::3])
+    assert firsts.most_common(1)[0][0] == "read"
