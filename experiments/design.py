@@ -332,7 +332,8 @@ def design(method: str, scale: str = "cpu", pilots: bool = True, only: str | Non
 
 def keep_other_settings(result: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
     """`result` plus `previous`'s (the replaced file's) entries of the claims it did not check: another
-    setting's (`other_env`) or left out by `--claims` (`only`), each marked `checked_at` (scale, code)."""
+    setting's (`other_env`) or left out by `--claims` (`only`), and the pilots of arms it did not pilot, each
+    marked `checked_at` (scale, code)."""
     if not previous:
         return result
     claims = dict(result["claims"])
@@ -344,7 +345,12 @@ def keep_other_settings(result: dict[str, Any], previous: dict[str, Any] | None)
         if entry is not None and cid not in claims:
             at = entry.get("checked_at") or {"scale": previous.get("scale"), "code": previous.get("code")}
             claims[cid] = {**entry, "checked_at": at}
-    return {**result, "claims": claims}
+    pilots = dict(result.get("pilots", {}))
+    for arm, entry in previous.get("pilots", {}).items():  # the pilots the kept claims read
+        if arm not in pilots:
+            at = entry.get("checked_at") or {"scale": previous.get("scale"), "code": previous.get("code")}
+            pilots[arm] = {**entry, "checked_at": at}
+    return {**result, "claims": claims, "pilots": pilots}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -101,3 +101,8 @@ def test_claims_about_another_setting_keep_their_previous_entries():
         "fr-c": {"gate": "design null", "checked_at": {"scale": "cpu", "code": {"commit": "old"}}},
     }  # fr-new: never checked, nothing to keep
     assert keep_other_settings(result, None) is result and result["claims"] == {"dy-b": {"gate": "partial"}}
+    # the pilots of arms not piloted now are kept too (the kept claims' learnable gains came from them)
+    previous["pilots"] = {"a": {"gain": 0.1}, "b": {"gain": 0.2}}
+    result["pilots"] = {"b": {"gain": 0.3}}
+    assert keep_other_settings(result, previous)["pilots"] == {
+        "b": {"gain": 0.3}, "a": {"gain": 0.1, "checked_at": {"scale": "cpu", "code": {"commit": "abc"}}}}
