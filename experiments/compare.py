@@ -198,7 +198,7 @@ def plan(scale: str, envs: list[str] | None = None, methods: list[str] | None = 
             if scale not in load_replication(m).seeds:
                 skipped.append(f"{m} on {tag}: {m} has no scale {scale}")
                 continue
-            cells += cells_for(m, s, scale, seeds if seeds is not None else column_seeds, compare_arm(m),
+            cells += cells_for(m, s, scale, seeds if seeds is not None else column_seeds, compare_arm(m, s),
                                STEPS_DIR, extra, out_root=out_root)
     return Plan(cells, skipped, settings, chosen, out_root, scale)
 

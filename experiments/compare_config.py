@@ -25,7 +25,7 @@ COMPARE_FILE = Path(__file__).resolve().parent / "compare.yaml"
 RECIPE = ("method", "trainer.ppo_epochs", "trainer.minibatches", "trainer.clip_low", "trainer.clip_high",
           "trainer.loss_agg", "trainer.entropy_coef", "trainer.kl", "model.roles", "model.default_adapter",
           "model.frozen_adapters")
-OPTIONAL = ("overrides", "scales")  # a column's optional keys in compare.yaml
+OPTIONAL = ("overrides", "scales", "arms")  # a column's optional keys in compare.yaml
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class Setting:
     arm: str  # that arm (`default`: the home's scale alone, no arm's settings)
     overrides: tuple[str, ...] = ()  # Hydra overrides after `scale=`, `arm=` where the home is composed
     scales: tuple[tuple[str, str], ...] = ()  # (compare scale, the home's scale); none: the same scale
+    arms: tuple[tuple[str, str], ...] = ()  # (method, the arm it plays on this column); none: compare_arm
 
     def home_scale(self, scale: str) -> str | None:
         """The home's scale whose budget the column has at compare scale `scale` (None: no column there)."""
@@ -69,7 +70,8 @@ def load_settings(path: Path = COMPARE_FILE) -> dict[str, Setting]:
             raise ValueError(f"{path}: env {tag!r}: overrides {moved} set what compare.yaml's home, arm and "
                              "scales (or the cell) set")
         scales = tuple((str(k), str(v)) for k, v in (s.get("scales") or {}).items())
-        out[tag] = Setting(tag, s["env"], s["home"], s["arm"], overrides, scales)
+        arms = tuple((str(k), str(v)) for k, v in (s.get("arms") or {}).items())
+        out[tag] = Setting(tag, s["env"], s["home"], s["arm"], overrides, scales, arms)
     return out
 
 
@@ -80,11 +82,13 @@ def home_seeds(setting: Setting, scale: str) -> list[int] | None:
     return list(seeds[at]) if at in seeds else None
 
 
-def compare_arm(method: str) -> str:
-    """The arm of `method`'s replication that `make compare` runs."""
+def compare_arm(method: str, setting: Setting | None = None) -> str:
+    """The arm of `method`'s replication that `make compare` runs (on `setting`: the column's `arms` entry
+    for the method where it has one, e.g. the recipe its own replication plays on that testbed)."""
     from replications import METHODS
 
-    arm = METHODS[method].compare_arm or method
+    arm = dict(setting.arms).get(method) if setting is not None else None
+    arm = arm or METHODS[method].compare_arm or method
     arms = load_replication(method).arms
     if arm not in arms:
         raise ValueError(f"{method}: make compare runs the arm {arm!r}, which is not in "

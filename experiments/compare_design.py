@@ -225,7 +225,7 @@ def compare_design(scale: str = "cpu", envs: list[str] | None = None, methods: l
                                  compose(BASELINE, dev_overrides(grpo_cells[c.env])), work / c.method / c.env)
             except (RuntimeError, ValueError, KeyError) as e:  # said, not hidden: the cell stays unmeasured
                 sep = {"pass": None, "error": f"{type(e).__name__}: {e}"[:300]}
-            home = home_claim(c.method, setting, scale, compare_arm(c.method))
+            home = home_claim(c.method, setting, scale, compare_arm(c.method, setting))
         gate, reason = cell_gate(learn[c.env], sep, home)
         cells.setdefault(c.method, {})[c.env] = {"gate": gate, "reason": reason, "learnable": learn[c.env],
                                                  "separation": sep, "home": home}

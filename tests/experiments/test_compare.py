@@ -169,3 +169,13 @@ def test_the_printed_comparison_keeps_only_the_chosen_methods_and_envs(tmp_path)
     assert rows[0].replace(" ", "") == "|method|arith|"
     assert sorted(r.split("|")[1].strip() for r in rows[2:]) == ["canopy", "grpo"]  # GRPO always
     assert "Missing cells: grpo on arith; canopy on arith." in text and "sharp" not in text
+
+
+def test_a_column_may_name_the_arm_a_method_plays_there():
+    from experiments.compare_config import compare_arm, load_settings
+
+    settings = load_settings()
+    assert compare_arm("skillrise") == "skillrise"  # its compare arm everywhere else
+    assert compare_arm("skillrise", settings["skill_families"]) == "skillrise"
+    assert compare_arm("skillrise", settings["skill_families_prior"]) == "skillrise-prior"
+    assert compare_arm("canopy", settings["skill_families_prior"]) == "full"
