@@ -32,14 +32,13 @@ Each action and its effect:
 - `transfer`: hands the customer to a human: the episode ends
 - `end`: closes the conversation: the episode ends
 
-**The trap.** The tool schema prints an example call whose id (drawn per task, a capital letter like
-a real one) is not the customer's: using it errors (`tool: error: example id`). Ids are one capital
-letter so that each is one token: copying it from D exchanges back is within reach of a tiny model
-(as `toolplan`'s one-letter codes); pilots with two-digit ids (two tokens) left the warm start unable
-to copy them at any D. **The delay knob D**
-(the task's tier, D in `delays`, by default {0, 2, 4}): after the first lookup the customer makes D
-remarks, each acknowledged by `ok`, before `that is all`; so D exchanges separate the lookup from
-the refund that uses its id. A remark not acknowledged is repeated after the next tool reply.
+**The trap.** The tool schema prints an example call whose id (drawn per task, a capital letter like a real
+one) is not the customer's: using it errors (`tool: error: example id`). Ids are one capital letter so that
+each is one token: copying it from D exchanges back is within reach of a tiny model (as `toolplan`'s
+one-letter codes); pilots with two-digit ids (two tokens) left the warm start unable to copy them at any D.
+**The delay knob D** (the task's tier, D in `delays`, by default {0, 2, 4}): after the first lookup the
+customer makes D remarks, each acknowledged by `ok`, before `that is all`; so D exchanges separate the
+lookup from the refund that uses its id. A remark not acknowledged is repeated after the next tool reply.
 
 **Reward** (all or nothing, on the final state): 1 when the conversation ended the way the intent
 asks (refund: exactly one refund, of the right order, to the right method, then `end`, after the
@@ -60,23 +59,20 @@ input (the observation j acts on carries a customer message). An action that err
 or a bad call) gets an `error` (or `invalid_action`) event. A `tool_result` event says which action
 produced the order id. A redundant lookup produces nothing anyone consumes (no outgoing edge).
 
-**The warm start.** The scripted demonstrator solves every task, except that with probability
-`demo_trap` it first tries the schema's example id (a refund before any lookup, which errors; it
-then looks the id up and goes on), and with probability `demo_repeat` it looks the order up twice
-in a row (a redundant lookup). Both cost one action each; with the default `slack` = 1 both in one
-episode exhaust the budget.
+**The warm start.** The scripted demonstrator solves every task, except that with probability `demo_trap`
+it first tries the schema's example id (a refund before any lookup, which errors; it then looks the id up
+and goes on), and with probability `demo_repeat` it looks the order up twice in a row (a redundant
+lookup). Both cost one action each; with the default `slack` = 1 both in one episode exhaust the budget.
 
 **Probes** (the `probe` variant; held-out single-turn tool calls, "no harm to basic tool use"): one
-turn, the context of a point in an ideal dialogue of the task written out as text (D = 0), and the
-one right call to make there: `ask` (first turn), `lookup` (intent known), `refund <m> <id>` (after
-the lookup), `transfer` (a human asked for) or `end` (after the refund). Reward 1 for exactly that
-call.
+turn, the context of a point in an ideal dialogue of the task written out as text (D = 0), and the one
+right call to make there: `ask` (first turn), `lookup` (intent known), `refund <m> <id>` (after the
+lookup), `transfer` (a human asked for) or `end` (after the refund). Reward 1 for exactly that call.
 
-**The second setting** (`setting: choice`, `common/conf/env/service_desk_choice.yaml`, results under the
-env tag `service_desk-choice`, #39): an upstream lookup choice decided by one word of the first user
-line, a refund that binds the looked-up id and errors when the lookup was wrong, entropic
-acknowledgements; its episodes, events and demonstrator are `envs/testbeds/service_desk_choice.py`'s.
-The settings above (`classic`, the default) and their results are unchanged.
+**The second setting** (`setting: choice`, `service_desk_choice.yaml`, env tag `service_desk-choice`, #39):
+an upstream choice among 2 (or `lookups` = 4) lookup tools, decided by one word of the first user line; a
+refund that binds the looked-up id and errors when the choice was wrong; entropic acknowledgements
+(`service_desk_choice.py`). The settings above (`classic`, the default) and their results are unchanged.
 
 **Defective train tasks** (`env_pool_with_audit`, River's filter; classic; 0 by default): `share_weak`,
 `share_reject` and `share_unsolvable` put labelled defects into the train split (`service_desk_audit.py`).
@@ -139,6 +135,7 @@ class ServiceDeskConfig(EnvConfig):
     demo_repeat: float = 0.2  # the demonstrator looks the order up twice (a redundant lookup)
     demo_right_tool: float = 0.5  # choice: the demonstrator's lookup tool is the right one (a coin)
     orders: int = 1  # choice: orders per episode, one after the other, each its own lookup choice and refund
+    lookups: int = 2  # choice: lookup tools, 2 or 4 (each its deciding word: service_desk_choice.py)
     # classic: shares of defective train tasks (River's filter; service_desk_audit.py), 0 = the default pool
     share_weak: float = 0.0  # the verifier checks only that the conversation was closed
     share_reject: float = 0.0  # the ticket's record is not what the customer asks
@@ -351,6 +348,8 @@ class ServiceDeskEnv(AuditedPool, Environment):
         if cfg.orders < 1 or (cfg.orders > 1 and cfg.setting != "choice"):
             raise ValueError(f"env.orders must be >= 1, and above 1 only with env.setting=choice; got "
                              f"{cfg.orders} ({cfg.setting})")
+        if cfg.lookups not in (2, 4) or (cfg.lookups == 4 and cfg.setting != "choice"):
+            raise ValueError(f"env.lookups must be 2, or 4 with env.setting=choice; got {cfg.lookups}")
         if any(check_shares(cfg, DEFECTS).values()) and cfg.setting != "classic":
             raise ValueError(f"env.share_* (defective train tasks) need env.setting=classic; {cfg.setting}")
         super().__init__(cfg)
@@ -363,7 +362,7 @@ class ServiceDeskEnv(AuditedPool, Environment):
     def generate_task(self, rng: random.Random, tier: int, defect: str | None = None) -> dict[str, Any]:
         """A task drawn from `rng`; with a label (`defect`), the same draw labelled, with its defect."""
         if self.cfg.setting == "choice":
-            return generate_choice_task(rng, tier, REMARKS, self.cfg.orders)
+            return generate_choice_task(rng, tier, REMARKS, self.cfg.orders, self.cfg.lookups)
         order, trap = rng.sample(IDS, 2)
         task = {"intent": "human" if rng.random() < self.cfg.human_rate else "refund",
                 "method": rng.choice(METHODS),
@@ -373,7 +372,7 @@ class ServiceDeskEnv(AuditedPool, Environment):
 
     def new_episode(self, task: dict[str, Any], rng: random.Random, variant: str = "main") -> EpisodeState:
         if self.cfg.setting == "choice" and variant == "main":
-            return ChoiceEpisode(task, self.cfg.slack, self.cfg.demo_right_tool, rng)
+            return ChoiceEpisode(task, self.cfg.slack, self.cfg.demo_right_tool, rng, self.cfg.lookups)
         if variant == "probe" and self.cfg.setting == "classic":
             return ProbeEpisode(task)
         if variant != "main":
@@ -389,12 +388,13 @@ class ServiceDeskEnv(AuditedPool, Environment):
     def provenance(self) -> dict[str, Any]:
         out = {**super().provenance(), "delays": list(self.tiers), "human_rate": self.cfg.human_rate}
         more = {"orders": self.cfg.orders} if self.cfg.orders > 1 else {}
+        more.update({"lookups": self.cfg.lookups} if self.cfg.lookups != 2 else {})
         return out if self.cfg.setting == "classic" else {**out, "setting": self.cfg.setting, **more}
 
     def random_action(self, state: EpisodeState, obs: Observation, rng: random.Random) -> str:
         """A call, the verb uniform (ask, lookup, ok, refund, transfer, end); a refund's method uniform, its
         id a capital letter, uniform. The choice setting: `random_choice_action`'s."""
         if self.cfg.setting == "choice":
-            return random_choice_action(rng)
+            return random_choice_action(rng, self.cfg.lookups)
         verb = rng.choice(["ask", "lookup", "ok", "refund", "transfer", "end"])
         return f"refund {rng.choice(METHODS)} {rng.choice(IDS)}" if verb == "refund" else verb

@@ -52,6 +52,11 @@ between carry entropy of their own. One episode, the ideal way, at delay D = 2:
   lookup returned the id; the refund succeeded): hidden ground truth for the oracle arm, which blames
   a failure's wrong decisions only. The end uses every successful refund (`success_utilization`). One
   order plays, draws and reads exactly as before (a task's extra orders are in `more`).
+- **Four lookups** (`env.lookups` = 4; 2 by default, which plays, draws and reads exactly as before):
+  two more words and tools, `month` -> `ledger` and `night` -> `backlog` (`TOOLS4`; the schema lists
+  `orders | archive | ledger | backlog`). The word is drawn uniformly among the four; the three wrong
+  tools each answer `tool: no order found`, as the wrong one of two does; the demonstrator's wrong
+  tool is a uniform one of the three. A chance guess is right one time in four, not two.
 - **The demonstrator** (the warm start): picks the right tool with probability `demo_right_tool`
   (default 0.5: a coin, whatever the word, so the warm start does not know the mapping and RL has to
   learn it), acknowledges with a uniform one of `ACKS`, and then refunds the customer's method and ends.
@@ -68,6 +73,7 @@ from envs.api.base import EpisodeState, Observation, StepResult
 METHODS = ("card", "cash", "credit")
 IDS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 TOOLS = {"week": "orders", "year": "archive"}  # the salient word of the first user line -> the right tool
+TOOLS4 = {**TOOLS, "month": "ledger", "night": "backlog"}  # env.lookups = 4 (a word's tool is the same)
 ACKS = ("ok", "sure", "thanks", "right")
 # who and what (no effect on the play: they make enough distinct tasks at D = 0 for every split)
 NAMES = ("ann", "bob", "cai", "dev", "eve", "fay", "gus", "hal", "ivy", "joe", "kim", "lee")
@@ -75,6 +81,18 @@ ITEMS = ("lamp", "mug", "chair", "book", "phone", "coat", "bag", "clock", "shoe"
 USER = -1
 SCHEMA = ("tools: orders | archive | refund <card|cash|credit> | end; "
           "acknowledge with ok, sure, thanks or right")
+
+
+def tools_for(lookups: int) -> dict[str, str]:
+    """The deciding word -> its tool with `env.lookups` lookup tools: `TOOLS` (2) or `TOOLS4` (4)."""
+    if lookups not in (2, 4):
+        raise ValueError(f"env.lookups must be 2 or 4 (the choice setting's lookup tools); got {lookups}")
+    return TOOLS if lookups == 2 else TOOLS4
+
+
+def schema(lookups: int = 2) -> str:
+    """The tool line the first observation opens with: `SCHEMA` (2 lookups), or listing the four."""
+    return SCHEMA.replace("orders | archive", " | ".join(tools_for(lookups).values()))
 
 
 def first_line(task: dict[str, Any]) -> str:
@@ -106,29 +124,31 @@ def request_line(task: dict[str, Any], k: int) -> str:
 
 
 def ideal_choice(task: dict[str, Any], acks: list[str] | None = None) -> list[str]:
-    """The ideal actions of a `choice` task (acknowledgements `ok` unless given, reused for every order)."""
+    """The ideal actions of a `choice` task (acknowledgements `ok` unless given, reused for every order;
+    the right tool `TOOLS4`'s, with 2 or 4 lookups alike)."""
     acks = acks if acks is not None else ["ok"] * task["delay"]
-    return [a for o in orders_of(task) for a in (TOOLS[o["word"]], *acks, f"refund {o['method']}")] + ["end"]
+    return [a for o in orders_of(task) for a in (TOOLS4[o["word"]], *acks, f"refund {o['method']}")] + ["end"]
 
 
-def generate_choice_task(rng: random.Random, tier: int, remarks: tuple[str, ...], orders: int = 1
-                         ) -> dict[str, Any]:
+def generate_choice_task(rng: random.Random, tier: int, remarks: tuple[str, ...], orders: int = 1,
+                         lookups: int = 2) -> dict[str, Any]:
     """A task of `orders` orders (the first one's fields at the top level, the others in `more`; one
-    order draws exactly what the one-order setting always drew)."""
-    task = {"setting": "choice", "word": rng.choice(sorted(TOOLS)), "method": rng.choice(METHODS),
+    order draws exactly what the one-order setting always drew); each word uniform over `lookups` words."""
+    words = sorted(tools_for(lookups))
+    task = {"setting": "choice", "word": rng.choice(words), "method": rng.choice(METHODS),
             "order": rng.choice(IDS), "delay": tier, "remarks": rng.sample(remarks, tier),
             "name": rng.choice(NAMES), "item": rng.choice(ITEMS)}
     if orders > 1:
-        task["more"] = [{"word": rng.choice(sorted(TOOLS)), "method": rng.choice(METHODS),
+        task["more"] = [{"word": rng.choice(words), "method": rng.choice(METHODS),
                          "order": rng.choice(IDS), "item": rng.choice(ITEMS),
                          "remarks": rng.sample(remarks, tier)} for _ in range(orders - 1)]
     return task
 
 
-def random_choice_action(rng: random.Random) -> str:
-    """A call, the verb uniform over the two tools, an acknowledgement, `refund` and `end` (an
+def random_choice_action(rng: random.Random, lookups: int = 2) -> str:
+    """A call, the verb uniform over the `lookups` tools, an acknowledgement, `refund` and `end` (an
     acknowledgement's word uniform over `ACKS`, a refund's method uniform)."""
-    verb = rng.choice(["orders", "archive", "ack", "refund", "end"])
+    verb = rng.choice([*tools_for(lookups).values(), "ack", "refund", "end"])
     if verb == "ack":
         return rng.choice(ACKS)
     return f"refund {rng.choice(METHODS)}" if verb == "refund" else verb
@@ -137,9 +157,14 @@ def random_choice_action(rng: random.Random) -> str:
 class ChoiceEpisode(EpisodeState):
     """One play of a `choice` task (see the module docstring): its orders one after the other."""
 
-    def __init__(self, task: dict[str, Any], slack: int, demo_right_tool: float, rng: random.Random):
+    def __init__(self, task: dict[str, Any], slack: int, demo_right_tool: float, rng: random.Random,
+                 lookups: int = 2):
         self.task, self.rng = task, rng
         self.orders = orders_of(task)
+        self.tools = tools_for(lookups)  # the deciding word -> the right tool
+        if any(o["word"] not in self.tools for o in self.orders):
+            raise ValueError(f"a choice task's words {[o['word'] for o in self.orders]} need env.lookups = 4 "
+                             f"(this env has {lookups})")
         self.budget = len(self.orders) * (task["delay"] + 2) + 1 + slack
         self.turn = 0
         self.k = 0  # the order in play
@@ -152,10 +177,11 @@ class ChoiceEpisode(EpisodeState):
         self.refund_errors = 0
         self._open_order()
         self.demo_tools = []
-        for o in self.orders:
-            right = TOOLS[o["word"]]
-            wrong = next(t for t in TOOLS.values() if t != right)
-            self.demo_tools.append(right if rng.random() < demo_right_tool else wrong)
+        for o in self.orders:  # the right tool, else a uniform wrong one (no draw when one is wrong)
+            right = self.tools[o["word"]]
+            wrong = [t for t in self.tools.values() if t != right]
+            good = rng.random() < demo_right_tool
+            self.demo_tools.append(right if good else wrong[0] if len(wrong) == 1 else rng.choice(wrong))
 
     def _open_order(self) -> None:
         self.looked_up: int | None = None  # the order's first lookup
@@ -171,7 +197,7 @@ class ChoiceEpisode(EpisodeState):
         return self.k == len(self.orders) - 1
 
     def start(self) -> Observation:
-        return Observation("agent", f"{SCHEMA}\n{first_line(self.task)}\n> ")
+        return Observation("agent", f"{schema(len(self.tools))}\n{first_line(self.task)}\n> ")
 
     def _line(self) -> str:
         """The customer's line after the lookup or an acknowledgement: a remark, or the request."""
@@ -194,7 +220,7 @@ class ChoiceEpisode(EpisodeState):
         if self.user_spoke:
             events.append(Event("provenance", j, {"source": USER, "kind": "input"}))
         words = action.split()
-        if self.errored is not None and words[:1] and (words[0] in TOOLS.values() or words[0] == "refund"):
+        if self.errored is not None and words[:1] and words[0] in (*self.tools.values(), "refund"):
             events.append(Event("provenance", j, {"source": self.errored, "kind": "failed_utilization"}))
         reply, error, done = self._apply(words, j, events)
         self.errored = j if error else None
@@ -213,12 +239,12 @@ class ChoiceEpisode(EpisodeState):
     def _apply(self, words: list[str], j: int, events: list[Event]) -> tuple[str, bool, bool | None]:
         """(reply, errored, None while the episode goes on / whether it succeeded when it ended)."""
         o = self.orders[self.k]
-        if len(words) == 1 and words[0] in TOOLS.values():
+        if len(words) == 1 and words[0] in self.tools.values():
             self.lookups += 1
             if self.looked_up is not None:
                 return "tool: error: one lookup per call", True, None
             self.looked_up = j
-            right = words[0] == TOOLS[o["word"]]
+            right = words[0] == self.tools[o["word"]]
             self.rights.append(right)
             events.append(Event("info", j, {"decision": "lookup", "right": right}))
             self.talking = self.task["delay"] > 0
