@@ -147,3 +147,15 @@ def oracle_weights(lengths: Sequence[int], decisions: Sequence[bool]) -> list[fl
     if mass == 0:
         return [1.0] * len(lengths)
     return [sum(lengths) / mass if d else 0.0 for d in decisions]
+
+
+def unit_oracle_weights(decisions: Sequence[bool]) -> list[float]:
+    """The unit oracle (#39): w = 1 on the decisions, 0 elsewhere, GRPO's per-token weight where the credit
+    goes (the noise removed, no step enlarged: the total mass is not kept); w = 1 everywhere without any.
+
+    >>> unit_oracle_weights([True, False, True]), unit_oracle_weights([False, False])
+    ([1.0, 0.0, 1.0], [1.0, 1.0])
+    """
+    if not any(decisions):
+        return [1.0] * len(decisions)
+    return [1.0 if d else 0.0 for d in decisions]

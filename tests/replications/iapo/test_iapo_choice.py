@@ -132,3 +132,17 @@ def test_oracle_with_several_orders_blames_only_the_wrong_choice_and_its_consume
     adv, _ = credit_advantages(method(credit="oracle"), gs)
     a = grpo([1.0, 0.0])[1]
     assert [adv.scalar(t) for t in ep.turns] == pytest.approx([0, 0, 0, a * 4.6, 0, a * 4.6, 0, 0, 0, 0])
+
+
+def test_unit_oracle_puts_grpos_weight_on_the_decisions_and_nothing_elsewhere():
+    """The unit oracle (#39): the oracle's actions at w = 1 (GRPO's per-token advantage), 0 elsewhere, so
+    the lookup and the refund move as under GRPO and nothing else moves (the total mass is not kept)."""
+    from replications.iapo.method import unit_oracle_weights
+
+    assert unit_oracle_weights([True, False, True]) == [1.0, 0.0, 1.0]
+    assert unit_oracle_weights([False]) == [1.0]
+    gs = [Group("t", 2, [played(RIGHT), played(WRONG)])]
+    adv, _ = credit_advantages(method(credit="oracle-unit"), gs)
+    a_G = grpo([1.0, 0.0])
+    for e, a in zip(gs[0].episodes, a_G, strict=True):
+        assert [adv.scalar(t) for t in e.turns] == pytest.approx([a, 0, 0, a, 0])
