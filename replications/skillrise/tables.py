@@ -34,7 +34,7 @@ from paper.tables import CI, Table, fmt_ci
 SETTINGS = {"numbered": ("grpo", "skillrise", "skillrise-current"),
             "induction": ("grpo-ind", "skillrise-ind", "current-ind"),
             "prior": ("grpo-prior", "skillrise-prior", "current-prior")}
-ARMS = tuple(a for arms in SETTINGS.values() for a in arms)
+ARMS = (*(a for arms in SETTINGS.values() for a in arms), "grpo-prior-tok")  # + GRPO at SkillRise's tokens
 CHAIN_ARMS = tuple(a for arms in SETTINGS.values() for a in arms[1:])
 KINDS = ("abstract", "right", "concrete", "empty", "other")
 MARGIN = 0.05  # the smallest difference of success that matters (as the card's claims)
