@@ -2,8 +2,8 @@
 numbers are never typed by hand (`make paper` rewrites the block between `BEGIN` and `END`).
 
 Per method: its environments, how many claims were tested and their verdicts, how many the design check
-says the testbed cannot tell (void, design null), and its headline claim (the card's first primary claim)
-with its estimate, interval, pairs and verdict.
+says the testbed cannot tell (void, design null), and its headline claim (the card's first primary claim whose
+testbed can tell, `paper.report.headline`) with its estimate, interval, pairs and verdict.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from paper.claims import ClaimResult
-from paper.report import MethodSection
+from paper.report import MethodSection, headline
 from paper.tables import fmt_ci
 from paper.verdicts import DESIGN_NULL, HOLDS, INCONCLUSIVE, NO_EFFECT, OPPOSITE, VOID
 
@@ -20,10 +20,9 @@ END = "<!-- end of the generated replications table -->"
 
 
 def _headline(claims: list[ClaimResult]) -> str:
-    primary = [cr for cr in claims if cr.claim.kind == "replication"] or claims
-    if not primary:
+    cr = headline(claims)
+    if cr is None:
         return "no claim yet"
-    cr = primary[0]
     if len(cr.pairs) == 1:
         p = cr.pairs[0]
         figure = f"{p.better.label()} − {p.worse.label()} {fmt_ci(p.diff, signed=True)}, {p.n} pairs"

@@ -48,3 +48,19 @@ def test_the_headlines_numbers_are_claims_json(tmp_path):
         if head["estimate"] is not None:
             shown = fmt_ci((head["estimate"], *head["interval"]), signed=True)
             assert f"{shown}, {head['pairs']} pairs" in row
+
+
+def test_the_headline_is_the_first_primary_claim_the_testbed_can_tell():
+    from types import SimpleNamespace
+
+    from paper.report import headline
+    from paper.verdicts import DESIGN_NULL, HOLDS, NO_EFFECT, VOID
+
+    def cr(cid, kind, verdict):
+        return SimpleNamespace(claim=SimpleNamespace(id=cid, kind=kind), verdict=verdict)
+
+    claims = [cr("a", "replication", VOID), cr("s", "sanity", HOLDS), cr("b", "replication", DESIGN_NULL),
+              cr("c", "replication", NO_EFFECT), cr("d", "replication", HOLDS)]
+    assert headline(claims).claim.id == "c"  # the first primary claim whose testbed can tell
+    assert headline(claims[:3]).claim.id == "a"  # none can tell: the first primary claim
+    assert headline([claims[1]]).claim.id == "s" and headline([]) is None
