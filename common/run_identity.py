@@ -44,7 +44,8 @@ ADDED_SETTINGS = {"env.dev_size": 64, "eval.split": "heldout", "method.update": 
                   "method.paper_data": None, "method.paper_datasets": [], "env.share_planted": 0.0,
                   "env.tag": "", "method.dynamic": False, "method.dynamic_rounds": 4,
                   "method.weights": "raw", "env.layout": "numbered", "method.advantage_norm": "paper",
-                  "method.token_norm": "all", "env.value": "soft", "env.orders": 1}
+                  "method.token_norm": "all", "env.value": "soft", "env.orders": 1, "env.lookups": 2,
+                  "env.order_prior": 0.0}
 
 
 def _settings(config: dict[str, Any] | None) -> dict[str, str]:

@@ -29,11 +29,10 @@ graph's information), and `oracle` (the positive control of the second testbed, 
 advantage on the actions the environment marks as its decisions, `info` events `{"decision": ...}`:
 service_desk choice's lookup and refund; a failed episode's erring actions too, `error` and
 `invalid_action` events, not its decisions marked right; a success's erring decisions left out; w = 0
-elsewhere, sum_i L_i w_i = L kept; an episode without any is broadcast; CARD); `oracle-unit` the same
-actions at w = 1 (GRPO's per-token weight), 0 elsewhere: the noise removed without enlarging the step.
-beta+ = 0 and c = 0.5 are the paper's ablations (`method.beta_plus`, `method.clip`).
-
-`routing_weights` (and the features, the graph, the annotators) are public and importable here.
+elsewhere, sum_i L_i w_i = L kept; an episode without any is broadcast; CARD); `oracle-unit` the same at
+w = 1 (GRPO's per-token weight), 0 elsewhere. beta+ = 0 and c = 0.5 are the paper's ablations
+(`method.beta_plus`, `method.clip`). `routing_weights` (and the features, the graph, the annotators) are
+public and importable here.
 """
 
 from __future__ import annotations
@@ -69,7 +68,6 @@ from replications.iapo.routing import (  # noqa: F401
     oracle_weights,
     routing_weights,
     routing_weights_reference,
-    unit_oracle_weights,
 )
 
 
@@ -80,8 +78,7 @@ class IAPOConfig(MethodConfig):
     name: str = "iapo"
     # A_tau: group normalization (common.credit.CREDIT), GRPO's (R - mean)/(std + eps) [P]
     estimator: str = "grpo"
-    # broadcast = GRPO | iapo | shuffled (control) | oracle (positive control: the env's decisions, GRPO's
-    # mass on them) | oracle-unit (the same actions at GRPO's per-token weight, 0 elsewhere) [I]
+    # broadcast = GRPO | iapo | shuffled (control) | oracle, oracle-unit (positive controls, module doc) [I]
     credit: Literal["broadcast", "iapo", "shuffled", "oracle", "oracle-unit"] = "iapo"
     # beta+: errors cut an action's share of a positive advantage [P: 0.05; ablation 0]
     beta_plus: float = 0.05
@@ -141,12 +138,10 @@ class IAPO(Method):
         if not turns or sum(lengths) == 0:
             return {t: 1.0 for t in turns}
         if self.cfg.credit in ("oracle", "oracle-unit"):
-            # a success credits its decisions that did not err; a failure its decisions not marked right and
-            # every erring action (a bad call between the decisions is a cause the decisions do not carry)
+            # a success: its decisions that did not err; a failure: its wrong decisions and erring actions
             decisions, faults = decision_turns(episode), fault_turns(episode)
             marked = decisions - faults if advantage > 0 else (decisions - right_turns(episode)) | faults
-            flags = [t in marked for t in turns]
-            w = oracle_weights(lengths, flags) if self.cfg.credit == "oracle" else unit_oracle_weights(flags)
+            w = oracle_weights(lengths, [t in marked for t in turns], unit=self.cfg.credit == "oracle-unit")
             return dict(zip(turns, w, strict=True))
         graph = self.annotate(episode)
         w = routing_weights(lengths, *graph.degrees(), advantage, beta_plus=self.cfg.beta_plus,

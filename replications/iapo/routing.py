@@ -134,9 +134,10 @@ def routing_weights_reference(lengths: Sequence[int], support_out: Sequence[floa
     return [total * raw[i] / denom for i in range(n)]
 
 
-def oracle_weights(lengths: Sequence[int], decisions: Sequence[bool]) -> list[float]:
+def oracle_weights(lengths: Sequence[int], decisions: Sequence[bool], unit: bool = False) -> list[float]:
     """The oracle arm: w = L / (tokens of the decisions) on the decisions, 0 elsewhere (sum_i L_i w_i = L);
-    w = 1 everywhere when no action is a decision (or the decisions have no tokens).
+    w = 1 everywhere when no action is a decision (or the decisions have no tokens). `unit`: the unit
+    oracle's weights (`unit_oracle_weights`).
 
     >>> oracle_weights([1, 2, 2, 3], [True, False, False, True])  # L = 8 over the 4 decision tokens
     [2.0, 0.0, 0.0, 2.0]
@@ -144,6 +145,8 @@ def oracle_weights(lengths: Sequence[int], decisions: Sequence[bool]) -> list[fl
     [1.0, 1.0]
     """
     mass = sum(n for n, d in zip(lengths, decisions, strict=True) if d)
+    if unit:
+        return unit_oracle_weights(decisions)
     if mass == 0:
         return [1.0] * len(lengths)
     return [sum(lengths) / mass if d else 0.0 for d in decisions]

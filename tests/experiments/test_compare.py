@@ -97,7 +97,7 @@ def test_every_applicable_pair_resolves_to_a_valid_config(scale):
         for method, cfg in configs.items():
             for key in BUDGET:
                 assert get(cfg, key) == get(grpo, key), f"{method} on {tag}: {key} differs from GRPO's"
-            own = _plain_config(method, (f"scale={scale}", f"arm={compare_arm(method)}"))
+            own = _plain_config(method, (f"scale={scale}", f"arm={compare_arm(method, p.settings[tag])}"))
             assert (cfg["method"] == own["method"]
                     and cfg["trainer"]["kl"] == own["trainer"]["kl"]), (method, tag)
     # only the columns whose budget compare.yaml gives at other compare scales (`scales`) are left out

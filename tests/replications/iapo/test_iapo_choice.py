@@ -137,7 +137,7 @@ def test_oracle_with_several_orders_blames_only_the_wrong_choice_and_its_consume
 def test_unit_oracle_puts_grpos_weight_on_the_decisions_and_nothing_elsewhere():
     """The unit oracle (#39): the oracle's actions at w = 1 (GRPO's per-token advantage), 0 elsewhere, so
     the lookup and the refund move as under GRPO and nothing else moves (the total mass is not kept)."""
-    from replications.iapo.method import unit_oracle_weights
+    from replications.iapo.routing import unit_oracle_weights
 
     assert unit_oracle_weights([True, False, True]) == [1.0, 0.0, 1.0]
     assert unit_oracle_weights([False]) == [1.0]
