@@ -288,7 +288,7 @@ def headline(claim_results: list[ClaimResult]) -> ClaimResult | None:
     void, not a design null), else its first primary claim, else its first claim."""
     primary = [cr for cr in claim_results if cr.claim.kind == "replication"] or claim_results
     told = [cr for cr in primary if cr.verdict not in (VOID, DESIGN_NULL)]
-    return (told or primary or [None])[0]
+    return (told or primary)[0] if primary else None
 
 
 def estimate_text(cr: ClaimResult) -> str:
