@@ -25,7 +25,7 @@ COMPARE_FILE = Path(__file__).resolve().parent / "compare.yaml"
 RECIPE = ("method", "trainer.ppo_epochs", "trainer.minibatches", "trainer.clip_low", "trainer.clip_high",
           "trainer.loss_agg", "trainer.entropy_coef", "trainer.kl", "model.roles", "model.default_adapter",
           "model.frozen_adapters")
-OPTIONAL = ("overrides", "scales", "arms")  # a column's optional keys in compare.yaml
+OPTIONAL = ("overrides", "scales", "arms", "plays")  # a column's optional keys in compare.yaml
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class Setting:
     overrides: tuple[str, ...] = ()  # Hydra overrides after `scale=`, `arm=` where the home is composed
     scales: tuple[tuple[str, str], ...] = ()  # (compare scale, the home's scale); none: the same scale
     arms: tuple[tuple[str, str], ...] = ()  # (method, the arm it plays on this column); none: compare_arm
+    plays: tuple[tuple[str, int], ...] = ()  # (method, K): its group members are chains of K task plays
 
     def home_scale(self, scale: str) -> str | None:
         """The home's scale whose budget the column has at compare scale `scale` (None: no column there)."""
@@ -71,7 +72,10 @@ def load_settings(path: Path = COMPARE_FILE) -> dict[str, Setting]:
                              "scales (or the cell) set")
         scales = tuple((str(k), str(v)) for k, v in (s.get("scales") or {}).items())
         arms = tuple((str(k), str(v)) for k, v in (s.get("arms") or {}).items())
-        out[tag] = Setting(tag, s["env"], s["home"], s["arm"], overrides, scales, arms)
+        plays = tuple((str(k), int(v)) for k, v in (s.get("plays") or {}).items())
+        if len({v for _, v in plays}) > 1 or any(v < 1 for _, v in plays):
+            raise ValueError(f"{path}: env {tag!r}: plays must give one K >= 1 (task plays per group member)")
+        out[tag] = Setting(tag, s["env"], s["home"], s["arm"], overrides, scales, arms, plays)
     return out
 
 
@@ -167,6 +171,9 @@ def target_config(method: str, setting: Setting, scale: str, arm: str, out_sub: 
     target = home
     for key in RECIPE:
         dotted_set(target, key, copy.deepcopy(dotted_get(own, key)))
+    chains = dict(setting.plays)
+    if chains and method not in chains:  # equal task plays: a method of single plays gets K x the group
+        target["trainer"]["group_size"] = int(target["trainer"]["group_size"]) * next(iter(chains.values()))
     target["arm"] = arm
     target["out_dir"] = f"{out_root or home['out_dir']}/{out_sub}"
     return target

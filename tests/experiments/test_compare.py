@@ -95,8 +95,10 @@ def test_every_applicable_pair_resolves_to_a_valid_config(scale):
         configs = {c.method: _plain_config(c.method, c.overrides) for c in p.cells if c.env == tag}
         grpo = configs.pop("grpo")
         for method, cfg in configs.items():
+            k = dict(p.settings[tag].plays).get(method, 1)  # chains of k task plays: equal plays, not groups
             for key in BUDGET:
-                assert get(cfg, key) == get(grpo, key), f"{method} on {tag}: {key} differs from GRPO's"
+                want = get(grpo, key) // k if key == "trainer.group_size" else get(grpo, key)
+                assert get(cfg, key) == want, f"{method} on {tag}: {key} differs from GRPO's"
             own = _plain_config(method, (f"scale={scale}", f"arm={compare_arm(method, p.settings[tag])}"))
             assert (cfg["method"] == own["method"]
                     and cfg["trainer"]["kl"] == own["trainer"]["kl"]), (method, tag)
@@ -179,3 +181,17 @@ def test_a_column_may_name_the_arm_a_method_plays_there():
     assert compare_arm("skillrise", settings["skill_families"]) == "skillrise"
     assert compare_arm("skillrise", settings["skill_families_prior"]) == "skillrise-prior"
     assert compare_arm("canopy", settings["skill_families_prior"]) == "full"
+
+
+def test_a_column_of_chains_gives_every_other_method_as_many_task_plays():
+    from experiments.compare_config import load_settings
+
+    s = load_settings()["skill_families_prior"]
+    assert dict(s.plays) == {"skillrise": 3}
+    cfg = {c.method: _plain_config(c.method, c.overrides) for c in plan("cpu", seeds=[0]).cells
+           if c.env == "skill_families_prior"}
+    assert cfg["skillrise"]["trainer"]["group_size"] == 8  # 8 chains of 3 tasks
+    assert cfg["grpo"]["trainer"]["group_size"] == cfg["canopy"]["trainer"]["group_size"] == 24
+    plain = {c.method: _plain_config(c.method, c.overrides) for c in plan("cpu", seeds=[0]).cells
+             if c.env == "skill_families"}  # a column without plays: the budget's group as it was
+    assert plain["grpo"]["trainer"]["group_size"] == plain["skillrise"]["trainer"]["group_size"]
