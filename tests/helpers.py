@@ -79,6 +79,23 @@ def play_skill(e: Any, task: dict[str, Any], actions: list[str],
 
 
 # ---- pins: an environment's splits and plays as digests (tests/envs/test_split_pins.py, #46's pins) ----
+def play_events(e: Any, task: dict[str, Any], actions: list[str]) -> tuple[Any, list[str], list[Any]]:
+    """Play `actions` on one episode of `e` (rng seed 0) until it ends: the last result, the observation
+    texts (the first one and after each action), and every event as (action index, kind, data)."""
+    import random
+
+    ep = e.new_episode(task, random.Random(0))
+    obs, events, result = ep.start(), [], None
+    texts = [obs.text]
+    for j, a in enumerate(actions):
+        result = ep.step(a)
+        events += [(j, ev.kind, ev.data) for ev in result.events]
+        if result.next is None:
+            break
+        texts.append(result.next.text)
+    return result, texts, events
+
+
 def digest(obj: Any) -> str:
     """sha256 (16 hex) of the JSON of `obj` (sorted keys; anything else as its str)."""
     import hashlib

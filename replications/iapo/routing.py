@@ -144,9 +144,9 @@ def oracle_weights(lengths: Sequence[int], decisions: Sequence[bool], unit: bool
     >>> oracle_weights([1, 2], [False, False])
     [1.0, 1.0]
     """
-    mass = sum(n for n, d in zip(lengths, decisions, strict=True) if d)
     if unit:
         return unit_oracle_weights(decisions)
+    mass = sum(n for n, d in zip(lengths, decisions, strict=True) if d)
     if mass == 0:
         return [1.0] * len(lengths)
     return [sum(lengths) / mass if d else 0.0 for d in decisions]

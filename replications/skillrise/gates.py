@@ -47,7 +47,6 @@ def arms(setting: str = "ind") -> dict[str, str]:
     return {"own": f"skillrise-{setting}", "none": f"grpo-{setting}", "oracle": f"oracle-{setting}"}
 
 
-ARMS = arms("ind")
 FOLLOW_MIN, RIGHT_MIN, HELP_MIN = 0.8, 0.2, 0.1
 LATER = (3, 4)  # the plans of chain positions 1 and 2
 

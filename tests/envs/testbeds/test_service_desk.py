@@ -7,6 +7,7 @@ import random
 import pytest
 
 from envs.testbeds.service_desk import DONE_TALKING, ServiceDeskConfig, ServiceDeskEnv, ideal_actions, schema
+from tests.helpers import play_events
 
 
 def task(intent="refund", delay=2, method="cash", order="K", trap="Q"):
@@ -16,17 +17,7 @@ def task(intent="refund", delay=2, method="cash", order="K", trap="Q"):
 
 
 def play(actions, t=None, **cfg):
-    env = ServiceDeskEnv(ServiceDeskConfig(**cfg))
-    ep = env.new_episode(t or task(), random.Random(0))
-    obs, texts, events, result = ep.start(), [], [], None
-    texts.append(obs.text)
-    for j, a in enumerate(actions):
-        result = ep.step(a)
-        events += [(j, e.kind, e.data) for e in result.events]
-        if result.next is None:
-            break
-        texts.append(result.next.text)
-    return result, texts, events
+    return play_events(ServiceDeskEnv(ServiceDeskConfig(**cfg)), t or task(), actions)
 
 
 def test_ideal_dialogue_succeeds_and_context_grows():

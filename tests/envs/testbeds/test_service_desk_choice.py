@@ -11,6 +11,7 @@ from envs.api.check import CONF, oracle_policy, random_policy
 from envs.api.check import play as check_play
 from envs.testbeds.service_desk import ServiceDeskConfig, ServiceDeskEnv
 from envs.testbeds.service_desk_choice import ACKS, SCHEMA, ideal_choice
+from tests.helpers import play_events
 
 REMARKS = ["it was a gift", "the box was blue", "i live far away", "it came late", "i ordered two",
            "the size was wrong", "my dog chewed it", "my sister has one"]
@@ -28,16 +29,7 @@ def env(**cfg):
 
 
 def play(actions, t=None, **cfg):
-    ep = env(**cfg).new_episode(t or task(), random.Random(0))
-    obs, texts, events, result = ep.start(), [], [], None
-    texts.append(obs.text)
-    for j, a in enumerate(actions):
-        result = ep.step(a)
-        events += [(j, e.kind, e.data) for e in result.events]
-        if result.next is None:
-            break
-        texts.append(result.next.text)
-    return result, texts, events
+    return play_events(env(**cfg), t or task(), actions)
 
 
 def test_ideal_dialogue_in_full():

@@ -15,6 +15,7 @@ from envs.api.check import play as check_play
 from envs.testbeds import service_desk_choice as choice
 from envs.testbeds.service_desk import ServiceDeskConfig, ServiceDeskEnv
 from envs.testbeds.service_desk_choice import SCHEMA, TOOLS, TOOLS4, ideal_choice, schema, tools_for
+from tests.helpers import play_events
 
 REMARKS = ["it was a gift", "the box was blue", "i live far away", "it came late"]
 SCHEMA4 = ("tools: orders | archive | ledger | backlog | refund <card|cash|credit> | end; "
@@ -33,16 +34,7 @@ def env(**cfg):
 
 
 def play(actions, t=None, **cfg):
-    ep = env(**cfg).new_episode(t or task(), random.Random(0))
-    obs, texts, events, result = ep.start(), [], [], None
-    texts.append(obs.text)
-    for j, a in enumerate(actions):
-        result = ep.step(a)
-        events += [(j, e.kind, e.data) for e in result.events]
-        if result.next is None:
-            break
-        texts.append(result.next.text)
-    return result, texts, events
+    return play_events(env(**cfg), t or task(), actions)
 
 
 def test_the_maps_and_the_schema_line():
