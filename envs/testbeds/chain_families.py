@@ -54,6 +54,11 @@ and people not yet made nor refused at this step, uniformly), calling a random s
 probability `demo_slip`; its curator writes the steps found abstractly with probability `demo_abstract`,
 their people's names with `demo_concrete`, an empty document otherwise. The oracle of the check reads the
 hidden procedure.
+
+`order_prior` = q > 0 (#46, off by default): the procedures are drawn from a prior every family shares
+(`chain_family_tasks.family_tasks`, `skill_prior.py`: each step is the successor of the step before in
+`STEPS`' order, mail boss, book boss, mail client, ..., with probability q), so RL without a document has
+something to learn that transfers to held-out families; the demonstrator does not know it.
 """
 
 from __future__ import annotations

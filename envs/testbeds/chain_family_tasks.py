@@ -4,15 +4,17 @@ split's scripted chains (`scripted_chain`) and the tokenizer's texts (`corpus`).
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from datasets import DatasetDict
 
 from envs.api.base import Observation
 from envs.api.families import family_splits
+from envs.testbeds import skill_prior as prior
 from envs.testbeds.chain_apps import DAYS, NAMES
 from envs.testbeds.chain_families import ROLES, STEPS, CurateEpisode, FamilyEpisode
 from envs.testbeds.skill_families import parse_skill
@@ -34,6 +36,8 @@ def check(cfg: ChainTasksConfig) -> None:
                          f"env.family_distractors >= 0 and env.family_steps + env.family_distractors <= "
                          f"{len(ROLES)} (the roles); got {cfg.family_min_plan}, {cfg.family_steps}, "
                          f"{cfg.family_distractors}")
+    if not 0 <= cfg.order_prior <= 1:
+        raise ValueError(f"env.order_prior must be in [0, 1]; got {cfg.order_prior}")
     if cfg.max_skill_words < 1 or cfg.invalid_penalty < 0:
         raise ValueError("need env.max_skill_words >= 1 and env.invalid_penalty >= 0; "
                          f"got {cfg.max_skill_words}, {cfg.invalid_penalty}")
@@ -46,7 +50,7 @@ def check(cfg: ChainTasksConfig) -> None:
         if size % k:
             raise ValueError(f"env.{key} must be a multiple of {k} with env.families=true (whole families, "
                              f"one task per plan length {tiers(cfg)}); got {size}")
-    if sum(sizes.values()) // k > math.perm(len(STEPS), cfg.family_steps):
+    if not cfg.order_prior and sum(sizes.values()) // k > math.perm(len(STEPS), cfg.family_steps):
         raise ValueError(f"{sum(sizes.values()) // k} families need as many procedures, but there are only "
                          f"{math.perm(len(STEPS), cfg.family_steps)} of env.family_steps={cfg.family_steps}")
 
@@ -76,10 +80,22 @@ def member(rng: random.Random, cfg: ChainTasksConfig, family: str, order: list[s
 
 def family_tasks(cfg: ChainTasksConfig) -> DatasetDict:
     """Whole families per split (train, held-out, dev, demo), each with a procedure no other family anywhere
-    has; the demo split's families are scripted chains, played from a stream of their own."""
+    has; the demo split's families are scripted chains, played from a stream of their own. With
+    `order_prior` = q > 0 the procedures are drawn independently from a prior every family shares
+    (`skill_prior.py`: each step is the listed successor of the step before in `STEPS` with probability q),
+    so families may share one."""
     rng = random.Random(f"{cfg.data_seed}/chain-families")
     play_rng = random.Random(f"{cfg.data_seed}/chain-families-demo")
     plans = tiers(cfg)
+    draws = itertools.count()
+
+    def procedure() -> list[str]:
+        if not cfg.order_prior:
+            return rng.sample(STEPS, cfg.family_steps)
+        return prior.prior_order(rng, STEPS, cfg.family_steps, cfg.order_prior)
+
+    def key(order: list[str]) -> Hashable:  # with the prior every draw is new (procedures may repeat)
+        return tuple(order) if not cfg.order_prior else next(draws)
 
     def members(family: str, order: list[str]) -> list[dict[str, Any]]:
         tasks: list[dict[str, Any]] = []
@@ -87,7 +103,7 @@ def family_tasks(cfg: ChainTasksConfig) -> DatasetDict:
             tasks.append(member(rng, cfg, family, order, plan, tasks))
         return tasks
 
-    return family_splits(cfg, len(plans), lambda: rng.sample(STEPS, cfg.family_steps), tuple, members,
+    return family_splits(cfg, len(plans), procedure, key, members,
                          lambda tasks: scripted_chain(cfg, tasks, play_rng))
 
 

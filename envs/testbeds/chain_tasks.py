@@ -119,6 +119,7 @@ class ChainTasksConfig(EnvConfig):
     invalid_penalty: float = 0.0  # subtracted per bad call and per invalid curate turn
     demo_abstract: float = 0.3  # the demo split's scripted curator: the steps found, abstractly ...
     demo_concrete: float = 0.3  # ... or their people's names; otherwise an empty document
+    order_prior: float = 0.0  # > 0: procedures drawn from a prior all families share (skill_prior.py)
 
 
 def task_steps(task: dict[str, Any]) -> list[tuple[str, ...]]:

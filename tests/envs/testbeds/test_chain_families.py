@@ -231,12 +231,34 @@ def test_the_demo_split_is_scripted_chains_and_leaves_the_other_splits_alone():
     ({"family_min_plan": 5}, "family_min_plan"),
     ({"demo_abstract": 0.7, "demo_concrete": 0.4}, "demo_abstract"),
     ({"max_skill_words": 0}, "max_skill_words"),
+    ({"order_prior": 1.5}, "order_prior"),
     ({"family_steps": 1, "family_min_plan": 1, "train_size": 12, "heldout_size": 1, "dev_size": 1},
      "only 12"),
 ])
 def test_family_settings_that_cannot_work_are_refused(setting, match):
     with pytest.raises(ValueError, match=match):
         make(**setting)
+
+
+def test_order_prior_by_hand_unchanged_at_zero_and_what_it_leaves_to_learn():
+    """`env.order_prior` (#46): q = 0 draws the procedures as before; q = 1 makes every procedure the
+    successor chain from the start (STEPS' order: mail boss, book boss, mail client, ...); q = 0.5 makes a
+    step the successor of the step before more often than a uniform draw does, lets families share a
+    procedure, and the demonstrator without a document still searches uniformly (it does not know it)."""
+    sizes = {"train_size": 300, "heldout_size": 30, "dev_size": 30}
+    assert tasks_of(make(**sizes)) == tasks_of(make(order_prior=0.0, **sizes))
+    assert {tuple(t["order"]) for t in tasks_of(make(order_prior=1.0, **sizes))} == {
+        ("mail boss", "book boss", "mail client", "book client")}
+    orders = [t["order"] for t in tasks_of(make(order_prior=0.5, **sizes))[::3]]
+    nxt = {a: b for a, b in zip(STEPS, STEPS[1:] + STEPS[:1], strict=True)}
+    follows = sum(o[i + 1] == nxt[o[i]] for o in orders for i in range(3)) / (3 * len(orders))
+    assert 0.45 <= follows <= 0.65  # q plus the uniform draws' share (1/11 to 1/9 of the rest)
+    assert len({tuple(o) for o in orders}) < len(orders)  # families may share one
+    uniform = [t["order"] for t in tasks_of(make(**sizes))[::3]]
+    assert sum(o[i + 1] == nxt[o[i]] for o in uniform for i in range(3)) / (3 * len(uniform)) < 0.2
+    env = make(order_prior=0.5, **sizes)
+    won = [follow(env, t, "", seed=k)[0].success for k, t in enumerate(tasks_of(env)) if t["plan"] == 2]
+    assert 0.15 < sum(won) / len(won) < 0.45  # plan 2, no document: the uniform search's rate, as without it
 
 
 def test_roles_offers_and_variants_are_this_instances():
