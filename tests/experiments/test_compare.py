@@ -195,3 +195,27 @@ def test_a_column_of_chains_gives_every_other_method_as_many_task_plays():
     plain = {c.method: _plain_config(c.method, c.overrides) for c in plan("cpu", seeds=[0]).cells
              if c.env == "skill_families"}  # a column without plays: the budget's group as it was
     assert plain["grpo"]["trainer"]["group_size"] == plain["skillrise"]["trainer"]["group_size"]
+
+
+def test_the_third_columns_of_sharp_and_skillrise_play_their_own_recipes_on_the_columns_env():
+    """#46: SHARP plays its substitutes recipe on toolhops-subst-k4 (so its cells are its replication's, which
+    `make compare` reuses); SkillRise plays its -prior recipe on chain_tasks' families with the prior, with
+    the column's environment (chain_tasks, not skill_families' settings) and every other method 3 x its group."""
+    from experiments.compare_config import load_settings
+
+    cells = {(c.method, c.env): c for c in plan("cpu", seeds=[0]).cells}
+    sharp = _plain_config("sharp", cells["sharp", "toolhops-subst-k4"].overrides)
+    assert sharp["method"]["credit"] == "exact" and sharp["method"]["weights"] == "matched"
+    assert sharp["env"]["name"] == "toolhops" and sharp["model"]["num_layers"] == 4
+    grpo = _plain_config("grpo", cells["grpo", "toolhops-subst-k4"].overrides)
+    assert grpo["model"] == sharp["model"] and grpo["sft"] == sharp["sft"] and grpo["env"] == sharp["env"]
+    s = load_settings()["chain_tasks-families-prior"]
+    assert dict(s.plays) == {"skillrise": 3}
+    cfg = {m: _plain_config(m, cells[m, "chain_tasks-families-prior"].overrides)
+           for m in ("grpo", "canopy", "skillrise")}
+    assert cfg["skillrise"]["env"]["name"] == "chain_tasks" and "layout" not in cfg["skillrise"]["env"]
+    assert cfg["skillrise"]["env"] == cfg["grpo"]["env"] and cfg["skillrise"]["env"]["order_prior"] == 0.5
+    assert cfg["skillrise"]["sft"] == cfg["grpo"]["sft"] and cfg["grpo"]["sft"]["copy_steps"] == 2000
+    assert cfg["skillrise"]["method"]["advantage_norm"] == "std"  # its -prior recipe
+    assert cfg["grpo"]["trainer"]["group_size"] == cfg["canopy"]["trainer"]["group_size"] == \
+        3 * cfg["skillrise"]["trainer"]["group_size"]
