@@ -42,6 +42,14 @@ decimal_places=-100000000)` computes 10**100000000, `power(exponent=10**9)`). A 
 `miss_func` runs when called by name before it is offered, as BFCL's executor runs it (one ground
 truth, `miss_func_49`, calls `tail` before its turn).
 
+**Provenance events** (#46; IAPO's influence graph, `replications/iapo/graph.py`): a call step whose calls
+all worked gets `Event("provenance", j, {"source": i, "kind": "success_utilization"})` for each earlier
+turn i whose tool results first showed an argument value it writes (an id, a file name, a number), and
+source -1 (`input`) for a value first seen in the system prompt or a user turn; a failed action (a call
+refused, raising or returning an error; an invalid action) right after a failed one gets
+`failed_utilization` from it. Defined exactly in `envs/benchmarks/bfcl/provenance.py`. The events change
+no reward, observation, info, split or demonstrated play.
+
 Splits are fixed by scenario number `i` (the same for every category, so a held-out scenario is
 held out in all of them): held-out `i % 5 == 0` (40), dev `i % 10 == 3` (20), train the other 140
 (demo: train scenarios beyond `train_size`). `categories` picks the categories (a task's tier is its
@@ -80,6 +88,7 @@ from envs.benchmarks.bfcl.apps import (
     system_prompt,
 )
 from envs.benchmarks.bfcl.calls import END_TURN, Call, keyword_call, parse_calls
+from envs.benchmarks.bfcl.provenance import USER, Provenance
 
 PACKAGE, LICENSE, SCENARIOS = "bfcl-eval", "Apache-2.0", 200
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
@@ -122,6 +131,8 @@ class BfclEpisode(EpisodeState):
         truth = task["ground_truth"]
         self.truth = [[keyword_call(c, self.bound) for c in turn] for turn in truth]
         self.slips = [len(turn) >= 2 and rng.random() < cfg.demo_slip for turn in truth]
+        self.actions = 0  # actions taken: the next one's turn index in the episode
+        self.provenance: Provenance | None = None  # which earlier turn each call step used (events; start())
 
     def _user_turn(self) -> str:
         """The user's message(s) of the current turn (BFCL's added-functions message on a miss_func turn)."""
@@ -138,7 +149,9 @@ class BfclEpisode(EpisodeState):
         return self.user_text
 
     def start(self) -> Observation:
-        return Observation(AGENT, f"{system_prompt(self.offered, self.cfg.docs)}\n\n{self._user_turn()}")
+        obs = Observation(AGENT, f"{system_prompt(self.offered, self.cfg.docs)}\n\n{self._user_turn()}")
+        self.provenance = Provenance(obs.text)
+        return obs
 
     def expert_action(self) -> str:
         if self.done or self.turn >= len(self.truth):
@@ -151,20 +164,22 @@ class BfclEpisode(EpisodeState):
             return "[" + ", ".join(calls) + "]"
         return END_TURN if self.truth[self.turn] else CANNOT
 
-    def _run(self, call: Call) -> str:
+    def _run(self, call: Call) -> tuple[str, bool]:
+        """The call's result as shown, and whether it failed (refused, raised, or returned an error)."""
         if call.refused is None and call.name not in self.bound:
             call.refused = f"no function named {call.name!r}"
         if call.refused is not None:
-            return f"Error during execution: {call.refused}"
+            return f"Error during execution: {call.refused}", True
         import decimal
 
         import mpmath
 
         dps, prec = mpmath.mp.dps, decimal.getcontext().prec  # MathAPI sets these process-wide
         try:
-            return result_text(self.bound[call.name](**call.kwargs))
+            result = self.bound[call.name](**call.kwargs)
+            return result_text(result), isinstance(result, dict) and "error" in result
         except Exception as e:
-            return f"Error during execution: {e}"
+            return f"Error during execution: {e}", True
         finally:
             mpmath.mp.dps, decimal.getcontext().prec = dps, prec
 
@@ -172,13 +187,16 @@ class BfclEpisode(EpisodeState):
         if self.done:
             return StepResult(None, events=[Event("invalid_action", 0, {"why": "the episode is over"})])
         calls, why = parse_calls(action)
+        turn, self.actions = self.actions, self.actions + 1  # the action's index in the episode
+        assert self.provenance is not None, "start() comes first"
         if calls:
-            results = [self._run(c) for c in calls]
+            results, failed = zip(*[self._run(c) for c in calls], strict=True)
             ran = [c.text() for c in calls if c.refused is None]
             if ran:
                 self.decoded[self.turn].append(ran)
             self.steps += 1
             events = [Event("tool_call", 0, {"name": c.name[:100], "ok": c.refused is None}) for c in calls]
+            events += self.provenance.step(turn, action, [c.kwargs for c in calls], failed=any(failed))
             if self.steps > self.cfg.max_steps_per_turn:
                 self.done = True
                 return StepResult(None, events=events, info={"valid": False,
@@ -187,14 +205,18 @@ class BfclEpisode(EpisodeState):
             cut = self.cfg.max_result_chars
             shown = [{"role": "tool", "name": c.text()[:1000], "content": r[:cut] if cut else r}
                      for c, r in zip(calls, results, strict=True)]
+            self.provenance.see("\n".join(s["content"] for s in shown), turn)
             return StepResult(Observation(AGENT, repr(shown)), events=events)
         events = [Event("invalid_action", 0, {"why": why})] if why else []
+        events += self.provenance.step(turn, action, [], failed=bool(why))
         self.turn, self.steps = self.turn + 1, 0
         if self.turn < len(self.task["question"]):
             self.decoded.append([])
             note = ("(Your last message was not a valid list of function calls: "
                     f"{why}. The turn is over.)\n\n" if why else "")
-            return StepResult(Observation(AGENT, note + self._user_turn()), events=events)
+            user = self._user_turn()
+            self.provenance.see(user, USER)
+            return StepResult(Observation(AGENT, note + user), events=events)
         self.done = True
         verdict = check(self.task, self.decoded)
         valid = bool(verdict.get("valid"))
@@ -205,7 +227,7 @@ class BfclEpisode(EpisodeState):
 class BfclEnv(Environment):
     name = "bfcl"
     roles = (AGENT,)
-    offers = frozenset({"single_agent"})  # envs/api/features.py
+    offers = frozenset({"single_agent", "provenance_events"})  # envs/api/features.py
     config_class = BfclConfig
     oracle_settings = {"demo_slip": 0.0}
     stop = ()  # an action ends at the end of the model's turn (calls may span lines)
