@@ -199,8 +199,8 @@ def test_a_column_of_chains_gives_every_other_method_as_many_task_plays():
 
 def test_the_third_columns_of_sharp_and_skillrise_play_their_own_recipes_on_the_columns_env():
     """#46: SHARP plays its substitutes recipe on toolhops-subst-k4 (so its cells are its replication's, which
-    `make compare` reuses); SkillRise plays its -prior recipe on chain_tasks' families with the prior, with
-    the column's environment (chain_tasks, not skill_families' settings) and every other method 3 x its group."""
+    `make compare` reuses); SkillRise plays its -prior recipe on chain_tasks' families with the prior,
+    with the column's environment (chain_tasks, not skill_families' settings), the others 3 x its group."""
     from experiments.compare_config import load_settings
 
     cells = {(c.method, c.env): c for c in plan("cpu", seeds=[0]).cells}
