@@ -149,3 +149,16 @@ def provenance_edges(results: list[Any]) -> list[tuple[int, int, str]]:
     """(source, target, kind) of every provenance event, the target being the step's own turn."""
     return [(e.data["source"], j, e.data["kind"]) for j, r in enumerate(results) for e in r.events
             if e.kind == "provenance"]
+
+
+def played_episode(role: str, actions: list[str], results: list[Any]) -> Any:
+    """An `Episode` of `actions` (one turn each, by `role`) carrying every step's events stamped with the
+    step's turn index, as the rollout stamps them: what IAPO's `provenance_annotator` reads."""
+    from common.episode import Episode
+
+    ep = Episode("t", 0, [Turn(role, "a", [], [1], [0.0], a) for a in actions])
+    for j, r in enumerate(results):
+        for e in r.events:
+            e.turn = j
+            ep.events.append(e)
+    return ep

@@ -12,7 +12,6 @@ import pytest
 
 pytest.importorskip("bfcl_eval", reason="bfcl-eval is not installed (make setup installs it --no-deps)")
 
-from common.episode import Episode, Turn  # noqa: E402
 from envs.benchmarks.bfcl import provenance  # noqa: E402
 from envs.benchmarks.bfcl.apps import scenarios  # noqa: E402
 from envs.benchmarks.bfcl.env import CATEGORIES, BfclConfig, BfclEnv  # noqa: E402
@@ -20,6 +19,7 @@ from envs.benchmarks.bfcl.provenance import tokens, values  # noqa: E402
 from experiments.compare_config import applicable  # noqa: E402
 from replications.iapo.graph import provenance_annotator  # noqa: E402
 from tests.envs.benchmarks.test_bfcl_pins import ODD  # noqa: E402
+from tests.helpers import played_episode  # noqa: E402
 
 IN, OK, FAIL = "input", "success_utilization", "failed_utilization"
 FILES, LOGS, MATH = 0, 1, 15  # base scenarios: final_report.pdf in document/; log.txt in workspace/; MathAPI
@@ -117,12 +117,7 @@ def test_iapo_applies_and_reads_every_event():
     actions = ["[cd(folder='document')]", "[ls()]", "[cat(file_name='previous_report.pdf')]",
                "[cd(folder='nowhere')]", "[cd(folder='x'", "[cat(file_name='final_report.pdf')]", "[]"]
     _, results = play(FILES, actions)
-    ep = Episode("t", 0, [Turn("agent", "a", [], [1], [0.0], a) for a in actions])
-    for j, r in enumerate(results):
-        for e in r.events:
-            e.turn = j  # as the rollout stamps them
-            ep.events.append(e)
-    graph = provenance_annotator(ep)
+    graph = provenance_annotator(played_episode("agent", actions, results))
     assert sorted(graph.edges) == [(1, 2, OK), (3, 4, FAIL)]
     assert graph.user_input == {0, 5} and graph.errors == {4}  # bfcl emits no `error` event for 3
 

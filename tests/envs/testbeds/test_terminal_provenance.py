@@ -9,13 +9,12 @@ import random
 
 import pytest
 
-from common.episode import Episode, Turn
 from envs.api import sandbox
 from envs.testbeds.terminal.env import TerminalConfig, TerminalEnv
 from envs.testbeds.terminal.provenance import names
 from experiments.compare_config import applicable
 from replications.iapo.graph import provenance_annotator
-from tests.helpers import play_to_end, provenance_edges
+from tests.helpers import play_to_end, played_episode, provenance_edges
 
 IN, OK, FAIL = "input", "success_utilization", "failed_utilization"
 BACKENDS = ["sim", pytest.param("sandbox", marks=pytest.mark.skipif(
@@ -104,12 +103,7 @@ def test_iapo_applies_and_reads_every_event():
     assert TerminalEnv.offers_for({}) == TerminalEnv.offers and applicable("iapo", "terminal")
     actions = [" cat c", " cat zz", " ls", " cat memo", " echo 40 > out", " ", " wc -l b", " nosuchcommand"]
     results = play(COUNT, actions)
-    ep = Episode("t", 0, [Turn("x", "a", [], [1], [0.0], a) for a in actions])
-    for j, r in enumerate(results):
-        for e in r.events:
-            e.turn = j  # as the rollout stamps them
-            ep.events.append(e)
-    graph = provenance_annotator(ep)
+    graph = provenance_annotator(played_episode("x", actions, results))
     assert sorted(graph.edges) == [(0, 1, FAIL), (2, 3, OK), (3, 4, OK)]
     assert graph.errors == {0, 1, 5, 7} and graph.user_input == {4, 6}
 
