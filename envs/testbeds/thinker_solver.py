@@ -73,8 +73,9 @@ given the hidden draw: 1 if it knows, else 1/num_values: the oracle baseline), `
 **Arith's tasks** (`env.tasks: arith`, default `facts`; `common/conf/env/thinker_solver_arith.yaml`, env tag
 `thinker_solver-arith`; #46): the same two roles, variants, reward and info on `arith`'s problems, both roles
 seeing the whole problem; the Thinker writes the working and the Solver answers (envs/testbeds/
-thinker_solver_arith.py). The rules every dyad shares (turn plans, guidance, cost, step, info) are
-envs/testbeds/dyad.py's.
+thinker_solver_arith.py). With `see_probs` (its free-riding setting, env tag `thinker_solver-arith-freeride`)
+the Solver is shown the problem only with a per-task probability, drawn per episode. The rules every dyad
+shares (turn plans, guidance, cost, step, info) are envs/testbeds/dyad.py's.
 
 Scripted demonstrator (SFT warm start): the Thinker helps, stays silent or lies with the fixed
 probabilities `expert_help`, `expert_silent`, `expert_wrong` (drawn once per episode from the
@@ -292,12 +293,16 @@ class ThinkerSolverEnv(Environment):
             raise ValueError(f"env.drop must be a probability, and is a knob of the dyad setting "
                              f"(env.cue_words); got {cfg.drop}")
         arith = cfg.tasks == "arith"
-        if cfg.tasks not in ("facts", "arith") or arith and (cfg.see_probs or cfg.follow_known):
+        if cfg.tasks not in ("facts", "arith") or arith and (
+                cfg.follow_known or cfg.cue_words or cfg.question != "copy"):
             raise ValueError(f"env.tasks must be facts or arith, and arith takes none of the facts' settings "
-                             f"(see_probs, question, cue_words, drop, follow_known); got {cfg.tasks!r}")
+                             f"but see_probs (question, cue_words, drop, follow_known); got {cfg.tasks!r}")
         super().__init__(cfg)
         self.cfg: ThinkerSolverConfig = cfg
         self.arith = arith_generator(cfg) if arith else None  # env.tasks=arith: arith's tiers and generator
+        if self.arith is not None and cfg.see_probs and len(cfg.see_probs) != len(self.arith.tiers):
+            raise ValueError(f"env.see_probs with env.tasks=arith needs one probability per number of "
+                             f"operations ({len(self.arith.tiers)}: {self.arith.tiers}); got {cfg.see_probs}")
 
     @property
     def tiers(self) -> tuple[int, ...]:
@@ -309,7 +314,10 @@ class ThinkerSolverEnv(Environment):
 
     def generate_task(self, rng: random.Random, tier: int) -> dict[str, Any]:
         if self.arith is not None:
-            return self.arith.generate_task(rng, tier)
+            task = self.arith.generate_task(rng, tier)
+            if self.cfg.see_probs:  # arith's free-riding setting: fewer operations, more often shown
+                task["p_see"] = sorted(self.cfg.see_probs, reverse=True)[self.arith.tiers.index(tier)]
+            return task
         letters = rng.sample(string.ascii_uppercase[: self.cfg.num_letters], self.cfg.num_facts)
         facts = [[k, rng.randrange(self.cfg.num_values)] for k in letters]
         asked = letters[0]  # the asked fact comes first: the tiny model needs no search, only copying

@@ -16,6 +16,14 @@ whole problem, and what the Thinker brings is the working, not a hidden fact.
   written). It pays `cost_per_char` per character (the working of three operations is about 20 characters:
   common/conf/env/thinker_solver_arith.yaml sets the cost to 0, a binary reward).
 - The **Solver** sees `Q: 7+5-3*2\\nT:<the Thinker's line>\\nA:` and ends its reply with `#<value>`.
+- **The free-riding setting on arith** (`see_probs`, `common/conf/env/thinker_solver_arith_freeride.yaml`,
+  env tag `thinker_solver-arith-freeride`; #46): the Solver is shown the problem with a probability p, a
+  property of the task (tier i, the i-th fewest operations, takes the i-th largest of `see_probs`), drawn
+  per episode from the episode's rng (so a solo play seeded like the joint one gets the same draw); else its
+  prompt reads `Q: ?`. The Thinker always sees the problem and is not told p nor the draw, so a shared
+  reward credits a silent or wrong Thinker whenever the Solver happened to see a problem it can do alone.
+  `info` adds `sees` and `p_see`; the demonstrator Solver that is not shown the problem and gets no readable
+  hint guesses uniformly in [0, max_value].
 
 Reward, variants (`main`, `solo`, `empty_guidance`, `paired`) and info are thinker_solver's
 (envs/testbeds/dyad.py), with `ops` (the number of operations) in place of `hard`.
@@ -93,6 +101,12 @@ class ArithDyadEpisode(DyadEpisode):
         other = rng.choice([x for x in range(cfg.max_value + 1) if x != self.value])
         forgot = self.steps[-1][0]  # the slip: the last operation forgotten
         self.expert_wrong_value = forgot if forgot != self.value else other
+        # the free-riding setting (`see_probs`): P(the Solver is shown the problem), a property of the task,
+        # and the hidden draw, after the others (so a play without it draws as before); the demonstrator's
+        # guess
+        self.p_see: float | None = task.get("p_see")
+        self.sees = True if self.p_see is None else rng.random() < self.p_see
+        self.expert_guess = None if self.p_see is None else rng.randrange(cfg.max_value + 1)
         self.phases = PHASES[variant]
         self.phase = 0
 
@@ -103,7 +117,8 @@ class ArithDyadEpisode(DyadEpisode):
         return f"{self.question()}\nT:"
 
     def solver_prompt(self, guidance: str) -> str:
-        return f"{self.question()}\nT:{guidance}\nA:"
+        question = self.question() if self.sees else "Q: ?"
+        return f"{question}\nT:{guidance}\nA:"
 
     def working(self, last: int) -> str:
         """The steps written out (`7+5=12 12-3=9 9*2=18`), the last one ending in `last`."""
@@ -117,7 +132,9 @@ class ArithDyadEpisode(DyadEpisode):
                 return ""
             return " " + self.working(self.value if self.expert_kind == "help" else self.expert_wrong_value)
         hint = self._hint()
-        return f" #{self.value if hint is None else hint}"
+        if hint is not None:
+            return f" #{hint}"
+        return f" #{self.value if self.sees else self.expert_guess}"
 
     def classify(self, message: str) -> str:
         if not message.strip():
@@ -132,4 +149,7 @@ class ArithDyadEpisode(DyadEpisode):
         return read_working(guidance)
 
     def _setting_info(self, correct: bool, answer: int | None) -> dict[str, Any]:
-        return {"ops": len(self.steps)}
+        info: dict[str, Any] = {"ops": len(self.steps)}
+        if self.p_see is not None:
+            info.update(sees=self.sees, p_see=self.p_see)
+        return info

@@ -108,7 +108,7 @@ def test_envs_names_a_column_by_its_tag_and_an_environment_by_its_name():
     assert list(plan("smoke", envs=["arith"], methods=["grpo"], seeds=[0]).settings) == ["arith"]
     assert list(plan("smoke", envs=["thinker_solver"], methods=["grpo"], seeds=[0]).settings) == [
         "thinker_solver-freeride", "thinker_solver-arith", "thinker_solver-dyad", "thinker_solver-cost",
-        "thinker_solver-facts"]
+        "thinker_solver-facts", "thinker_solver-arith-freeride"]
 
 
 # ---- the head to head at small scale (#46): terminal-smollm2, River's small budget, one seed ----------

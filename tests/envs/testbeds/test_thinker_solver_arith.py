@@ -123,18 +123,70 @@ def test_the_tasks_are_arith_s_own_and_the_setting_is_refused_where_it_cannot_wo
         assert list(mine.task_set()[split]["task"]) == list(arith.task_set()[split]["task"]), split
     assert mine.cfg.tag == "thinker_solver-arith" and "two_role_dialogue" in mine.offers
     assert "solo" in mine.variants()
-    for bad, match in [({"tasks": "maths"}, "env.tasks"), ({"see_probs": [0.5]}, "env.tasks"),
+    for bad, match in [({"tasks": "maths"}, "env.tasks"), ({"see_probs": [0.5]}, "one probability per"),
                        ({"follow_known": 0.3}, "env.tasks"), ({"max_value": 0}, "env.max_value"),
                        ({"min_ops": 3, "max_ops": 2}, "min_ops")]:
         with pytest.raises(ValueError, match=match):
             ThinkerSolverEnv(ThinkerSolverConfig(**{"tasks": "arith", **bad}))
 
 
-def test_the_oracle_passes_and_a_random_policy_fails():
+@pytest.mark.parametrize("name", ["thinker_solver_arith", "thinker_solver_arith_freeride"])
+def test_the_oracle_passes_and_a_random_policy_fails(name):
     """`make check-envs`' bar on the setting's own config file (the oracle: the Thinker always helps)."""
-    e = from_file("thinker_solver_arith", **ThinkerSolverEnv.oracle_settings)
+    e = from_file(name, **ThinkerSolverEnv.oracle_settings)
     rows = [json.loads(t) for t in e.task_set()["train"]["task"][:32]]
     oracle = [play(e, t, oracle_policy, i) for i, t in enumerate(rows)]
     randoms = [play(e, t, random_policy, i) for i, t in enumerate(rows)]
     assert sum(oracle) / len(oracle) >= ORACLE_MIN and sum(randoms) / len(randoms) <= RANDOM_MAX
     assert sum(oracle) / len(oracle) == 1.0  # no message cost in this setting
+
+
+def test_the_free_riding_setting_keeps_the_tasks_and_hides_the_problem_per_episode():
+    """`see_probs` on arith (thinker_solver_arith_freeride.yaml): every split's tasks are
+    thinker_solver_arith's with `p_see` added by the number of operations (2: 0.9, 3: 0.5, 4: 0.1); the hidden
+    draw comes after the others, so a play without the setting draws as before, and a solo play seeded like
+    the joint one gets the same draw."""
+    plain, mine = from_file("thinker_solver_arith"), from_file("thinker_solver_arith_freeride")
+    assert mine.cfg.tag == "thinker_solver-arith-freeride" and mine.tiers == (2, 3, 4)
+    for split in ("train", "heldout", "demo", "dev"):
+        rows = [json.loads(t) for t in mine.task_set()[split]["task"]]
+        want = {2: 0.9, 3: 0.5, 4: 0.1}
+        assert all(r.pop("p_see") == want[len(r["steps"])] for r in rows), split
+        assert rows == [json.loads(t) for t in plain.task_set()[split]["task"]], split
+    hidden = {**TASK, "p_see": 0.5}
+    # the draws of random.Random(s): u (the demonstrator's kind), the other value, then the hidden draw
+    draws = {}
+    for s in range(40):
+        r = random.Random(s)
+        r.random(), r.choice([x for x in range(21) if x != 18])
+        draws[s] = (r.random() < 0.5, r.randrange(21))
+    shown = next(s for s in draws if draws[s][0])
+    hid = next(s for s in draws if not draws[s][0] and draws[s][1] != 18)
+    for seed, sees in ((shown, True), (hid, False)):
+        for variant in ("main", "solo", "paired"):
+            ep = mine.new_episode(hidden, random.Random(seed), variant)
+            assert ep.sees is sees and ep.expert_guess == draws[seed][1]
+        ep = mine.new_episode(hidden, random.Random(seed), "main")
+        assert ep.start().text == "Q: 7+5-3*2\nT:"  # the Thinker always sees the problem
+        result = ep.step("")
+        assert result.next.text == ("Q: 7+5-3*2" if sees else "Q: ?") + "\nT:\nA:"
+        # the demonstrator Solver alone: the value when shown, its drawn guess when not
+        assert ep.expert_action() == f" #{18 if sees else draws[seed][1]}"
+        done = ep.step(" #18")
+        assert done.success and done.info == {"ops": 3, "sees": sees, "p_see": 0.5, "msg_help": False,
+                                               "msg_wrong": False, "msg_silent": True, "msg_other": False,
+                                               "msg_chars": 0, "thinker_cost": 0.0}
+    # not shown, the working tells it: the demonstrator copies a readable hint
+    ep = mine.new_episode(hidden, random.Random(hid), "main")
+    ep.start(), ep.step(WORKING)
+    assert ep.expert_action() == " #18"
+    # without the setting the episode draws as before: same demonstrator choice and slip, always shown
+    a = plain.new_episode(TASK, random.Random(3))
+    b = mine.new_episode(hidden, random.Random(3))
+    assert (a.expert_kind, a.expert_wrong_value) == (b.expert_kind, b.expert_wrong_value)
+    assert a.sees and a.expert_guess is None and "sees" not in play_out(plain, ["", " #18"])[1][1].info
+    for bad, match in [({"see_probs": [0.9, 0.5]}, "one probability per number of operations"),
+                       ({"see_probs": [0.9, 0.5, 0.1], "cue_words": ["a", "b", "c"]}, "env.tasks"),
+                       ({"question": "sum", "see_probs": [0.9, 0.5, 0.1]}, "env.tasks")]:
+        with pytest.raises(ValueError, match=match):
+            ThinkerSolverEnv(ThinkerSolverConfig(**{"tasks": "arith", "min_ops": 2, "max_ops": 4, **bad}))
