@@ -160,9 +160,38 @@ def run_seconds(run_dir: Path, scale: str | tuple[str, ...] | None = None) -> tu
     return (seconds.total_seconds(), int(steps)) if seconds.total_seconds() > 0 else None
 
 
+@functools.lru_cache(maxsize=64)
+def _rate_table(root: Path, scales: tuple[str, ...]) -> dict[tuple[str, str], list[float]]:
+    """(method, env) -> seconds per RL step (plus one) of every finished one-attempt run under
+    root/<method>/<env>/<arm>/seed-* at `scales` (read once per process: ~900 runs take a second)."""
+    table: dict[tuple[str, str], list[float]] = {}
+    for run in root.glob("*/*/*/seed-*"):
+        timed = run_seconds(run, scales)
+        if timed is not None:
+            table.setdefault((run.parts[-4], run.parts[-3]), []).append(timed[0] / (timed[1] + 1))
+    return table
+
+
+def _scaled_by_neighbours(method: str, env: str, table: dict[tuple[str, str], list[float]]) -> float | None:
+    """The method's seconds per step on `env` where it never ran there: the other methods' median rate on
+    `env` times how much slower than them the method is (the median, over the environments where both
+    ran, of its median rate over theirs); without such an environment, the others' rate on `env` alone."""
+    here = [r for (m, e), rates in table.items() if e == env and m != method for r in rates]
+    if not here:
+        return None
+    ratios = []
+    for (m, e), rates in table.items():
+        others = [r for (m2, e2), rs in table.items() if e2 == e and m2 != method for r in rs]
+        if m == method and others:
+            ratios.append(statistics.median(rates) / statistics.median(others))
+    return statistics.median(here) * (statistics.median(ratios) if ratios else 1.0)
+
+
 def estimate_seconds(cell: Cell, committed: str | Path = RunConfig.out_dir) -> float | None:
     """How long `cell` will take, from the recorded runs nearest to it: the same arm's other seeds, else
-    any arm of its method on its environment, else its method on any environment, always at the cell's
+    any arm of its method on its environment, else the other methods on its environment scaled by the
+    method's speed against them elsewhere (`_scaled_by_neighbours`: a new column's cost, which the
+    method's runs on other columns miss), else its method on any environment, always at the cell's
     scale (the one it is launched at or the one its config records: CCPO's `--scale dyad` composes
     `scale: cpu`); first under the cell's own out_dir, then under the committed results. The median
     seconds per RL step (plus one step: the evaluations) times the cell's steps; None when no recorded
@@ -171,8 +200,13 @@ def estimate_seconds(cell: Cell, committed: str | Path = RunConfig.out_dir) -> f
     recorded = _plain_config(cell.method, cell.overrides).get("scale", cell.scale)
     scales = tuple(dict.fromkeys([cell.scale, recorded]))
     for pattern in (f"{cell.method}/{cell.env}/{cell.arm}/seed-*", f"{cell.method}/{cell.env}/*/seed-*",
-                    f"{cell.method}/*/*/seed-*"):
+                    None, f"{cell.method}/*/*/seed-*"):
         for root in roots:
+            if pattern is None:
+                rate = _scaled_by_neighbours(cell.method, cell.env, _rate_table(root, scales))
+                if rate is not None:
+                    return rate * (cell.steps + 1)
+                continue
             timed = filter(None, (run_seconds(r, scales) for r in root.glob(pattern)))
             rates = [t / (steps + 1) for t, steps in timed]
             if rates:

@@ -79,6 +79,30 @@ def test_a_cell_is_timed_by_its_recorded_neighbours(tmp_path):
     assert estimate_seconds(other_scale, committed=tmp_path / "none") is None
 
 
+def test_a_method_new_to_an_environment_is_timed_by_the_others_there(tmp_path):
+    """A new compare column's CANOPY cells were timed by CANOPY's runs on other columns (~57 s a cell on
+    chain_tasks-families-prior, where GRPO's took 6 min): the others' rate on the cell's environment times
+    the method's median rate over theirs on the environments where both ran."""
+    def cell(method, env, seed, root="out"):
+        arm = "full" if method == "canopy" else "grpo"
+        return Cell(method, env, arm, seed, "smoke", ("scale=smoke", f"seed={seed}", f"arm={arm}"),
+                    str(tmp_path / root), str(tmp_path / "work"), 4)
+
+    def run(method, env, seed, per_step, root="out"):
+        _record(cell(method, env, seed, root), {"scale": "smoke", "trainer": {"steps": 10}}, done=True,
+                seconds=per_step * 11)
+    run("grpo", "arith", 0, 10)
+    run("canopy", "arith", 0, 20)  # CANOPY twice GRPO's time where both ran
+    run("grpo", "toolplan", 0, 30)
+    run("grpo", "toolplan", 1, 40)
+    assert estimate_seconds(cell("canopy", "toolplan", 0), committed=tmp_path / "none") == pytest.approx(
+        35 * 2 * 5)  # (4 steps, one more for the evaluations)
+    # a method with no run anywhere else: the others' rate alone
+    run("grpo", "toolplan", 0, 30, root="other")
+    assert estimate_seconds(cell("canopy", "toolplan", 0, "other"), committed=tmp_path / "none") == (
+        pytest.approx(30 * 5))
+
+
 def test_cells_the_design_check_blocks_are_shown_as_skipped_and_not_timed(tmp_path):
     """IAPO's dry run said "20 to run, ~24 min" and then skipped all 20 for the design check."""
     a, b, new = _cell(tmp_path, 0), _cell(tmp_path, 1), _cell(tmp_path, 2)
