@@ -16,7 +16,8 @@ An annotator is any `annotate(episode) -> InfluenceGraph`:
 - `provenance_annotator` (the default): reads the environment's provenance events
   (`Event("provenance", j, {"source": i, "kind": ...})`, source -1 for direct user input) and its
   `error` / `invalid_action` events. Deterministic, no model call.
-- `argument_annotator`: for environments without provenance events (tau2): an edge i -> j
+- `argument_annotator`: for environments without provenance events (and IAPO's small and paper recipes
+  on tau2, which read the text although tau2 emits provenance events since #46): an edge i -> j
   (`success_utilization`, or `failed_utilization` when j errored) when an argument of action j (a
   token with a digit, an underscore or a hyphen: an id, a code, a date) first appeared in what
   followed action i (the next observation) and not in the episode's first observation; direct user

