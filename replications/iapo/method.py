@@ -83,8 +83,7 @@ class IAPOConfig(MethodConfig):
     # beta+: errors cut an action's share of a positive advantage [P: 0.05; ablation 0]
     beta_plus: float = 0.05
     clip: float = 0.25  # c: z-scores clipped to [-c, c] [P: 0.25; ablations 0.125, 0.5]
-    # the graph: environment events [I] | argument provenance in the text (tau2's recipes) [I] |
-    # frozen LLM [P]
+    # the graph: environment events [I] | argument provenance in the text (tau2's recipes) [I] | LLM [P]
     annotator: Literal["provenance", "arguments", "llm"] = "provenance"
     # annotator=llm: a local model folder, decoded greedily (temperature 0)
     annotator_model: str | None = None

@@ -44,16 +44,7 @@ to the agent, nothing recorded in the trajectory): a tool call that is not JSON,
 the domain, has arguments that are not an object, or is longer than 20,000 characters; an empty
 message; a `calculate` expression with `**` or over 200 characters (τ²'s `calculate` `eval`s it,
 and `9**9**9**9` would never return). A tool that raises (a wrong id, a wrong type) is not invalid:
-its error is the result, as in τ².
-
-**Provenance events** (#46; IAPO's influence graph, `replications/iapo/graph.py`): a tool call whose
-result is not an error gets `Event("provenance", j, {"source": i, "kind": "success_utilization"})` for
-each earlier turn i whose tool result first showed an argument value it writes (a user id, an order id,
-a price), and source -1 (`input`) for a value first seen in the agent's prompt or a user message; a
-failed action (a tool error, an invalid action) right after a failed one gets `failed_utilization` from
-it; messages and the user's actions get none. Turns count the actions of both roles, as the rollout
-does. Defined exactly in `envs/benchmarks/tau2/provenance.py`. The events change no reward,
-observation, info, split or demonstrated play.
+its error is the result, as in τ². Provenance events (#46, IAPO's graph): envs/benchmarks/tau2/provenance.py.
 
 Splits: held-out = the package's `test` split (airline 20, retail 40); dev = every 5th task of each
 domain's `train` split (airline 6, retail 14); train = the rest (airline 24, retail 60). A split
