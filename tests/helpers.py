@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,18 +113,20 @@ def split_digests(env: Any) -> dict[str, str]:
     return {s: digest([list(tasks[s][c]) for c in ("id", "tier", "task")]) for s in tasks}
 
 
-def transcript(env: Any, task: dict[str, Any], rng: Any, variant: str = "main", policy: str = "expert",
+def transcript(env: Any, task: dict[str, Any], rng: Any, variant: str = "main", policy: Any = "expert",
                action_rng: Any = None, keep_event: Any = None,
                drop_info: tuple[str, ...] = ()) -> list[list[Any]]:
-    """One episode played by the demonstrator (`policy="expert"`) or `env.random_action` (drawing from
-    `action_rng`, else `rng`): each turn's role, observation, new_context, action, reward, success, events
-    (those `keep_event` keeps) and info (without `drop_info`)."""
+    """One episode played by the demonstrator (`policy="expert"`), `env.random_action` (`"random"`) or
+    `policy(env, episode, observation, rng)`, drawing from `action_rng`, else `rng`: each turn's role,
+    observation, new_context, action, reward, success, events (those `keep_event` keeps) and info (without
+    `drop_info`)."""
     ep = env.new_episode(task, rng, variant)
     obs = ep.start()
     turns: list[list[Any]] = []
+    draw = rng if action_rng is None else action_rng
     while obs is not None:
-        action = (ep.expert_action() if policy == "expert"
-                  else env.random_action(ep, obs, rng if action_rng is None else action_rng))
+        action = (ep.expert_action() if policy == "expert" else policy(env, ep, obs, draw) if callable(policy)
+                  else env.random_action(ep, obs, draw))
         r = ep.step(action)
         events = [dataclasses.asdict(e) for e in r.events if keep_event is None or keep_event(e)]
         info = {k: v for k, v in r.info.items() if k not in drop_info}
@@ -162,3 +166,33 @@ def played_episode(role: str, actions: list[str], results: list[Any]) -> Any:
             e.turn = j
             ep.events.append(e)
     return ep
+
+
+@contextlib.contextmanager
+def chat_endpoint(reply: Callable[[dict[str, Any]], str]) -> Iterator[str]:
+    """An OpenAI-compatible `/chat/completions` on 127.0.0.1 that answers each request with `reply(body)` (a
+    scripted user behind an endpoint); yields its base url (`http://127.0.0.1:<port>/v1`), stopped on exit
+    (the url then reaches nothing that answers)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            text = reply(body)
+            out = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/v1"
+    finally:
+        server.shutdown()

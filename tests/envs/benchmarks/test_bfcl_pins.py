@@ -11,7 +11,7 @@ random).
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import random
 from typing import Any
 
@@ -21,7 +21,7 @@ pytest.importorskip("bfcl_eval", reason="bfcl-eval is not installed (make setup 
 
 from envs.benchmarks.bfcl.apps import scenarios  # noqa: E402
 from envs.benchmarks.bfcl.env import CATEGORIES, BfclConfig, BfclEnv  # noqa: E402
-from tests.helpers import digest  # noqa: E402
+from tests.helpers import digest, transcript  # noqa: E402
 
 STRIDE = 7
 ODD = ["[cd(folder='nowhere')]", "[cd(folder=__import__('os').getcwd())]", "[power(base=9, exponent=9**99)]",
@@ -58,18 +58,10 @@ def action_of(policy: str, env: BfclEnv, ep: Any, obs: Any, rng: random.Random) 
 def plays(category: str, policy: str, keep_provenance: bool = False, **settings: Any) -> list[list[Any]]:
     """The transcripts of every `STRIDE`-th scenario of `category` played by `policy`."""
     env = BfclEnv(BfclConfig(categories=[category], **settings))
-    rng, action_rng, out = random.Random(0), random.Random(7), []
-    for task in scenarios(category)[::STRIDE]:
-        ep = env.new_episode(task, rng)
-        obs, turns = ep.start(), []
-        while obs is not None:
-            action = action_of(policy, env, ep, obs, action_rng)
-            r = ep.step(action)
-            events = [dataclasses.asdict(e) for e in r.events if keep_provenance or e.kind != "provenance"]
-            turns.append([obs.role, obs.text, obs.new_context, action, r.reward, r.success, events, r.info])
-            obs = r.next
-        out.append(turns)
-    return out
+    rng, action_rng = random.Random(0), random.Random(7)
+    return [transcript(env, task, rng, policy=functools.partial(action_of, policy), action_rng=action_rng,
+                       keep_event=lambda e: keep_provenance or e.kind != "provenance")
+            for task in scenarios(category)[::STRIDE]]
 
 
 @pytest.mark.parametrize(("category", "policy"), PINS)

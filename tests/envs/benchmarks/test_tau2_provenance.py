@@ -9,8 +9,6 @@ from __future__ import annotations
 import doctest
 import json
 import random
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import pytest
@@ -25,7 +23,7 @@ from envs.benchmarks.tau2.env import AGENT, USER, Tau2Config, Tau2Env  # noqa: E
 from experiments.compare_config import applicable  # noqa: E402
 from replications.iapo.graph import provenance_annotator  # noqa: E402
 from tests.envs.benchmarks.test_tau2_pins import ODD  # noqa: E402
-from tests.helpers import played_episode  # noqa: E402
+from tests.helpers import chat_endpoint, played_episode, provenance_edges  # noqa: E402
 
 IN, OK, FAIL = "input", "success_utilization", "failed_utilization"
 
@@ -135,28 +133,15 @@ def test_a_later_user_message_is_input_and_the_agents_own_values_have_none():
     assert found == [(-1, 3, IN), (-1, 4, IN), (-1, 8, IN), (-1, 10, IN), (3, 10, OK)]
 
 
-class IdUser(BaseHTTPRequestHandler):
-    """An OpenAI-compatible /chat/completions user: its user id, then a reservation number, then stop."""
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        said = sum(m["role"] == "assistant" for m in body["messages"])
-        text = ("My user id is raj_sanchez_7340.", "It is Q69X3R.", "###STOP###")[min(said, 2)]
-        reply = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(reply)
-
-    def log_message(self, *args):
-        pass
+def id_user(body: dict) -> str:
+    """A user behind an endpoint: its user id, then a reservation number, then stop."""
+    said = sum(m["role"] == "assistant" for m in body["messages"])
+    return ("My user id is raj_sanchez_7340.", "It is Q69X3R.", "###STOP###")[min(said, 2)]
 
 
 def test_a_user_behind_an_endpoint_takes_no_turns_and_its_messages_are_input():
-    server = HTTPServer(("127.0.0.1", 0), IdUser)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        env = Tau2Env(Tau2Config(user_url=f"http://127.0.0.1:{server.server_port}/v1", user_model="fake"))
+    with chat_endpoint(id_user) as url:
+        env = Tau2Env(Tau2Config(user_url=url, user_model="fake"))
         ep = env.new_episode(next(t for t in domain_tasks("airline") if t["id"] == "1"), random.Random(0))
         assert ep.start().text.endswith("User: My user id is raj_sanchez_7340.")
         results = [ep.step(a) for a in [
@@ -164,12 +149,8 @@ def test_a_user_behind_an_endpoint_takes_no_turns_and_its_messages_are_input():
             "Which reservation?",                                          # 1 the endpoint answers in it
             call("get_reservation_details", reservation_id="Q69X3R"),  # 2 shown by 0 before the user named it
             "Done. ###STOP###"]]                                          # 3
-    finally:
-        server.shutdown()
     assert results[1].next.text == "User: It is Q69X3R." and results[3].next is None
-    found = [(e.data["source"], j, e.data["kind"]) for j, r in enumerate(results) for e in r.events
-             if e.kind == "provenance"]
-    assert found == [(-1, 0, IN), (0, 2, OK)]
+    assert provenance_edges(results) == [(-1, 0, IN), (0, 2, OK)]
 
 
 def test_iapo_applies_and_reads_every_event():
